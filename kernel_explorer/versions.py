@@ -1,0 +1,92 @@
+"""Is the installed `kernels` one that Transformers will actually use?
+
+Transformers only turns its kernel decorators on when `kernels` lies inside a version window it
+declares (`KERNELS_MIN_VERSION <= v < KERNELS_MAX_VERSION`). Outside it, `use_kernels=True` silently
+runs PyTorch. This module reads that window from the installed Transformers rather than hard-coding
+it, so the check stays right when either package moves.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from kernel_explorer.errors import IncompatibleVersionsError
+
+# The window this project is tested with; used to name the fix when the pair is incompatible.
+SUPPORTED_TRANSFORMERS = ">=5.18,<5.23"
+SUPPORTED_KERNELS = ">=0.17.2,<0.18"
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    """Whether the installed kernels/Transformers pair works, and the window Transformers demands."""
+
+    kernels_version: str | None
+    transformers_version: str | None
+    kernels_min: str | None
+    kernels_max: str | None
+    ok: bool
+    message: str
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _transformers_window() -> tuple[str | None, str | None]:
+    try:
+        from transformers.utils import import_utils
+    except ImportError:
+        return None, None
+    return (
+        getattr(import_utils, "KERNELS_MIN_VERSION", None),
+        getattr(import_utils, "KERNELS_MAX_VERSION", None),
+    )
+
+
+def check_compatibility(
+    kernels_version: str | None = None,
+    transformers_version: str | None = None,
+    window: tuple[str | None, str | None] | None = None,
+) -> Compatibility:
+    """Compare the kernels version with the window Transformers accepts.
+
+    Arguments default to what is installed; pass them to ask about another pair.
+    """
+    kv = kernels_version if kernels_version is not None else _installed("kernels")
+    tv = transformers_version if transformers_version is not None else _installed("transformers")
+    lo, hi = window if window is not None else _transformers_window()
+    fix = f"pip install 'kernels{SUPPORTED_KERNELS}' 'transformers{SUPPORTED_TRANSFORMERS}'"
+    if kv is None:
+        return Compatibility(kv, tv, lo, hi, False, f"`kernels` is not installed; fix: {fix}")
+    if tv is None:
+        return Compatibility(kv, tv, lo, hi, True, "Transformers is not installed (kernels alone works)")
+    if lo is None and hi is None:
+        return Compatibility(kv, tv, lo, hi, True, "this Transformers declares no kernels version window")
+    too_old = lo is not None and Version(kv) < Version(lo)
+    too_new = hi is not None and Version(kv) >= Version(hi)
+    if too_old or too_new:
+        return Compatibility(
+            kv,
+            tv,
+            lo,
+            hi,
+            False,
+            f"kernels {kv} is outside the range Transformers {tv} accepts "
+            f"(>={lo}, <{hi}): use_kernels=True silently runs PyTorch; fix: {fix}",
+        )
+    return Compatibility(kv, tv, lo, hi, True, f"kernels {kv} is inside Transformers {tv}'s range")
+
+
+def require_compatible() -> Compatibility:
+    """Raise `IncompatibleVersionsError` (with the fix) unless the installed pair works."""
+    compat = check_compatibility()
+    if not compat.ok:
+        raise IncompatibleVersionsError(compat.message)
+    return compat
