@@ -22,3 +22,7 @@ class CacheDirError(KernelExplorerError):
 
 class IncompatibleVersionsError(KernelExplorerError):
     """The installed `kernels` and Transformers do not work together."""
+
+
+class BuildError(KernelExplorerError):
+    """A bundled kernel repository could not be built (missing compiler or headers, compile error)."""

@@ -1,0 +1,67 @@
+"""CPU activation kernels (float32, bfloat16, float16), drop-ins for Transformers' activations.
+
+Every function takes an optional `out=` (contiguous, same shape and dtype) to skip the allocation.
+"""
+
+import torch
+
+from ._ops import ops
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check(x: torch.Tensor, name: str) -> None:
+    # The ops only exist for CPU tensors; say so plainly instead of a dispatcher error.
+    if x.device.type != "cpu":
+        raise RuntimeError(f"{name}: this is a CPU kernel, got a tensor on {x.device}; use PyTorch there")
+    if x.dtype not in _DTYPES:
+        raise TypeError(f"{name}: supports float32, bfloat16 and float16, got {x.dtype}; use PyTorch")
+
+
+def _unary(name: str):
+    op, op_out = getattr(ops, name), getattr(ops, name + "_out")
+
+    def run(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        _check(x, name)
+        if out is None:
+            return op(x)
+        op_out(out, x)
+        return out
+
+    run.__name__ = name
+    return run
+
+
+silu = _unary("silu")
+gelu = _unary("gelu")
+gelu_tanh = _unary("gelu_tanh")
+gelu_new = _unary("gelu_new")
+gelu_fast = _unary("gelu_fast")
+gelu_quick = _unary("gelu_quick")
+silu_and_mul = _unary("silu_and_mul")
+
+
+def isa() -> str:
+    """The instruction-set path in use: avx512, avx2 or portable."""
+    return ops.isa()
+
+
+def set_isa(name: str) -> str:
+    """Force a code path (for tests and benchmarks)."""
+    return ops.set_isa(name)
+
+
+from . import layers  # noqa: E402  (layers use the functions above)
+
+__all__ = [
+    "gelu",
+    "gelu_fast",
+    "gelu_new",
+    "gelu_quick",
+    "gelu_tanh",
+    "isa",
+    "layers",
+    "set_isa",
+    "silu",
+    "silu_and_mul",
+]

@@ -1,0 +1,96 @@
+// Registration-side helpers shared by the bundled kernels: run-time ISA choice, input checks,
+// and the Python module stub that lets `kernels` import the library (kernel-builder's layout).
+#pragma once
+
+#include <Python.h>
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <string>
+
+#define KX_STR_(x) #x
+#define KX_STR(x) KX_STR_(x)
+
+namespace kx {
+
+// Which compiled code path runs: the best this CPU supports, or KERNEL_EXPLORER_ISA if set.
+inline std::string& active_isa() {
+  static std::string isa = [] {
+    const char* forced = std::getenv("KERNEL_EXPLORER_ISA");
+    if (forced && *forced) return std::string(forced);
+#if defined(KX_HAVE_AVX512)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return std::string("avx512");
+#endif
+#if defined(KX_HAVE_AVX2)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return std::string("avx2");
+#endif
+    return std::string("portable");
+  }();
+  return isa;
+}
+
+template <typename Table>
+inline const Table& pick(const Table& avx512, const Table& avx2, const Table& portable) {
+  const std::string& isa = active_isa();
+#if defined(KX_HAVE_AVX512)
+  if (isa == "avx512") return avx512;
+#endif
+#if defined(KX_HAVE_AVX2)
+  if (isa == "avx2") return avx2;
+#endif
+  (void)avx512;
+  (void)avx2;
+  return portable;
+}
+
+// Switch the code path (for tests and benchmarks); returns the one now active.
+inline std::string set_isa(const std::string& isa) {
+  TORCH_CHECK(isa == "avx512" || isa == "avx2" || isa == "portable",
+              "unknown ISA '", isa, "'; use avx512, avx2 or portable");
+#if !defined(KX_HAVE_AVX512)
+  TORCH_CHECK(isa != "avx512", "this build has no AVX-512 code path");
+#endif
+#if !defined(KX_HAVE_AVX2)
+  TORCH_CHECK(isa != "avx2", "this build has no AVX2 code path");
+#endif
+  active_isa() = isa;
+  return isa;
+}
+
+inline std::string current_isa() { return active_isa(); }
+
+// Storage dtype code (kF32/kBF16/kF16), or a clear error the caller can fall back on.
+inline int dtype_code(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.device().is_cpu(), op, ": this kernel runs on CPU tensors only, got a tensor on ",
+              t.device(), "; keep this layer on PyTorch for that device");
+  switch (t.scalar_type()) {
+    case at::kFloat: return 0;
+    case at::kBFloat16: return 1;
+    case at::kHalf: return 2;
+    default:
+      TORCH_CHECK(false, op, ": supports float32, bfloat16 and float16, got ", t.scalar_type(),
+                  "; keep this layer on PyTorch for that dtype");
+  }
+  return -1;
+}
+
+inline void check_out(const at::Tensor& out, const at::Tensor& like, const char* op) {
+  TORCH_CHECK(out.sizes() == like.sizes() && out.scalar_type() == like.scalar_type() &&
+                  out.is_contiguous() && out.device() == like.device(),
+              op, ": out= must be a contiguous ", like.scalar_type(), " tensor of shape ", like.sizes(),
+              ", got ", out.scalar_type(), " ", out.sizes(), out.is_contiguous() ? "" : " (non-contiguous)");
+}
+
+}  // namespace kx
+
+// `kernels` imports `<id>.abi3.so` as a Python module; the ops register through TORCH_LIBRARY.
+#define KX_PYTHON_MODULE(name)                                                     \
+  static struct PyModuleDef kx_module_def = {PyModuleDef_HEAD_INIT, KX_STR(name), \
+                                             nullptr, -1, nullptr};               \
+  PyMODINIT_FUNC KX_CAT(PyInit_, name)(void) { return PyModule_Create(&kx_module_def); }
+
+#define KX_CAT_(a, b) a##b
+#define KX_CAT(a, b) KX_CAT_(a, b)
