@@ -1,0 +1,42 @@
+"""CPU RMSNorm (float32, bfloat16, float16), a drop-in for Transformers' LlamaRMSNorm forward."""
+
+import torch
+
+from ._ops import ops
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """weight * (x * rsqrt(mean(x^2, -1) + eps)).to(x.dtype), accumulated in float32.
+
+    Returns x's dtype when weight has the same dtype, float32 otherwise, exactly as eager does.
+    """
+    for t in (x, weight):
+        if t.device.type != "cpu":
+            raise RuntimeError(
+                f"rms_norm: this is a CPU kernel, got a tensor on {t.device}; use PyTorch there"
+            )
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"rms_norm: supports float32, bfloat16 and float16, got {t.dtype}; use PyTorch")
+    if out is None:
+        return ops.rms_norm(x, weight, eps)
+    ops.rms_norm_out(out, x, weight, eps)
+    return out
+
+
+def isa() -> str:
+    """The instruction-set path in use: avx512, avx2 or portable."""
+    return ops.isa()
+
+
+def set_isa(name: str) -> str:
+    """Force a code path (for tests and benchmarks)."""
+    return ops.set_isa(name)
+
+
+from . import layers  # noqa: E402  (layers use the functions above)
+
+__all__ = ["isa", "layers", "rms_norm", "set_isa"]

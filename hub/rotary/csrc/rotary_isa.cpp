@@ -1,0 +1,66 @@
+// Rotary position embedding as Transformers' apply_rotary_pos_emb computes it
+// (q * cos + rotate_half(q) * sin), in one pass per tensor instead of eager's six kernels.
+#include "kx_vec.h"
+#include "rotary_table.h"
+
+namespace KX_ISA_NS {
+using kx::rnd;
+using kx::VecF;
+
+template <typename T>
+void rotary(const void* x_, const void* c_, const void* s_, void* y_, int64_t rows, int64_t d,
+            const kx::RowIndex& index) {
+  const T* x = static_cast<const T*>(x_);
+  const T* c = static_cast<const T*>(c_);
+  const T* s = static_cast<const T*>(s_);
+  T* y = static_cast<T*>(y_);
+  const int64_t h = d / 2;
+  auto row = [&](int64_t r) {
+    int64_t off[3] = {0, 0, 0};
+    int64_t rest = r;
+    for (int dim = index.dims - 1; dim >= 0; --dim) {
+      int64_t i = rest % index.sizes[dim];
+      rest /= index.sizes[dim];
+      for (int t = 0; t < 3; ++t) off[t] += i * index.strides[t][dim];
+    }
+    const T *xr = x + off[0], *cr = c + off[1], *sr = s + off[2];
+    T* yr = y + r * d;
+    // rotate_half(x) = cat(-x2, x1): out1 = x1*c1 - x2*s1, out2 = x2*c2 + x1*s2, each product
+    // and the sum rounded to T as eager stores them.
+    auto step = [&](int64_t i, int64_t n) {
+      VecF x1a, x1b, x2a, x2b, c1a, c1b, c2a, c2b, s1a, s1b, s2a, s2b;
+      if (n == kx::kBlock) {
+        kx::load2(xr + i, x1a, x1b), kx::load2(xr + h + i, x2a, x2b);
+        kx::load2(cr + i, c1a, c1b), kx::load2(cr + h + i, c2a, c2b);
+        kx::load2(sr + i, s1a, s1b), kx::load2(sr + h + i, s2a, s2b);
+      } else {
+        kx::load2_tail(xr + i, n, x1a, x1b), kx::load2_tail(xr + h + i, n, x2a, x2b);
+        kx::load2_tail(cr + i, n, c1a, c1b), kx::load2_tail(cr + h + i, n, c2a, c2b);
+        kx::load2_tail(sr + i, n, s1a, s1b), kx::load2_tail(sr + h + i, n, s2a, s2b);
+      }
+      VecF o1a = rnd<T>(x1a * c1a) + rnd<T>(x2a.neg() * s1a), o1b = rnd<T>(x1b * c1b) + rnd<T>(x2b.neg() * s1b);
+      VecF o2a = rnd<T>(x2a * c2a) + rnd<T>(x1a * s2a), o2b = rnd<T>(x2b * c2b) + rnd<T>(x1b * s2b);
+      if (n == kx::kBlock) {
+        kx::store2(yr + i, o1a, o1b), kx::store2(yr + h + i, o2a, o2b);
+      } else {
+        kx::store2_tail(yr + i, n, o1a, o1b), kx::store2_tail(yr + h + i, n, o2a, o2b);
+      }
+    };
+    int64_t i = 0;
+    for (; i + kx::kBlock <= h; i += kx::kBlock) step(i, kx::kBlock);
+    if (i < h) step(i, h - i);
+  };
+  if (rows * d < kx::kSerialBelow) {
+    for (int64_t r = 0; r < rows; ++r) row(r);
+  } else {
+    at::parallel_for(0, rows, std::max<int64_t>(1, kx::kSerialBelow / std::max<int64_t>(d, 1)),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t r = begin; r < end; ++r) row(r);
+                     });
+  }
+}
+
+}  // namespace KX_ISA_NS
+
+extern const kx::RotaryTable KX_CAT(kx_rotary_table_, KX_ISA) = {
+    {KX_ISA_NS::rotary<float>, KX_ISA_NS::rotary<c10::BFloat16>, KX_ISA_NS::rotary<c10::Half>}};

@@ -1,0 +1,69 @@
+// Registers the rotary op under the kernel's metadata id and dispatches to the ISA's table.
+#include "kx_dispatch.h"
+#include "rotary_table.h"
+
+extern const kx::RotaryTable kx_rotary_table_portable;
+#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
+extern const kx::RotaryTable kx_rotary_table_avx2;
+extern const kx::RotaryTable kx_rotary_table_avx512;
+#endif
+
+namespace {
+
+const kx::RotaryTable& table() {
+#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
+  return kx::pick(kx_rotary_table_avx512, kx_rotary_table_avx2, kx_rotary_table_portable);
+#else
+  return kx_rotary_table_portable;
+#endif
+}
+
+at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, int code) {
+  TORCH_CHECK(x_in.dim() >= 1 && x_in.size(-1) % 2 == 0 && x_in.size(-1) == cos.size(-1),
+              "apply_rotary: the last dimension must be even and match cos/sin, got ", x_in.sizes(), " and ",
+              cos.sizes());
+  TORCH_CHECK(x_in.dim() - 1 <= kx::RowIndex::kMaxDims, "apply_rotary: too many dimensions");
+  TORCH_CHECK(at::infer_size(x_in.sizes(), cos.sizes()) == x_in.sizes(), "apply_rotary: cos of shape ",
+              cos.sizes(), " does not broadcast to ", x_in.sizes());
+  at::Tensor x = x_in.stride(-1) == 1 ? x_in : x_in.contiguous();
+  at::Tensor c = cos.expand(x.sizes());
+  at::Tensor s = sin.expand(x.sizes());
+  if (c.stride(-1) != 1) c = c.contiguous();
+  if (s.stride(-1) != 1) s = s.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (x.numel() == 0) return out;
+  kx::RowIndex index{};
+  index.dims = static_cast<int>(x.dim()) - 1;
+  const at::Tensor* tensors[3] = {&x, &c, &s};
+  for (int dim = 0; dim < index.dims; ++dim) {
+    index.sizes[dim] = x.size(dim);
+    for (int t = 0; t < 3; ++t) index.strides[t][dim] = tensors[t]->stride(dim);
+  }
+  int64_t d = x.size(-1);
+  table().fn[code](x.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(), x.numel() / d, d, index);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> apply_rotary(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                                const at::Tensor& sin, int64_t unsqueeze_dim) {
+  int code = kx::dtype_code(q, "apply_rotary");
+  for (const at::Tensor* t : {&k, &cos, &sin}) {
+    kx::dtype_code(*t, "apply_rotary");
+    TORCH_CHECK(t->scalar_type() == q.scalar_type(), "apply_rotary: q, k, cos and sin must share a dtype, got ",
+                q.scalar_type(), " and ", t->scalar_type());
+  }
+  at::Tensor c = cos.unsqueeze(unsqueeze_dim), s = sin.unsqueeze(unsqueeze_dim);
+  return {rotate(q, c, s, code), rotate(k, c, s, code)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(KX_OPS_NS, m) {
+  m.def("apply_rotary(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim) -> (Tensor, Tensor)");
+  m.def("isa() -> str", &kx::current_isa);
+  m.def("set_isa(str isa) -> str", &kx::set_isa);
+}
+
+TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) { m.impl("apply_rotary", &apply_rotary); }
+
+KX_PYTHON_MODULE(KX_OPS_NS)

@@ -1,0 +1,57 @@
+"""CPU rotary position embedding (float32, bfloat16, float16), a drop-in for Transformers'
+`apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`."""
+
+import torch
+
+from ._ops import ops
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _reference(q, k, cos, sin, unsqueeze_dim):
+    # The eager formula: the correct (slower) path for what the kernel does not cover.
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q * cos + rotate_half(q) * sin (and the same for k), cos/sin unsqueezed at `unsqueeze_dim`.
+
+    Mixed dtypes or an odd head dim take the eager formula, so the result is always what
+    Transformers computes.
+    """
+    tensors = (q, k, cos, sin)
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise RuntimeError(
+                f"apply_rotary: this is a CPU kernel, got a tensor on {t.device}; use PyTorch there"
+            )
+        if t.dtype not in _DTYPES:
+            raise TypeError(
+                f"apply_rotary: supports float32, bfloat16 and float16, got {t.dtype}; use PyTorch"
+            )
+    if len({t.dtype for t in tensors}) > 1 or q.shape[-1] % 2 or q.shape[-1] != cos.shape[-1]:
+        return _reference(q, k, cos, sin, unsqueeze_dim)
+    return ops.apply_rotary(q, k, cos, sin, unsqueeze_dim)
+
+
+def isa() -> str:
+    """The instruction-set path in use: avx512, avx2 or portable."""
+    return ops.isa()
+
+
+def set_isa(name: str) -> str:
+    """Force a code path (for tests and benchmarks)."""
+    return ops.set_isa(name)
+
+
+from . import layers  # noqa: E402  (layers use the functions above)
+
+__all__ = ["apply_rotary", "isa", "layers", "set_isa"]
