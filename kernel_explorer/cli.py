@@ -52,6 +52,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build_hub(args: argparse.Namespace) -> int:
+    from kernel_explorer.builder import build_hub
+
+    for built in build_hub(force=args.force, progress=not args.quiet):
+        how = "cached" if built.reused else "built"
+        print(f"{built.name:<11} {how:<6} {built.variant_path}  [{', '.join(built.isas)}]")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kernel-explorer", description="See, switch and measure Hugging Face Hub kernels."
@@ -60,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     hw = sub.add_parser("hardware", help="show the hardware snapshot and accepted build variants")
     hw.add_argument("--json", action="store_true", help="print JSON instead of text")
     hw.set_defaults(func=_cmd_hardware)
+    hub = sub.add_parser("build-hub", help="build the bundled CPU kernel repositories (cached)")
+    hub.add_argument("--force", action="store_true", help="rebuild even when a sound cached build exists")
+    hub.add_argument("--quiet", action="store_true", help="no progress bars")
+    hub.set_defaults(func=_cmd_build_hub)
     demo = sub.add_parser("demo", help="the headless main job on the default model")
     demo.set_defaults(func=_cmd_demo)
     return parser

@@ -1,14 +1,44 @@
-"""Shared fixtures. Each test gets its own cache root so nothing leaks between tests or into ~/.cache."""
+"""Shared fixtures.
+
+The whole session shares one fresh cache root (so the bundled hub is built once per run, from
+source, like a user's first run); tests that need their own cache set KERNEL_EXPLORER_CACHE
+themselves.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("kx-cache")
+    old = os.environ.get("KERNEL_EXPLORER_CACHE")
+    os.environ["KERNEL_EXPLORER_CACHE"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("KERNEL_EXPLORER_CACHE", None)
+    else:
+        os.environ["KERNEL_EXPLORER_CACHE"] = old
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache root of this test's own (nothing converted or built in it yet)."""
+    root = tmp_path / "cache"
     monkeypatch.setenv("KERNEL_EXPLORER_CACHE", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def hub(session_cache: Path) -> dict:
+    """The bundled repositories, built (once per session) and loaded through kernels' loader."""
+    from kernels import get_local_kernel
+
+    from kernel_explorer.builder import build_hub
+
+    return {built.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}

@@ -35,7 +35,7 @@ def test_unwritable_cache_dir_names_the_fix(tmp_path, monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
-def test_default_model_converts_then_loads_from_cache() -> None:
+def test_default_model_converts_then_loads_from_cache(fresh_cache) -> None:
     model, tokenizer, first = load_default_model(progress=False, with_info=True)
     assert first.source == "gguf"
     assert "Paris" in generate_answer(model, tokenizer, "What is the capital of France?")
@@ -47,7 +47,7 @@ def test_default_model_converts_then_loads_from_cache() -> None:
         assert torch.equal(p, q), name
 
 
-def test_half_written_cache_is_not_trusted(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_half_written_cache_is_not_trusted(fresh_cache) -> None:
     from kernel_explorer import models
 
     target = models.default_model_cache_dir()

@@ -1,0 +1,73 @@
+"""The bundled hub switched into real models through kernels' own kernelize + LocalLayerRepository."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernels import Mode, kernelize, use_kernel_mapping
+
+from kernel_explorer.bundled import BUNDLED_LAYERS, bundled_mapping
+from kernel_explorer.inventory import find_kernel_layers
+from kernel_explorer.models import tiny_gpt2, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def mapping(hub: dict) -> dict:
+    return bundled_mapping()
+
+
+def _kernelize(model: torch.nn.Module, mapping: dict) -> torch.nn.Module:
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        return kernelize(model, mode=Mode.INFERENCE, device="cpu")
+
+
+def _runs_bundled_kernel(module: torch.nn.Module) -> bool:
+    forward = module.__dict__.get("forward")
+    return (
+        forward is not None and forward.__func__.__module__.startswith("_") and "_cpu_" in forward.__module__
+    )
+
+
+@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2])
+def test_every_kernel_layer_of_the_tiny_models_is_switched(mapping: dict, factory) -> None:
+    model = factory()
+    ids = torch.randint(0, 256, (2, 11), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        eager = model(ids).logits
+        _kernelize(model, mapping)
+        kernel = model(ids).logits
+    for group in find_kernel_layers(model):
+        assert group.name in BUNDLED_LAYERS
+        for path in group.instances:
+            module = model.get_submodule(path)
+            target = module._kernel_funcs[group.name] if group.kind == "function" else module
+            assert _runs_bundled_kernel(target), f"{group.name} at {path} still runs PyTorch"
+    torch.testing.assert_close(kernel, eager)
+
+
+def test_bfloat16_tiny_llama(mapping: dict) -> None:
+    model = tiny_llama().to(torch.bfloat16)
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        eager = model(ids).logits
+        kernel = _kernelize(model, mapping)(ids).logits
+    torch.testing.assert_close(kernel, eager, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_answer_is_unchanged(mapping: dict) -> None:
+    from kernel_explorer.models import load_default_model
+
+    model, tokenizer = load_default_model(progress=False)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")[
+        "input_ids"
+    ]
+    with torch.inference_mode():
+        eager = model.generate(ids, max_new_tokens=24, do_sample=False)
+        _kernelize(model, mapping)
+        switched = sum(len(g) for g in find_kernel_layers(model))
+        kernel = model.generate(ids, max_new_tokens=24, do_sample=False)
+    assert switched == 121
+    assert torch.equal(kernel, eager), tokenizer.decode(kernel[0])
+    assert "Paris" in tokenizer.decode(kernel[0, ids.shape[1] :])

@@ -1,0 +1,199 @@
+"""Correctness of the bundled CPU kernels against eager PyTorch, for every compiled ISA path,
+dtype and awkward shape, loaded through kernels' real loader (`get_local_kernel`).
+
+Two checks per case: the kernel is within torch.testing's default tolerances of eager, and its
+error against a float64 run of the same formula is never more than twice eager's own error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers.activations as A
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from kernel_explorer.builder import isas_for_this_machine
+from kernel_explorer.hardware import detect_hardware
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+_ISA_NEEDS = {"avx512": "AVX-512F", "avx2": "AVX2"}
+
+
+def _runnable_isas() -> list[str]:
+    isa_flags = detect_hardware().cpu.isa
+    return [isa for isa in isas_for_this_machine() if _ISA_NEEDS.get(isa, "") in (*isa_flags, "")]
+
+
+@pytest.fixture(params=_runnable_isas())
+def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
+    """Run the test on one compiled code path of every bundled kernel, then restore the default."""
+    before = {name: module.isa() for name, module in hub.items()}
+    for module in hub.values():
+        module.set_isa(request.param)
+    yield request.param
+    for name, module in hub.items():
+        module.set_isa(before[name])
+
+
+def _inputs(shape: tuple[int, ...], dtype: torch.dtype, scale: float = 3.0) -> torch.Tensor:
+    return (torch.randn(shape, generator=torch.Generator().manual_seed(0)) * scale).to(dtype)
+
+
+def _odd_views(dtype: torch.dtype) -> list[torch.Tensor]:
+    """One element, lengths off the vector width, zero-size, and two non-contiguous views."""
+    return [
+        _inputs((1,), dtype),
+        _inputs((17,), dtype),
+        _inputs((3, 33), dtype),
+        _inputs((2, 3, 4099), dtype),
+        _inputs((0, 8), dtype),
+        _inputs((40, 34), dtype).t(),
+        _inputs((6, 100), dtype)[:, ::3],
+    ]
+
+
+def _assert_accuracy(kernel_out: torch.Tensor, eager_out: torch.Tensor, exact: torch.Tensor) -> None:
+    assert kernel_out.dtype == eager_out.dtype and kernel_out.shape == eager_out.shape
+    if exact.numel() == 0:
+        return
+    err_kernel = (kernel_out.double() - exact).abs().max().item()
+    err_eager = (eager_out.double() - exact).abs().max().item()
+    floor = torch.finfo(eager_out.dtype).eps * exact.abs().max().item()
+    assert err_kernel <= 2 * max(err_eager, floor), (err_kernel, err_eager)
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": A.NewGELUActivation(),
+    "gelu_fast": A.FastGELUActivation(),
+    "gelu_quick": A.QuickGELUActivation(),
+    "silu_and_mul": lambda x: F.silu(x[..., : x.shape[-1] // 2]) * x[..., x.shape[-1] // 2 :],
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_activation_matches_eager(hub: dict, isa: str, op: str, dtype: torch.dtype) -> None:
+    fn, ref = getattr(hub["activation"], op), ACTIVATIONS[op]
+    for x in _odd_views(dtype):
+        if op == "silu_and_mul" and x.shape[-1] % 2:
+            continue
+        got, want = fn(x), ref(x)
+        torch.testing.assert_close(got, want, msg=lambda m, x=x: f"{op} {tuple(x.shape)}: {m}")
+        _assert_accuracy(got, want, ref(x.double()))
+
+
+@pytest.mark.parametrize("op", ["silu", "gelu_new", "silu_and_mul"])
+def test_activation_out_form_writes_in_place(hub: dict, op: str) -> None:
+    x = _inputs((5, 64), torch.bfloat16)
+    expected = getattr(hub["activation"], op)(x)
+    out = torch.empty_like(expected)
+    assert getattr(hub["activation"], op)(x, out=out) is out
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("weight_dtype", ["same", torch.float32], ids=str)
+def test_rmsnorm_matches_llama_rmsnorm(hub: dict, isa: str, dtype: torch.dtype, weight_dtype) -> None:
+    wdt = dtype if weight_dtype == "same" else weight_dtype
+    for x in _odd_views(dtype):
+        norm = LlamaRMSNorm(x.shape[-1], eps=1e-5)
+        norm.weight.data = _inputs((x.shape[-1],), wdt, scale=1.0)
+        got = hub["rmsnorm"].rms_norm(x, norm.weight, norm.variance_epsilon)
+        want = norm(x)
+        # Where eager rounds the normalised row to a 16-bit dtype, a sum reordered by one ulp can
+        # flip that rounding: allow one ulp of the input dtype there (float32 gets the defaults).
+        tol = {} if dtype == torch.float32 else {"rtol": torch.finfo(dtype).eps, "atol": 1e-5}
+        torch.testing.assert_close(got, want, **tol)
+        exact_norm = LlamaRMSNorm(x.shape[-1], eps=1e-5).double()
+        exact_norm.weight.data = norm.weight.data.double()
+        _assert_accuracy(got, want, exact_norm(x.double()))
+
+
+def test_rmsnorm_out_form(hub: dict) -> None:
+    x, w = _inputs((4, 96), torch.float32), _inputs((96,), torch.float32)
+    out = torch.empty(4, 96)
+    assert hub["rmsnorm"].rms_norm(x, w, 1e-6, out=out) is out
+    assert torch.equal(out, hub["rmsnorm"].rms_norm(x, w, 1e-6))
+
+
+ROTARY_SHAPES = [  # (batch, q heads, kv heads, seq, head_dim)
+    (1, 9, 3, 7, 64),
+    (2, 4, 4, 5, 6),
+    (1, 1, 1, 1, 2),
+    (1, 32, 8, 33, 128),
+    (1, 2, 2, 0, 8),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rotary_matches_transformers(hub: dict, isa: str, dtype: torch.dtype) -> None:
+    apply = hub["rotary"].apply_rotary
+    for b, h, kv, s, d in ROTARY_SHAPES:
+        q, k = _inputs((b, h, s, d), dtype, 1.0), _inputs((b, kv, s, d), dtype, 1.0)
+        cos, sin = _inputs((b, s, d), dtype, 1.0), _inputs((b, s, d), dtype, 1.0)
+        q_t = _inputs((b, s, h, d), dtype, 1.0).transpose(1, 2)  # attention's non-contiguous layout
+        for qq in (q, q_t):
+            got, want = apply(qq, k, cos, sin), apply_rotary_pos_emb(qq, k, cos, sin)
+            torch.testing.assert_close(got, want)
+            exact = apply_rotary_pos_emb(qq.double(), k.double(), cos.double(), sin.double())
+            for g, w, e in zip(got, want, exact, strict=True):
+                _assert_accuracy(g, w, e)
+        # unsqueeze_dim=2: the (batch, seq, heads, dim) layout
+        got = apply(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 2)
+        torch.testing.assert_close(
+            got, apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 2)
+        )
+
+
+def test_rotary_mixed_dtypes_and_odd_dim_take_the_eager_path(hub: dict) -> None:
+    q, k = _inputs((1, 2, 3, 8), torch.bfloat16), _inputs((1, 2, 3, 8), torch.bfloat16)
+    cos, sin = _inputs((1, 3, 8), torch.float32), _inputs((1, 3, 8), torch.float32)
+    got = hub["rotary"].apply_rotary(q, k, cos, sin)
+    assert got[0].dtype == torch.float32  # eager's promotion
+    torch.testing.assert_close(got, apply_rotary_pos_emb(q, k, cos, sin))
+    q5, c5 = _inputs((1, 1, 2, 5), torch.float32), _inputs((1, 2, 5), torch.float32)
+    torch.testing.assert_close(
+        hub["rotary"].apply_rotary(q5, q5, c5, c5), apply_rotary_pos_emb(q5, q5, c5, c5)
+    )
+
+
+@pytest.mark.parametrize(
+    ("repo", "call"),
+    [
+        ("activation", lambda m, x: m.silu(x)),
+        ("activation", lambda m, x: m.silu_and_mul(x)),
+        (
+            "rmsnorm",
+            lambda m, x: m.rms_norm(x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device), 1e-6),
+        ),
+        ("rotary", lambda m, x: m.apply_rotary(x, x, x[0], x[0])),
+    ],
+)
+def test_unsupported_dtype_and_device_raise_clear_errors(hub: dict, repo: str, call) -> None:
+    with pytest.raises(TypeError, match=r"float32, bfloat16 and float16.*use PyTorch"):
+        call(hub[repo], torch.ones(2, 4, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"CPU kernel.*meta"):
+        call(hub[repo], torch.ones(2, 4, 4, device="meta"))
+
+
+def test_c_level_checks_name_the_problem(hub: dict) -> None:
+    ops = hub["rmsnorm"].ops
+    with pytest.raises(RuntimeError, match="does not match the last dimension"):
+        ops.rms_norm(torch.ones(2, 8), torch.ones(7), 1e-6)
+    with pytest.raises(RuntimeError, match="out= must be a contiguous"):
+        hub["activation"].silu(torch.ones(4), out=torch.empty(5))
+    with pytest.raises(RuntimeError, match="last dimension must be even"):
+        hub["activation"].silu_and_mul(torch.ones(3))
+
+
+def test_isa_choice_is_the_best_this_cpu_has(hub: dict) -> None:
+    best = _runnable_isas()[0]
+    assert {module.isa() for module in hub.values()} == {best}
+    assert math.isfinite(hub["activation"].silu(torch.ones(1)).item())
