@@ -47,9 +47,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(f"Q: {DEMO_QUESTION}\nA: {answer}   ({time.perf_counter() - start:.1f} s, greedy)")
     print()
     print("Kernelizable layers:")
-    for group in find_kernel_layers(model):
+    groups = find_kernel_layers(model)
+    for group in groups:
         print(f"  {group.name:<16} {len(group):>4} {group.kind:<8} replaces {group.original}")
+    print()
+    _demo_bundled_kernels(model, tokenizer, sum(len(g) for g in groups))
     return 0
+
+
+def _demo_bundled_kernels(model: object, tokenizer: object, instances: int) -> None:
+    """Switch every layer to the bundled CPU kernels through kernels' kernelize; same answer?"""
+    import torch
+    from kernels import Mode, kernelize, use_kernel_mapping
+
+    from kernel_explorer.bundled import bundled_mapping
+    from kernel_explorer.models import generate_answer
+
+    start = time.perf_counter()
+    mapping = bundled_mapping(progress=True)
+    print(f"Bundled CPU kernel hub ready in {time.perf_counter() - start:.1f} s")
+    before = generate_answer(model, tokenizer, DEMO_QUESTION)
+    with torch.inference_mode(), use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=Mode.INFERENCE, device="cpu")
+    after = generate_answer(model, tokenizer, DEMO_QUESTION)
+    print(f"With the bundled kernels on all {instances} instances: {after}")
+    print(f"Same greedy answer as PyTorch: {'yes' if after == before else 'NO'}")
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
