@@ -16,6 +16,16 @@ def mapping(hub: dict) -> dict:
     return bundled_mapping()
 
 
+@pytest.fixture(autouse=True)
+def _restore_shared_function_layers():
+    """kernelize switches a `use_kernelized_func` layer on the ONE module object that every
+    attention instance (and Transformers' module-level function) shares; undo it after each test."""
+    yield
+    from transformers.models.llama import modeling_llama
+
+    vars(modeling_llama.apply_rotary_pos_emb).pop("forward", None)
+
+
 def _kernelize(model: torch.nn.Module, mapping: dict) -> torch.nn.Module:
     with use_kernel_mapping(mapping, inherit_mapping=False):
         return kernelize(model, mode=Mode.INFERENCE, device="cpu")

