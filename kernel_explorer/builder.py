@@ -15,6 +15,7 @@ build is detected and rebuilt, never loaded.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -129,6 +130,12 @@ def _source_files(repo_src: Path, config: dict) -> list[Path]:
     return [p for p in files if "__pycache__" not in p.parts]
 
 
+@functools.cache
+def _compiler_version(cxx: str) -> str:
+    """Part of every build's fingerprint; asked once per process, not once per repository."""
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+
+
 def _fingerprint(repo_src: Path, config: dict, cxx: str, isas: tuple[str, ...]) -> str:
     import torch
 
@@ -136,7 +143,7 @@ def _fingerprint(repo_src: Path, config: dict, cxx: str, isas: tuple[str, ...]) 
     for path in _source_files(repo_src, config):
         digest.update(str(path.relative_to(repo_src.parent)).encode())
         digest.update(path.read_bytes())
-    compiler_version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    compiler_version = _compiler_version(cxx)
     digest.update(
         json.dumps(
             [torch.__version__, compiler_version, isas, _ISA_FLAGS, _COMMON_FLAGS, _RECIPE_VERSION]

@@ -2,23 +2,9 @@
 #include "activation_table.h"
 #include "kx_dispatch.h"
 
-extern const kx::ActivationTable kx_activation_table_portable;
-#if defined(KX_HAVE_AVX2)
-extern const kx::ActivationTable kx_activation_table_avx2;
-#endif
-#if defined(KX_HAVE_AVX512)
-extern const kx::ActivationTable kx_activation_table_avx512;
-#endif
+KX_ISA_TABLE(kx::ActivationTable, kx_activation_table)
 
 namespace {
-
-const kx::ActivationTable& table() {
-#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-  return kx::pick(kx_activation_table_avx512, kx_activation_table_avx2, kx_activation_table_portable);
-#else
-  return kx::pick(kx_activation_table_portable, kx_activation_table_portable, kx_activation_table_portable);
-#endif
-}
 
 void run_unary(int op, const char* name, at::Tensor& out, const at::Tensor& x) {
   int code = kx::dtype_code(x, name);

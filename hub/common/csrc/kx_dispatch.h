@@ -94,3 +94,15 @@ inline void check_out(const at::Tensor& out, const at::Tensor& like, const char*
 
 #define KX_CAT_(a, b) a##b
 #define KX_CAT(a, b) KX_CAT_(a, b)
+
+// Declares the per-ISA tables `<prefix>_avx512/_avx2/_portable` that the ISA units define, and
+// `table()`, the one this CPU runs. Use once, at global scope, in a registration unit.
+#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
+#define KX_ISA_TABLE(Type, prefix)                                                   \
+  extern const Type prefix##_avx512, prefix##_avx2, prefix##_portable;              \
+  static const Type& table() { return kx::pick(prefix##_avx512, prefix##_avx2, prefix##_portable); }
+#else
+#define KX_ISA_TABLE(Type, prefix)     \
+  extern const Type prefix##_portable; \
+  static const Type& table() { return prefix##_portable; }
+#endif

@@ -2,21 +2,9 @@
 #include "kx_dispatch.h"
 #include "rmsnorm_table.h"
 
-extern const kx::RmsNormTable kx_rmsnorm_table_portable;
-#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-extern const kx::RmsNormTable kx_rmsnorm_table_avx2;
-extern const kx::RmsNormTable kx_rmsnorm_table_avx512;
-#endif
+KX_ISA_TABLE(kx::RmsNormTable, kx_rmsnorm_table)
 
 namespace {
-
-const kx::RmsNormTable& table() {
-#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-  return kx::pick(kx_rmsnorm_table_avx512, kx_rmsnorm_table_avx2, kx_rmsnorm_table_portable);
-#else
-  return kx_rmsnorm_table_portable;
-#endif
-}
 
 at::ScalarType out_dtype(const at::Tensor& x, const at::Tensor& w) {
   return x.scalar_type() == w.scalar_type() ? x.scalar_type() : at::kFloat;

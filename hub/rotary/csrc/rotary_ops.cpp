@@ -2,21 +2,9 @@
 #include "kx_dispatch.h"
 #include "rotary_table.h"
 
-extern const kx::RotaryTable kx_rotary_table_portable;
-#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-extern const kx::RotaryTable kx_rotary_table_avx2;
-extern const kx::RotaryTable kx_rotary_table_avx512;
-#endif
+KX_ISA_TABLE(kx::RotaryTable, kx_rotary_table)
 
 namespace {
-
-const kx::RotaryTable& table() {
-#if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-  return kx::pick(kx_rotary_table_avx512, kx_rotary_table_avx2, kx_rotary_table_portable);
-#else
-  return kx_rotary_table_portable;
-#endif
-}
 
 at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, int code) {
   TORCH_CHECK(x_in.dim() >= 1 && x_in.size(-1) % 2 == 0 && x_in.size(-1) == cos.size(-1),
