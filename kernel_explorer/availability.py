@@ -1,0 +1,52 @@
+"""Whether a kernel candidate can run here, and why not: the vocabulary every view shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class State(str, Enum):
+    """Where a candidate stands on this machine, from best to worst."""
+
+    READY = "ready"  # a local or cached build for this machine; loads without the network
+    DOWNLOADABLE = "downloadable"  # the Hub has a build for this machine
+    NO_BUILD = "no build for this machine"  # builds exist, none for this machine (see trace)
+    UNTRUSTED = "publisher not trusted"  # the Hub does not flag the publisher; the user may opt in
+    OFFLINE_NOT_CACHED = "offline and not cached"  # no network (or no answer) and nothing cached
+    NO_MAPPING = "no mapping for this device or mode"  # mapped for other devices or modes only
+    FAILED = "failed to load"  # tried and failed; the error is kept
+    CHECKING = "checking"  # a Hub query is still running
+
+    @property
+    def usable(self) -> bool:
+        """Whether switching the candidate on may succeed (a pending Hub answer counts: try it)."""
+        return self in (State.READY, State.DOWNLOADABLE, State.CHECKING)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """One candidate's state here, with everything needed to explain it."""
+
+    state: State
+    reason: str = ""
+    variant: str | None = None  # the build variant `kernels` picks here
+    trace: tuple[str, ...] = field(default=())  # kernels' variant decisions: "variant: why rejected"
+    size_bytes: int | None = None  # download size of the variant, when the Hub says
+
+    def __str__(self) -> str:
+        text = self.state.value
+        if self.variant:
+            text += f" ({self.variant})"
+        if self.reason:
+            text += f": {self.reason}"
+        return text
+
+    @property
+    def details(self) -> str:
+        """Reason plus the variant trace, one line each: what a tooltip shows."""
+        lines = [str(self)]
+        if self.size_bytes is not None:
+            lines.append(f"download size: {self.size_bytes / 1e6:.1f} MB")
+        lines.extend(self.trace)
+        return "\n".join(lines)

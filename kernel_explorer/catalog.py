@@ -1,0 +1,252 @@
+"""Every kernel mapping in one place, with where it came from and whether it can run here.
+
+Four sources, in the order the explorer prefers them when the user does not choose:
+- "user": the mapping passed to `Explorer(model, mapping=...)`, in the dict form `kernels` takes;
+- "registered": what is registered with `kernels` (`register_kernel_mapping`, `use_kernel_mapping`);
+- "bundled": the project's CPU kernel hub, built for this machine;
+- "transformers": Transformers' default mapping (what `use_kernels=True` registers).
+
+Hub queries run on a small thread pool, are cached for the session and bounded in time, so a view
+that asks for availability never blocks on the network for longer than it chose to wait.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.availability import Availability, State
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.hub_access import (
+    HubReference,
+    cached_variant_dir,
+    hub_reference,
+    is_offline,
+    local_availability,
+    query_hub,
+)
+from kernel_explorer.kernels_bridge import MappingEntry, iter_mapping, iter_registered_mapping, mode_name
+
+if TYPE_CHECKING:
+    from kernels import Mode
+
+SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "transformers")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One repository that could replace one kernel layer name, on one device, in one mode."""
+
+    entry: MappingEntry
+    source: str  # one of SOURCES
+
+    @property
+    def layer_name(self) -> str:
+        return self.entry.layer_name
+
+    @property
+    def device(self) -> str:
+        return self.entry.device
+
+    @property
+    def repository(self) -> Any:
+        return self.entry.repository
+
+    @property
+    def hub(self) -> HubReference | None:
+        return hub_reference(self.repository)
+
+    @property
+    def repo_label(self) -> str:
+        """Short name of the repository: `org/name@v1` for the Hub, the folder name for local ones."""
+        ref = self.hub
+        if ref is not None:
+            return ref.label
+        path = getattr(self.repository, "_repo_path", None)
+        if path is not None:
+            return f"{self.source}/{getattr(path, 'name', path)}"
+        return str(self.repository)
+
+    @property
+    def label(self) -> str:
+        """`repo:Layer (device, mode)`: unique within a catalog and what a user types to choose."""
+        where = self.device if self.entry.properties is None else f"{self.device} {self.entry.properties}"
+        return f"{self.repo_label}:{self.repository.layer_name} ({where}, {mode_name(self.entry.mode)})"
+
+    def __str__(self) -> str:
+        return f"{self.label} [{self.source}]"
+
+
+def _transformers_mapping() -> dict[str, Any]:
+    try:
+        from transformers.integrations.hub_kernels import get_kernel_mapping_transformers
+    except ImportError:  # Transformers without kernels support: no default mapping
+        return {}
+    return get_kernel_mapping_transformers()
+
+
+class Catalog:
+    """Candidates per kernel layer name, from every source, and their availability here.
+
+    Args:
+        mapping: the user's own mapping, `{layer_name: {device: repo or {Mode: repo}}}`.
+        include_registered / include_bundled / include_transformers: which other sources to read.
+        trust_remote_code: repository ids the user trusts in addition to trusted publishers.
+        hub_timeout: seconds `availability(..., query_hub=True)` waits for the Hub by default.
+    """
+
+    def __init__(
+        self,
+        mapping: dict[str, dict[Any, Any]] | None = None,
+        *,
+        include_registered: bool = True,
+        include_bundled: bool = True,
+        include_transformers: bool = True,
+        trust_remote_code: Iterable[str] = (),
+        hub_timeout: float = 5.0,
+    ) -> None:
+        self.trust_remote_code = tuple(trust_remote_code)
+        self.hub_timeout = hub_timeout
+        self._lock = threading.Lock()
+        self._hub_queries: dict[tuple[HubReference, tuple[str, ...]], Future[Availability]] = {}
+        self._failures: dict[Candidate, str] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._candidates = self._collect(
+            mapping or {}, include_registered, include_bundled, include_transformers
+        )
+
+    @staticmethod
+    def _collect(
+        mapping: dict[str, dict[Any, Any]], registered: bool, bundled: bool, transformers: bool
+    ) -> list[Candidate]:
+        sources: list[tuple[str, Iterable[MappingEntry]]] = [("user", iter_mapping(mapping))]
+        if registered:
+            sources.append(("registered", list(iter_registered_mapping())))
+        if bundled:
+            from kernel_explorer.bundled import bundled_mapping
+
+            sources.append(("bundled", iter_mapping(bundled_mapping())))
+        if transformers:
+            sources.append(("transformers", iter_mapping(_transformers_mapping())))
+        seen: set[tuple[str, str, str | None, Any, Any]] = set()
+        found: list[Candidate] = []
+        for source, entries in sources:
+            for entry in entries:
+                key = (entry.layer_name, entry.device, entry.properties, entry.mode, entry.repository)
+                if key in seen:  # Transformers' defaults, once registered, appear twice
+                    continue
+                seen.add(key)
+                found.append(Candidate(entry, source))
+        return found
+
+    def candidates(self, layer_name: str | None = None) -> list[Candidate]:
+        """All candidates, or those for one layer name, most preferred source first."""
+        return [c for c in self._candidates if layer_name is None or c.layer_name == layer_name]
+
+    def layer_names(self) -> list[str]:
+        return sorted({c.layer_name for c in self._candidates})
+
+    def record_failure(self, candidate: Candidate, reason: str) -> None:
+        """Remember that `candidate` failed to load or run here; it reads "failed to load" after."""
+        with self._lock:
+            self._failures[candidate] = reason
+
+    def clear_failure(self, candidate: Candidate) -> None:
+        with self._lock:
+            self._failures.pop(candidate, None)
+
+    def _query(self, ref: HubReference) -> Future[Availability]:
+        key = (ref, self.trust_remote_code)
+        with self._lock:
+            future = self._hub_queries.get(key)
+            if future is None:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernel-explorer-hub")
+                future = self._pool.submit(query_hub, ref, allowlist=self.trust_remote_code)
+                self._hub_queries[key] = future
+            return future
+
+    def forget_hub_answers(self) -> None:
+        """Drop the session's Hub answers (after a download, or to ask again)."""
+        with self._lock:
+            self._hub_queries.clear()
+
+    def availability(
+        self,
+        candidate: Candidate,
+        *,
+        device: str,
+        mode: Mode,
+        query_hub: bool = False,
+        wait: float | None = None,
+    ) -> Availability:
+        """Where `candidate` stands here for a model on `device` in `mode`.
+
+        Without `query_hub`, a Hub candidate that is not cached reads "checking" (or the session's
+        earlier answer); with it, the query starts in the background and this waits `wait` seconds
+        (default `hub_timeout`).
+        """
+        from kernel_explorer.kernels_bridge import mode_priority
+
+        with self._lock:
+            failure = self._failures.get(candidate)
+        if failure is not None:
+            return Availability(State.FAILED, failure)
+        entry = candidate.entry
+        if entry.device != device:
+            return Availability(State.NO_MAPPING, f"mapped for {entry.device}, the model is on {device}")
+        if entry.mode not in mode_priority(mode):
+            return Availability(
+                State.NO_MAPPING, f"mapped for {mode_name(entry.mode)}, not for {mode_name(mode)}"
+            )
+        ref = candidate.hub
+        if ref is None:
+            path = getattr(candidate.repository, "_repo_path", None)
+            if path is None:
+                return Availability(State.READY, "custom repository object (not inspected)")
+            return local_availability(path)
+        cached = cached_variant_dir(ref)
+        if cached is not None and (is_offline() or ref.trusts(self.trust_remote_code)):
+            return Availability(State.READY, "in the local cache", variant=cached.name)
+        if is_offline():
+            return Availability(State.OFFLINE_NOT_CACHED, "HF_HUB_OFFLINE is set and no build is cached")
+        key = (ref, self.trust_remote_code)
+        with self._lock:
+            future = self._hub_queries.get(key)
+        if future is None and not query_hub:
+            return Availability(State.CHECKING, "the Hub has not been asked yet")
+        future = future or self._query(ref)
+        try:
+            return future.result(timeout=self.hub_timeout if wait is None else wait)
+        except FutureTimeout:
+            return Availability(State.CHECKING, "waiting for the Hub's answer")
+
+    def choose(
+        self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None = None
+    ) -> Candidate:
+        """The candidate to switch on: the one named, else the first usable one by source order."""
+        options = self.candidates(layer_name)
+        if isinstance(candidate, Candidate):
+            return candidate
+        if candidate is not None:
+            matches = [c for c in options if candidate in (c.label, c.repo_label, str(c))]
+            if not matches:
+                known = "\n  ".join(c.label for c in options) or "(none)"
+                raise KernelExplorerError(
+                    f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
+                )
+            return matches[0]
+        reasons = []
+        for option in options:
+            found = self.availability(option, device=device, mode=mode)
+            if found.state.usable:
+                return option
+            reasons.append(f"{option.label}: {found}")
+        detail = "\n  ".join(reasons) or "no mapping from any source"
+        raise KernelExplorerError(
+            f"No kernel for {layer_name!r} can run here ({device}, {mode_name(mode)}):\n  {detail}"
+        )

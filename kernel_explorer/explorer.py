@@ -1,0 +1,161 @@
+"""`Explorer`: the one object that the widgets, the magics and scripts drive.
+
+It owns one catalog (where kernels come from), one switchboard (what runs now) and the hardware
+snapshot, and hands out inventories. It works the same without Jupyter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.catalog import Catalog
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.kernels_bridge import parse_mode
+from kernel_explorer.switchboard import RunningNow, Switchboard
+
+if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer.catalog import Candidate
+    from kernel_explorer.hardware import HardwareSnapshot
+    from kernel_explorer.inventory_table import Inventory
+
+
+class Explorer:
+    """See, switch and measure the kernels of one model.
+
+    Args:
+        model: any `torch.nn.Module` (Transformers or not).
+        mapping: your own kernel mapping, in the dict form `kernels.use_kernel_mapping` takes
+            (`{"RMSNorm": {"cpu": LocalLayerRepository(...)}}`); preferred over the other sources.
+        mode: default mode for switching: "inference", "training" or "torch.compile".
+        device: device type to choose kernels for; default: where the model's parameters are.
+        strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
+        trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
+        include_bundled / include_registered / include_transformers: which other sources to read.
+
+    Example:
+        ```python
+        from kernel_explorer import Explorer, load_default_model
+
+        explorer = Explorer(load_default_model())
+        print(explorer.inventory())
+        with explorer.using("RMSNorm"):
+            ...  # every RMSNorm runs the kernel here; PyTorch again after
+        ```
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        mapping: dict[str, dict[Any, Any]] | None = None,
+        *,
+        mode: str | Mode = "inference",
+        device: str | None = None,
+        strict: bool = False,
+        trust_remote_code: Iterable[str] = (),
+        include_bundled: bool = True,
+        include_registered: bool = True,
+        include_transformers: bool = True,
+    ) -> None:
+        from torch import nn
+
+        if not isinstance(model, nn.Module):
+            raise KernelExplorerError(
+                f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
+                "For the default model: kernel_explorer.load_default_model()."
+            )
+        if mapping is not None and not isinstance(mapping, dict):
+            raise KernelExplorerError(
+                "mapping must be a dict like {'RMSNorm': {'cpu': LocalLayerRepository(...)}}, "
+                f"got {type(mapping).__name__}."
+            )
+        self.model = model
+        self.mode = parse_mode(mode)
+        self.catalog = Catalog(
+            mapping,
+            include_registered=include_registered,
+            include_bundled=include_bundled,
+            include_transformers=include_transformers,
+            trust_remote_code=trust_remote_code,
+        )
+        self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+
+    @cached_property
+    def hardware(self) -> HardwareSnapshot:
+        from kernel_explorer.hardware import detect_hardware
+
+        return detect_hardware()
+
+    @property
+    def layers(self) -> list[str]:
+        """Kernel layer names this model has."""
+        return list(self.switchboard.groups)
+
+    def inventory(self, *, query_hub: bool = False) -> Inventory:
+        """The model's kernel layers, their candidates here and what runs now."""
+        from kernel_explorer.inventory_table import build_inventory
+
+        return build_inventory(
+            self.model, self.catalog, self.switchboard, mode=self.mode, query_hub=query_hub
+        )
+
+    def on(
+        self,
+        name: str,
+        instances: str | list[str] | None = None,
+        *,
+        mode: str | Mode | None = None,
+        candidate: str | Candidate | None = None,
+    ) -> list[RunningNow]:
+        """Switch layer `name` (all instances, or those named or matched) to a kernel."""
+        return self.switchboard.on(name, instances, mode=mode or self.mode, candidate=candidate)
+
+    def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
+        """Switch layer `name` back to PyTorch."""
+        return self.switchboard.off(name, instances)
+
+    def reset(self) -> None:
+        """Every layer back to PyTorch."""
+        self.switchboard.reset()
+
+    def running(self, name: str | None = None) -> list[RunningNow]:
+        """What each instance runs now."""
+        return self.switchboard.running(name)
+
+    @contextlib.contextmanager
+    def using(
+        self,
+        *names: str,
+        instances: str | list[str] | None = None,
+        mode: str | Mode | None = None,
+        candidate: str | Candidate | None = None,
+    ) -> Iterator[list[RunningNow]]:
+        """Kernels on for the block (all kernel layers when no name is given); the state before, after.
+
+        The previous state comes back also when the block raises or is interrupted.
+        """
+        board = self.switchboard
+        with board.lock:
+            before = board.snapshot()
+            try:
+                running: list[RunningNow] = []
+                for name in names or self.layers:
+                    running += self.on(name, instances, mode=mode, candidate=candidate)
+            except BaseException:
+                board.restore(before)
+                raise
+        try:
+            yield running
+        finally:
+            board.restore(before)
+
+    def __repr__(self) -> str:
+        on = sum(r.is_kernel for r in self.running())
+        total = sum(len(g) for g in self.switchboard.groups.values())
+        model = type(self.model).__name__
+        return f"<Explorer {model}: {len(self.layers)} kernel layers, {on}/{total} instances on kernels>"

@@ -1,0 +1,353 @@
+"""Switch kernels on and off per layer name or per instance, through `kernels`' own `kernelize`.
+
+Switching on runs `kernelize`'s per-layer step on each chosen instance with one candidate mapped,
+so the forward that runs is exactly the one `kernelize` (and Transformers' `use_kernels=True`)
+would install. Switching off deletes the instance's `forward` attribute, which is how the class's
+own PyTorch forward comes back: nothing of the explorer stays behind.
+
+Failures never leave a model half-switched: a kernel that fails to load leaves that layer on
+PyTorch with the reason kept; a kernel that raises when run is switched off on the spot and that
+call is answered by PyTorch. Only `strict=True` turns these into exceptions.
+
+All methods hold one re-entrant lock; a measurement thread holds the same lock (`board.lock`)
+around its forward calls, so a switch never lands in the middle of one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer import function_routes
+from kernel_explorer.availability import State
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.hub_access import cached_variant_dir, download, hub_session, is_offline
+from kernel_explorer.inventory import LayerGroup, find_kernel_layers
+from kernel_explorer.kernels_bridge import (
+    bound_function,
+    kernel_origin,
+    kernelize_each,
+    mode_name,
+    parse_mode,
+)
+
+if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer.catalog import Candidate, Catalog
+
+
+class KernelSwitchError(KernelExplorerError):
+    """A kernel could not be switched on (raised only in strict mode)."""
+
+
+@dataclass(frozen=True)
+class RunningNow:
+    """What one instance's forward runs at this moment."""
+
+    layer_name: str
+    instance: str  # module path (for function layers: the module that calls the function)
+    kernel_id: str | None = None  # metadata id of the loaded kernel module; None means PyTorch
+    variant: str | None = None
+    repository: str | None = None
+    reason: str = ""  # why PyTorch runs although a kernel was asked for
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kernel_id is not None
+
+    def __str__(self) -> str:
+        if not self.is_kernel:
+            return "PyTorch" + (f" ({self.reason})" if self.reason else "")
+        return f"{self.repository} [{self.variant}] {self.kernel_id}"
+
+
+class _KernelForward:
+    """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises."""
+
+    __slots__ = ("kernel", "on_error", "original")
+
+    def __init__(self, kernel: Any, original: Any, on_error: Any) -> None:
+        self.kernel = kernel
+        self.original = original
+        self.on_error = on_error
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.kernel(*args, **kwargs)
+        except Exception as error:
+            self.on_error(error)  # switches this layer off; re-raises in strict mode
+            return self.original(*args, **kwargs)
+
+
+def _describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
+    """(kernel id, variant, repository) of the kernel `target` runs, or None when it runs PyTorch."""
+    forward = target.__dict__.get("forward")
+    if forward is None:
+        return None
+    if isinstance(forward, _KernelForward):
+        forward = forward.kernel
+    function = bound_function(forward)
+    if function is type(target).forward:
+        return None
+    origin = kernel_origin(function)
+    if origin is None:
+        return (f"custom:{getattr(function, '__qualname__', function)}", "-", "unknown")
+    return origin.kernel_id, origin.variant, origin.repository
+
+
+class Switchboard:
+    """Kernel switches for one model.
+
+    Args:
+        model: any `nn.Module` with kernel layers (see `find_kernel_layers`).
+        catalog: where candidates come from and whether they can run here.
+        device: the device type to pick kernels for; default: where the model's parameters are.
+        strict: raise `KernelSwitchError` instead of falling back to PyTorch.
+    """
+
+    def __init__(
+        self, model: nn.Module, catalog: Catalog, *, device: str | None = None, strict: bool = False
+    ):
+        self.model = model
+        self.catalog = catalog
+        self.strict = strict
+        self.device = device or _model_device(model)
+        self.lock = threading.RLock()
+        self.groups: dict[str, LayerGroup] = {g.name: g for g in find_kernel_layers(model)}
+        self._modules: dict[str, nn.Module] = dict(model.named_modules())
+        self._on: dict[tuple[str, str], tuple[Candidate, Mode]] = {}
+        self._reasons: dict[tuple[str, str], str] = {}
+
+    # -- choosing what to switch ------------------------------------------------------------------
+
+    def group(self, name: str) -> LayerGroup:
+        """The layer group `name`, or a clear error naming the ones this model has."""
+        try:
+            return self.groups[name]
+        except KeyError:
+            have = ", ".join(self.groups) or "none"
+            raise KernelExplorerError(
+                f"The model has no kernel layer {name!r}. Its kernel layers: {have}."
+            ) from None
+
+    def select(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[str]:
+        """Instance paths of `name` matching `instances` (paths or glob patterns; None: all)."""
+        group = self.group(name)
+        if instances is None:
+            return list(group.instances)
+        patterns = [instances] if isinstance(instances, str) else list(instances)
+        chosen: list[str] = []
+        for pattern in patterns:
+            matched = [p for p in group.instances if p == pattern or fnmatch.fnmatchcase(p, pattern)]
+            if not matched:
+                sample = ", ".join(group.instances[:3]) + (", ..." if len(group) > 3 else "")
+                raise KernelExplorerError(
+                    f"{pattern!r} matches no instance of {name!r}. Its instances: {sample} "
+                    "(exact module paths or glob patterns such as 'model.layers.1*')."
+                )
+            chosen.extend(p for p in matched if p not in chosen)
+        return chosen
+
+    def _target(self, name: str, path: str, *, for_switching: bool) -> nn.Module:
+        """The module whose forward a switch replaces: the instance, or its own function copy."""
+        module = self._modules[path]
+        if self.groups[name].kind == "module":
+            return module
+        key = self._function_key(module, name)
+        if for_switching:
+            return function_routes.copy_for(module, key)
+        return module._kernel_funcs[key]
+
+    @staticmethod
+    def _function_key(holder: nn.Module, name: str) -> str:
+        for key, func in holder._kernel_funcs.items():
+            if str(func.kernel_layer_name) == name:
+                return key
+        raise KernelExplorerError(f"{type(holder).__name__} has no kernel function {name!r}")
+
+    # -- switching -----------------------------------------------------------------------------
+
+    def on(
+        self,
+        name: str,
+        instances: str | list[str] | tuple[str, ...] | None = None,
+        *,
+        mode: str | Mode = "inference",
+        candidate: str | Candidate | None = None,
+    ) -> list[RunningNow]:
+        """Switch `name` to a kernel on all or some instances; returns what each one runs now."""
+        paths = self.select(name, instances)
+        kernel_mode = parse_mode(mode)
+        with self.lock:
+            try:
+                chosen = self.catalog.choose(name, device=self.device, mode=kernel_mode, candidate=candidate)
+                entry = self._loadable_entry(chosen, kernel_mode)
+            except KernelExplorerError as error:
+                if self.strict or candidate is not None:
+                    raise
+                self._fall_back(name, paths, str(error))
+                return self.running(name, paths)
+            targets = {path: self._target(name, path, for_switching=True) for path in paths}
+            by_target = {id(t): p for p, t in targets.items()}
+            failure: str | None = None
+            with hub_session():
+                results = list(kernelize_each(list(targets.values()), entry, kernel_mode))
+            for target, error in results:
+                path = by_target[id(target)]
+                if error is not None:
+                    failure = f"{type(error).__name__}: {error}".strip()
+                    self._restore(name, path)
+                    self._reasons[(name, path)] = f"{chosen.repo_label} failed to load: {failure}"
+                    continue
+                self._install_guard(name, path, target, chosen, kernel_mode)
+            if failure is not None:
+                self.catalog.record_failure(chosen, failure)
+                if self.strict:
+                    raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
+            return self.running(name, paths)
+
+    def _loadable_entry(self, chosen: Candidate, mode: Mode) -> Any:
+        """The mapping entry to hand to `kernelize`, with the Hub workarounds applied."""
+        from kernels import LayerRepository, LocalLayerRepository
+
+        ref = chosen.hub
+        if ref is None:
+            return chosen.entry
+        layer = chosen.repository.layer_name
+        cached = cached_variant_dir(ref)
+        if is_offline():
+            if cached is None:
+                raise KernelExplorerError(
+                    f"{ref.label} is not cached and HF_HUB_OFFLINE is set: switch it on once while online."
+                )
+            # fault 2: load the cached variant as a local repository (snapshot folder)
+            local = LocalLayerRepository(repo_path=cached.parent.parent, layer_name=layer)
+            return replace(chosen.entry, repository=local)
+        found = self.catalog.availability(chosen, device=self.device, mode=mode, query_hub=True)
+        if found.state is State.UNTRUSTED:
+            raise KernelExplorerError(f"{ref.label}: {found.reason}")
+        if found.state not in (State.READY, State.DOWNLOADABLE, State.CHECKING):
+            raise KernelExplorerError(f"{ref.label} cannot run here: {found}")
+        if cached is None and found.variant:
+            download(ref, found.variant)  # fault 1: by branch name, so refs/v<N> is written
+            self.catalog.forget_hub_answers()
+        extra = tuple(ref.trust_remote_code) if isinstance(ref.trust_remote_code, tuple) else ()
+        trust: bool | list[str] = [*extra, *self.catalog.trust_remote_code]
+        if ref.trust_remote_code is True:
+            trust = True
+        if ref.version is not None:
+            repo = LayerRepository(
+                ref.repo_id, layer_name=layer, version=ref.version, trust_remote_code=trust
+            )
+        else:
+            repo = LayerRepository(
+                ref.repo_id, layer_name=layer, revision=ref.revision, trust_remote_code=trust
+            )
+        return replace(chosen.entry, repository=repo)
+
+    def _install_guard(self, name: str, path: str, target: nn.Module, chosen: Candidate, mode: Mode) -> None:
+        forward = target.__dict__.get("forward")
+        if forward is None or bound_function(forward) is type(target).forward:
+            # kernelize kept PyTorch: the kernel does not support this mode
+            self._restore(name, path)
+            self._reasons[(name, path)] = f"{chosen.repo_label} does not support {mode_name(mode)}"
+            return
+        original = type(target).forward.__get__(target)
+
+        def on_error(error: Exception, name: str = name, chosen: Candidate = chosen) -> None:
+            self._kernel_raised(name, chosen, error)
+
+        target.forward = _KernelForward(forward, original, on_error)
+        self._on[(name, path)] = (chosen, mode)
+        self._reasons.pop((name, path), None)
+
+    def _kernel_raised(self, name: str, chosen: Candidate, error: Exception) -> None:
+        reason = f"{chosen.repo_label} raised when run: {type(error).__name__}: {error}"
+        with self.lock:
+            self.catalog.record_failure(chosen, reason)
+            paths = [p for (n, p), (c, _) in self._on.items() if n == name and c == chosen]
+            self._fall_back(name, paths, reason)
+        if self.strict:
+            raise KernelSwitchError(reason) from error
+
+    def _fall_back(self, name: str, paths: list[str], reason: str) -> None:
+        for path in paths:
+            self._restore(name, path)
+            self._reasons[(name, path)] = reason
+
+    def _restore(self, name: str, path: str) -> None:
+        """Back to the class's own forward, exactly: no attribute of ours stays on the module."""
+        module = self._modules[path]
+        self._on.pop((name, path), None)
+        self._reasons.pop((name, path), None)
+        if self.groups[name].kind == "module":
+            module.__dict__.pop("forward", None)
+        else:
+            function_routes.detach(module, self._function_key(module, name))
+
+    def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
+        """Switch `name` back to PyTorch on all or some instances."""
+        paths = self.select(name, instances)
+        with self.lock:
+            for path in paths:
+                self._restore(name, path)
+            return self.running(name, paths)
+
+    def reset(self) -> None:
+        """Every layer back to PyTorch."""
+        with self.lock:
+            for name, group in self.groups.items():
+                for path in group.instances:
+                    self._restore(name, path)
+
+    def snapshot(self) -> dict[tuple[str, str], tuple[Candidate, Mode]]:
+        """The switches that are on, to hand back to `restore`."""
+        with self.lock:
+            return dict(self._on)
+
+    def restore(self, snapshot: dict[tuple[str, str], tuple[Candidate, Mode]]) -> None:
+        """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
+        with self.lock:
+            for name, path in list(self._on):
+                if snapshot.get((name, path)) != self._on.get((name, path)):
+                    self._restore(name, path)
+            for (name, path), (chosen, mode) in snapshot.items():
+                if (name, path) not in self._on:
+                    self.on(name, [path], mode=mode, candidate=chosen)
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def running(self, name: str | None = None, paths: list[str] | None = None) -> list[RunningNow]:
+        """What each instance runs now, read from the model's forwards (not from our records)."""
+        names = [name] if name is not None else list(self.groups)
+        found: list[RunningNow] = []
+        with self.lock:
+            for layer in names:
+                group = self.group(layer)
+                for path in paths if paths is not None and name is not None else group.instances:
+                    target = self._target(layer, path, for_switching=False)
+                    routed_away = group.kind == "function" and function_routes.is_routed(target)
+                    described = None if routed_away else _describe_forward(target)
+                    if described is None:
+                        found.append(RunningNow(layer, path, reason=self._reasons.get((layer, path), "")))
+                    else:
+                        found.append(RunningNow(layer, path, *described))
+        return found
+
+
+def _model_device(model: nn.Module) -> str:
+    for tensor in model.parameters():
+        return "rocm" if tensor.device.type == "cuda" and _is_rocm() else tensor.device.type
+    for tensor in model.buffers():
+        return tensor.device.type
+    return "cpu"
+
+
+def _is_rocm() -> bool:
+    import torch
+
+    return torch.version.hip is not None
