@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.availability import Availability, State
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 from kernel_explorer.hub_access import (
     HubReference,
     cached_variant_dir,
@@ -247,6 +247,6 @@ class Catalog:
                 return option
             reasons.append(f"{option.label}: {found}")
         detail = "\n  ".join(reasons) or "no mapping from any source"
-        raise KernelExplorerError(
+        raise NoUsableKernelError(
             f"No kernel for {layer_name!r} can run here ({device}, {mode_name(mode)}):\n  {detail}"
         )

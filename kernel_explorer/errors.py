@@ -26,3 +26,11 @@ class IncompatibleVersionsError(KernelExplorerError):
 
 class BuildError(KernelExplorerError):
     """A bundled kernel repository could not be built (missing compiler or headers, compile error)."""
+
+
+class NoUsableKernelError(KernelExplorerError):
+    """No candidate for a layer can run here; the message lists each one and why."""
+
+
+class KernelSwitchError(KernelExplorerError):
+    """A kernel failed to load or run (raised only in strict mode; otherwise PyTorch keeps running)."""

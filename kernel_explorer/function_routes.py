@@ -8,8 +8,8 @@ every attention module of every model follows.
 To switch one holder alone, the holder gets its own copy of the function module (which `kernelize`
 switches like any layer), and the shared object gets a small router as its forward: while a holder
 that has a copy runs (tracked per thread by forward hooks), calls go to that copy; otherwise to the
-original function. Detaching the last copy removes the router and the hooks, leaving the shared
-object exactly as it was.
+forward the shared object had before. Detaching the last copy removes the router and the hooks,
+leaving the shared object exactly as it was.
 """
 
 from __future__ import annotations
@@ -32,10 +32,15 @@ _hooks: dict[int, tuple[RemovableHandle, RemovableHandle]] = {}
 
 
 class _Router:
-    """Forward of a shared function module while some holders have their own copy."""
+    """Forward of a shared function module while some holders have their own copy.
+
+    Holders without a copy get what the shared module ran before the router came: its class
+    forward, or a forward someone else installed (for example Transformers' `set_use_kernels`).
+    """
 
     def __init__(self, shared: nn.Module) -> None:
         self._shared = weakref.ref(shared)
+        self.previous = shared.__dict__.get("forward")
         self._original = type(shared).forward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -46,6 +51,8 @@ class _Router:
             copy = copies.get(stack[-1]) if copies is not None else None
             if copy is not None:
                 return copy.forward(*args, **kwargs)
+        if self.previous is not None:
+            return self.previous(*args, **kwargs)
         return self._original(shared, *args, **kwargs)
 
 
@@ -108,10 +115,25 @@ def detach(holder: nn.Module, key: str) -> None:
                 handle.remove()
         if not copies:
             _copies.pop(shared, None)
-            if isinstance(shared.__dict__.get("forward"), _Router):
-                del shared.__dict__["forward"]
+            router = shared.__dict__.get("forward")
+            if isinstance(router, _Router):
+                if router.previous is None:
+                    del shared.__dict__["forward"]
+                else:
+                    shared.forward = router.previous
 
 
 def is_routed(shared: nn.Module) -> bool:
     """Whether `shared` currently routes calls to per-holder copies."""
     return isinstance(shared.__dict__.get("forward"), _Router)
+
+
+def stand_in(shared: nn.Module) -> nn.Module | None:
+    """For reporting: a module whose forward is what holders without a copy run, or None (PyTorch)."""
+    router = shared.__dict__.get("forward")
+    previous = getattr(router, "previous", None)
+    if previous is None:
+        return None
+    probe = type(shared)()
+    probe.forward = previous
+    return probe

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer import function_routes
 from kernel_explorer.availability import State
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir, download, hub_session, is_offline
 from kernel_explorer.inventory import LayerGroup, find_kernel_layers
 from kernel_explorer.kernels_bridge import (
@@ -38,10 +38,6 @@ if TYPE_CHECKING:
     from torch import nn
 
     from kernel_explorer.catalog import Candidate, Catalog
-
-
-class KernelSwitchError(KernelExplorerError):
-    """A kernel could not be switched on (raised only in strict mode)."""
 
 
 @dataclass(frozen=True)
@@ -186,8 +182,8 @@ class Switchboard:
             try:
                 chosen = self.catalog.choose(name, device=self.device, mode=kernel_mode, candidate=candidate)
                 entry = self._loadable_entry(chosen, kernel_mode)
-            except KernelExplorerError as error:
-                if self.strict or candidate is not None:
+            except NoUsableKernelError as error:
+                if self.strict:
                     raise
                 self._fall_back(name, paths, str(error))
                 return self.running(name, paths)
@@ -216,12 +212,15 @@ class Switchboard:
 
         ref = chosen.hub
         if ref is None:
+            found = self.catalog.availability(chosen, device=self.device, mode=mode)
+            if not found.state.usable:
+                raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
             return chosen.entry
         layer = chosen.repository.layer_name
         cached = cached_variant_dir(ref)
         if is_offline():
             if cached is None:
-                raise KernelExplorerError(
+                raise NoUsableKernelError(
                     f"{ref.label} is not cached and HF_HUB_OFFLINE is set: switch it on once while online."
                 )
             # fault 2: load the cached variant as a local repository (snapshot folder)
@@ -229,9 +228,9 @@ class Switchboard:
             return replace(chosen.entry, repository=local)
         found = self.catalog.availability(chosen, device=self.device, mode=mode, query_hub=True)
         if found.state is State.UNTRUSTED:
-            raise KernelExplorerError(f"{ref.label}: {found.reason}")
+            raise NoUsableKernelError(f"{ref.label}: {found.reason}")
         if found.state not in (State.READY, State.DOWNLOADABLE, State.CHECKING):
-            raise KernelExplorerError(f"{ref.label} cannot run here: {found}")
+            raise NoUsableKernelError(f"{ref.label} cannot run here: {found.details}")
         if cached is None and found.variant:
             download(ref, found.variant)  # fault 1: by branch name, so refs/v<N> is written
             self.catalog.forget_hub_answers()
@@ -330,8 +329,9 @@ class Switchboard:
                 group = self.group(layer)
                 for path in paths if paths is not None and name is not None else group.instances:
                     target = self._target(layer, path, for_switching=False)
-                    routed_away = group.kind == "function" and function_routes.is_routed(target)
-                    described = None if routed_away else _describe_forward(target)
+                    if group.kind == "function" and function_routes.is_routed(target):
+                        target = function_routes.stand_in(target)
+                    described = None if target is None else _describe_forward(target)
                     if described is None:
                         found.append(RunningNow(layer, path, reason=self._reasons.get((layer, path), "")))
                     else:

@@ -109,7 +109,12 @@ class HubStandIn:
                     hub.requests[f"{self.command} overview"] += 1
                     org = parts[2]
                     return self._json(
-                        {"name": org, "fullname": org, "avatarUrl": "", "trustedKernelPublisher": org in hub.trusted_orgs}
+                        {
+                            "name": org,
+                            "fullname": org,
+                            "avatarUrl": "",
+                            "trustedKernelPublisher": org in hub.trusted_orgs,
+                        }
                     )
                 if parts[:2] == ["api", "kernels"] and len(parts) >= 5:
                     repo_id, action, rest = f"{parts[2]}/{parts[3]}", parts[4], parts[5:]
@@ -119,7 +124,8 @@ class HubStandIn:
                         if repo is None:
                             return self._not_found(repo_id)
                         branches = [
-                            {"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha} for b, sha in repo.branches.items()
+                            {"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha}
+                            for b, sha in repo.branches.items()
                         ]
                         return self._json({"branches": branches, "tags": [], "converts": []})
                     found = hub._resolve(repo_id, rest[0]) if rest else None
@@ -163,11 +169,15 @@ def _tree(files: dict[str, bytes], prefix: str, recursive: bool) -> list[dict[st
         if recursive:
             for depth in range(1, len(rest)):
                 folder = base + "/".join(rest[:depth])
-                entries.setdefault(folder, {"type": "directory", "oid": _blob_id(folder.encode()), "size": 0, "path": folder})
+                entries.setdefault(
+                    folder, {"type": "directory", "oid": _blob_id(folder.encode()), "size": 0, "path": folder}
+                )
             entries[name] = {"type": "file", "oid": _blob_id(content), "size": len(content), "path": name}
         elif len(rest) == 1:
             entries[name] = {"type": "file", "oid": _blob_id(content), "size": len(content), "path": name}
         else:
             folder = base + rest[0]
-            entries.setdefault(folder, {"type": "directory", "oid": _blob_id(folder.encode()), "size": 0, "path": folder})
+            entries.setdefault(
+                folder, {"type": "directory", "oid": _blob_id(folder.encode()), "size": 0, "path": folder}
+            )
     return list(entries.values())

@@ -1,0 +1,362 @@
+"""Switchboard: switching through kernelize, exact restore, per-instance functions, faults, threads.
+
+What runs is checked by counting the kernel ops that actually execute inside each instance's
+forward (a TorchDispatchMode sees every dispatcher call), never by reading the switchboard's own
+records.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernel_repos import RAISING_RMSNORM, write_repo
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.models import tiny_llama
+
+TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
+
+
+class KernelOpCounter(TorchDispatchMode):
+    """Counts dispatcher calls per op namespace (a kernel's ops live under its metadata id)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls[func.namespace] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[str]]:
+    """Run the model once; for each (layer, instance), the kernel namespaces its forward called."""
+    counter = KernelOpCounter()
+    seen: dict[tuple[str, str], set[str]] = {}
+    handles = []
+    modules = dict(explorer.model.named_modules())
+    for name, group in explorer.switchboard.groups.items():
+        for path in group.instances:
+            start: dict[str, Counter[str]] = {}
+
+            def pre(module, args, key=(name, path), start=start):  # type: ignore[no-untyped-def]
+                start[key] = counter.calls.copy()
+
+            def post(module, args, output, key=(name, path), start=start):  # type: ignore[no-untyped-def]
+                diff = counter.calls - start.pop(key)
+                seen[key] = {ns for ns in diff if ns.startswith("_")}  # kernel ids start with "_"
+
+            handles += [
+                modules[path].register_forward_pre_hook(pre),
+                modules[path].register_forward_hook(post),
+            ]
+    try:
+        with torch.no_grad(), counter:
+            explorer.model(TOKENS)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def assert_reports_match_counts(explorer: Explorer) -> None:
+    ran = kernels_run_per_instance(explorer)
+    for now in explorer.running():
+        used = ran[(now.layer_name, now.instance)]
+        if now.is_kernel:
+            assert used == {now.kernel_id}, f"{now.instance} reported {now.kernel_id}, ran {used}"
+        else:
+            assert used == set(), f"{now.instance} reported PyTorch, ran kernels {used}"
+
+
+def assert_untouched(model: torch.nn.Module) -> None:
+    """No trace of switching: no instance forward, shared functions and hooks as built."""
+    import transformers.models.llama.modeling_llama as llama
+
+    assert "forward" not in llama.apply_rotary_pos_emb.__dict__
+    for path, module in model.named_modules():
+        assert "forward" not in module.__dict__, path
+        assert not module._forward_hooks and not module._forward_pre_hooks, path
+        for func in getattr(module, "_kernel_funcs", {}).values():
+            assert func is llama.apply_rotary_pos_emb
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(TOKENS).logits
+
+
+@pytest.fixture
+def explorer(hub: dict) -> Explorer:
+    found = Explorer(tiny_llama(), include_transformers=False)
+    yield found
+    found.reset()
+
+
+def test_switching_on_runs_kernels_and_off_restores_exactly(explorer: Explorer) -> None:
+    before = logits(explorer.model)
+    for name in explorer.layers:
+        explorer.on(name)
+    assert all(now.is_kernel for now in explorer.running())
+    assert_reports_match_counts(explorer)
+    on = logits(explorer.model)
+    torch.testing.assert_close(on, before)
+    assert not torch.equal(on, before)  # the kernels really ran (RMSNorm sums in another order)
+    explorer.reset()
+    assert_untouched(explorer.model)
+    assert torch.equal(logits(explorer.model), before)
+
+
+def test_one_attention_module_switches_rotary_alone(explorer: Explorer) -> None:
+    other = tiny_llama(seed=1)  # a second model in the same process shares the rotary function
+    explorer.on("rotary_pos_emb", ["model.layers.1.self_attn"])
+    states = {now.instance: now.is_kernel for now in explorer.running("rotary_pos_emb")}
+    assert states == {"model.layers.0.self_attn": False, "model.layers.1.self_attn": True}
+    assert_reports_match_counts(explorer)
+    counter = KernelOpCounter()
+    with torch.no_grad(), counter:
+        other(TOKENS)
+    assert not [ns for ns in counter.calls if ns.startswith("_")], "the other model must stay on PyTorch"
+    explorer.off("rotary_pos_emb")
+    assert_untouched(explorer.model)
+
+
+def test_glob_patterns_choose_instances(explorer: Explorer) -> None:
+    running = explorer.on("RMSNorm", "model.layers.0.*")
+    assert [now.instance for now in running] == [
+        "model.layers.0.input_layernorm",
+        "model.layers.0.post_attention_layernorm",
+    ]
+    assert sum(now.is_kernel for now in explorer.running("RMSNorm")) == 2
+
+
+def test_training_mode_keeps_pytorch_and_says_why(explorer: Explorer) -> None:
+    running = explorer.on("SiLU", mode="training")
+    assert not any(now.is_kernel for now in running)
+    assert all("does not support training" in now.reason for now in running)
+    assert_reports_match_counts(explorer)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda e: e.on("LayerNorm"), "has no kernel layer 'LayerNorm'"),
+        (lambda e: e.on("RMSNorm", ["model.layers.9.input_layernorm"]), "matches no instance"),
+        (lambda e: e.on("RMSNorm", mode="fast"), "Unknown mode 'fast'"),
+        (lambda e: e.on("RMSNorm", candidate="someone/else@v1"), "No candidate 'someone/else@v1'"),
+        (lambda e: e.off("Nope"), "Its kernel layers: rotary_pos_emb, SiLU, RMSNorm"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_changes_nothing(explorer: Explorer, call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(KernelExplorerError, match=message):
+        call(explorer)
+    assert not any(now.is_kernel for now in explorer.running())
+
+
+def test_explorer_rejects_what_is_not_a_module() -> None:
+    with pytest.raises(KernelExplorerError, match=r"needs a torch\.nn\.Module, got str"):
+        Explorer("SmolLM2")  # type: ignore[arg-type]
+    with pytest.raises(KernelExplorerError, match="mapping must be a dict"):
+        Explorer(tiny_llama(), mapping=["RMSNorm"])  # type: ignore[arg-type]
+
+
+def test_using_restores_the_state_before_also_on_error(explorer: Explorer) -> None:
+    explorer.on("RMSNorm", "model.norm")
+    before = {now.instance: now.kernel_id for now in explorer.running()}
+    with pytest.raises(ZeroDivisionError), explorer.using("RMSNorm", "SiLU") as running:
+        assert all(now.is_kernel for now in running)
+        assert_reports_match_counts(explorer)
+        1 / 0  # noqa: B018
+    assert {now.instance: now.kernel_id for now in explorer.running()} == before
+
+
+def test_agrees_with_transformers_set_use_kernels(explorer: Explorer) -> None:
+    """The production path (mapping registered, `set_use_kernels(True)`) runs the same forwards."""
+    import transformers.models.llama.modeling_llama as llama
+    from kernels import register_kernel_mapping, use_kernel_mapping
+
+    from kernel_explorer.bundled import bundled_mapping
+
+    production = tiny_llama()
+    with use_kernel_mapping({}):  # restores kernels' global mapping after the block
+        register_kernel_mapping(bundled_mapping())
+        production.set_use_kernels(True)
+    try:
+        explorer.on("RMSNorm")
+        explorer.on("SiLU")
+        modules = dict(production.named_modules())
+        for now in explorer.running():
+            if now.layer_name == "rotary_pos_emb":
+                continue
+            produced = modules[now.instance].forward
+            assert now.is_kernel and produced.__func__.__module__.startswith(now.kernel_id)
+        explorer.on("rotary_pos_emb", "model.layers.0.self_attn")
+        rotary_id = explorer.running("rotary_pos_emb")[0].kernel_id
+        # production switched the process-wide rotary function; our per-instance routing keeps it
+        counter = KernelOpCounter()
+        with torch.no_grad(), counter:
+            production(TOKENS)
+        assert counter.calls[rotary_id] == 2
+        explorer.on("rotary_pos_emb")
+        assert torch.equal(logits(explorer.model), logits(production))
+    finally:
+        explorer.reset()
+        llama.apply_rotary_pos_emb.__dict__.pop("forward", None)
+
+
+def test_switching_while_another_thread_runs_forward(explorer: Explorer) -> None:
+    before = logits(explorer.model)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def measure() -> None:
+        try:
+            while not stop.is_set():
+                with explorer.switchboard.lock:
+                    out = logits(explorer.model)
+                torch.testing.assert_close(out, before)
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    worker = threading.Thread(target=measure)
+    worker.start()
+    try:
+        for i in range(40):
+            name = explorer.layers[i % 3]
+            explorer.on(name) if i % 2 == 0 else explorer.off(name)
+    finally:
+        stop.set()
+        worker.join()
+    assert not errors, errors
+    explorer.reset()
+    assert torch.equal(logits(explorer.model), before)
+
+
+# -- faults, one at a time: that layer stays on PyTorch with the reason, the others are unaffected --
+
+
+def _with_fault(tmp_path: Path, **repo: str) -> Explorer:
+    from kernels import LocalLayerRepository
+
+    path = write_repo(tmp_path, "kx-fault", **repo)
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=path, layer_name="RMSNorm")}}
+    return Explorer(tiny_llama(), mapping, include_transformers=False)
+
+
+@pytest.mark.parametrize(
+    ("repo", "reason"),
+    [
+        ({"init": "raise ImportError('injected fault: missing dependency')\n"}, "missing dependency"),
+        ({"variant": "torch213-cxx11-cu126-x86_64-linux"}, "no build"),
+    ],
+    ids=["import-error", "missing-variant"],
+)
+def test_a_kernel_that_cannot_load_leaves_pytorch_with_the_reason(
+    tmp_path: Path, hub: dict, repo: dict, reason: str
+) -> None:
+    explorer = _with_fault(tmp_path, **repo)
+    try:
+        explorer.on("SiLU")
+        running = explorer.on("RMSNorm", candidate="user/kx-fault:RMSNorm (cpu, any mode)")
+        assert not any(now.is_kernel for now in running)
+        assert all(reason in now.reason for now in running), running[0].reason
+        assert all(now.is_kernel for now in explorer.running("SiLU"))
+        assert_reports_match_counts(explorer)
+        row = explorer.inventory().row("RMSNorm")
+        assert reason in str(row.candidates[0][1])
+    finally:
+        explorer.reset()
+
+
+def test_default_choice_skips_a_broken_candidate(tmp_path: Path, hub: dict) -> None:
+    explorer = _with_fault(tmp_path, variant="torch213-cxx11-cu126-x86_64-linux")
+    try:
+        running = explorer.on("RMSNorm")  # the user's repository has no build here: bundled is next
+        assert all(now.is_kernel and "rmsnorm" in now.repository for now in running)
+    finally:
+        explorer.reset()
+
+
+def test_a_kernel_that_raises_when_run_falls_back_for_that_call_and_after(tmp_path: Path, hub: dict) -> None:
+    explorer = _with_fault(tmp_path, layers=RAISING_RMSNORM)
+    try:
+        before = logits(explorer.model)
+        explorer.on("SiLU")
+        running = explorer.on("RMSNorm")
+        assert all(now.is_kernel for now in running)  # it loads; the fault shows only when run
+        out = logits(explorer.model)
+        torch.testing.assert_close(out, before)
+        rms = explorer.running("RMSNorm")
+        assert not any(now.is_kernel for now in rms)
+        assert all("raises when run" in now.reason for now in rms)
+        assert all(now.is_kernel for now in explorer.running("SiLU"))
+        assert "failed to load" in str(explorer.inventory().row("RMSNorm").candidates[0][1])
+        assert_reports_match_counts(explorer)
+    finally:
+        explorer.reset()
+
+
+def test_strict_mode_raises_instead(tmp_path: Path, hub: dict) -> None:
+    from kernels import LocalLayerRepository
+
+    path = write_repo(tmp_path, "kx-strict", init="raise ImportError('injected fault')\n")
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=path, layer_name="RMSNorm")}}
+    explorer = Explorer(tiny_llama(), mapping, strict=True, include_transformers=False)
+    with pytest.raises(KernelSwitchError, match="injected fault"):
+        explorer.on("RMSNorm")
+    assert not any(now.is_kernel for now in explorer.running())
+    raising = write_repo(tmp_path, "kx-strict-run", layers=RAISING_RMSNORM)
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=raising, layer_name="RMSNorm")}}
+    explorer = Explorer(tiny_llama(), mapping, strict=True, include_transformers=False)
+    explorer.on("RMSNorm")
+    with pytest.raises(KernelSwitchError, match="raises when run"):
+        logits(explorer.model)
+    assert not any(now.is_kernel for now in explorer.running())
+
+
+# -- any sequence of switches, then all off: bitwise the untouched model --------------------------
+
+_shared: dict[str, object] = {}
+
+
+def _hypothesis_explorer() -> Explorer:
+    if "explorer" not in _shared:
+        model = tiny_llama(seed=7)
+        _shared["explorer"] = Explorer(model, include_transformers=False)
+        _shared["reference"] = logits(tiny_llama(seed=7))
+    return _shared["explorer"]  # type: ignore[return-value]
+
+
+_steps = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.sampled_from(["RMSNorm", "SiLU", "rotary_pos_emb"]),
+        st.one_of(st.none(), st.lists(st.integers(0, 4), min_size=1, max_size=3)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_any_switch_sequence_then_all_off_is_bitwise_the_untouched_model(hub: dict, steps: list) -> None:
+    explorer = _hypothesis_explorer()
+    try:
+        for switch_on, name, picks in steps:
+            group = explorer.switchboard.groups[name]
+            instances = None if picks is None else [group.instances[i % len(group)] for i in picks]
+            explorer.on(name, instances) if switch_on else explorer.off(name, instances)
+            assert_reports_match_counts(explorer)
+    finally:
+        explorer.reset()
+    assert_untouched(explorer.model)
+    assert torch.equal(logits(explorer.model), _shared["reference"])
