@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +35,7 @@ class HubStandIn:
         self.repos: dict[str, _Repo] = {}
         self.trusted_orgs: set[str] = set()
         self.requests: Counter[str] = Counter()  # "METHOD kind" -> count, for assertions
+        self.delay = 0.0  # seconds each API answer waits: a slow Hub
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -102,6 +104,7 @@ class HubStandIn:
                 self.do_GET()
 
             def do_GET(self) -> None:
+                time.sleep(hub.delay)
                 url = urlparse(self.path)
                 parts = [unquote(p) for p in url.path.strip("/").split("/")]
                 query = parse_qs(url.query)
