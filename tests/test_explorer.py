@@ -1,0 +1,45 @@
+"""Explorer: the one object views drive; bad input and `using`."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.models import tiny_gpt2, tiny_llama
+
+
+def test_rejects_what_is_not_a_module() -> None:
+    with pytest.raises(KernelExplorerError, match=r"needs a torch\.nn\.Module, got str"):
+        Explorer("SmolLM2")  # type: ignore[arg-type]
+    with pytest.raises(KernelExplorerError, match="mapping must be a dict"):
+        Explorer(tiny_llama(), mapping=["RMSNorm"])  # type: ignore[arg-type]
+    with pytest.raises(KernelExplorerError, match="Unknown mode 'fast'"):
+        Explorer(tiny_llama(), mode="fast")
+
+
+def test_using_restores_the_state_before_also_on_error(hub: dict) -> None:
+    explorer = Explorer(tiny_llama())
+    explorer.on("RMSNorm", "model.norm")
+    before = {now.instance: now.kernel_id for now in explorer.running()}
+    with pytest.raises(ZeroDivisionError), explorer.using("RMSNorm", "SiLU") as running:
+        assert len(running) == 5 + 2 and all(now.is_kernel for now in running)
+        1 / 0  # noqa: B018
+    assert {now.instance: now.kernel_id for now in explorer.running()} == before
+    explorer.reset()
+
+
+def test_using_without_names_switches_every_layer(hub: dict) -> None:
+    explorer = Explorer(tiny_gpt2())
+    assert explorer.layers == ["NewGELU"]
+    with explorer.using() as running:
+        assert [now.is_kernel for now in running] == [True, True]
+        assert repr(explorer) == "<Explorer GPT2LMHeadModel: 1 kernel layers, 2/2 instances on kernels>"
+    assert not any(now.is_kernel for now in explorer.running())
+
+
+def test_training_mode_by_default(hub: dict) -> None:
+    explorer = Explorer(tiny_llama(), mode="training")
+    running = explorer.on("RMSNorm")
+    assert not any(now.is_kernel for now in running)
+    assert explorer.inventory().mode == "training"

@@ -1,0 +1,76 @@
+"""Per-holder copies of a process-wide kernel function, routed per thread; exact undo."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from kernels import use_kernel_forward_from_hub, use_kernelized_func
+from torch import nn
+
+from kernel_explorer import function_routes
+
+
+@use_kernel_forward_from_hub("scale")
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@use_kernelized_func(scale)
+class Holder(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return scale(x)  # called by its global name, as Transformers does
+
+
+def _triple(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+def test_one_holder_switches_alone_and_detach_restores() -> None:
+    first, second = Holder(), Holder()
+    copy = function_routes.copy_for(first, "scale")
+    copy.forward = _triple.__get__(copy)
+    one = torch.ones(1)
+    assert first(one).item() == 3 and second(one).item() == 2
+    assert function_routes.shared_function(first, "scale") is scale
+    function_routes.detach(first, "scale")
+    assert first._kernel_funcs["scale"] is scale
+    assert "forward" not in scale.__dict__ and not first._forward_hooks and not first._forward_pre_hooks
+    assert first(one).item() == 2
+
+
+def test_a_forward_installed_before_is_kept_for_other_holders() -> None:
+    first, second = Holder(), Holder()
+    installed = _triple.__get__(scale)
+    scale.forward = installed  # what a process-wide kernelize does
+    try:
+        function_routes.copy_for(first, "scale")  # first gets its own copy: class forward
+        one = torch.ones(1)
+        assert first(one).item() == 2 and second(one).item() == 3
+        assert function_routes.stand_in(scale).forward is installed
+        function_routes.detach(first, "scale")
+        assert scale.__dict__["forward"] is installed
+    finally:
+        scale.__dict__.pop("forward", None)
+
+
+def test_routing_is_per_thread() -> None:
+    routed, plain = Holder(), Holder()
+    copy = function_routes.copy_for(routed, "scale")
+    copy.forward = _triple.__get__(copy)
+    results: dict[str, list[float]] = {"routed": [], "plain": []}
+
+    def run(name: str, holder: nn.Module) -> None:
+        for _ in range(200):
+            results[name].append(holder(torch.ones(1)).item())
+
+    threads = [
+        threading.Thread(target=run, args=("routed", routed)),
+        threading.Thread(target=run, args=("plain", plain)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    function_routes.detach(routed, "scale")
+    assert set(results["routed"]) == {3.0} and set(results["plain"]) == {2.0}
