@@ -3,29 +3,47 @@
 Importing the package is cheap: torch, Transformers and the widget stack load only when used.
 """
 
+from kernel_explorer.availability import Availability, State
+from kernel_explorer.catalog import Candidate, Catalog
 from kernel_explorer.errors import (
     CacheDirError,
     DefaultModelMissingError,
     IncompatibleVersionsError,
     KernelExplorerError,
+    KernelSwitchError,
+    NoUsableKernelError,
 )
+from kernel_explorer.explorer import Explorer
 from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
 from kernel_explorer.inventory import LayerGroup, find_kernel_layers
+from kernel_explorer.inventory_table import Inventory, InventoryRow
 from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
+from kernel_explorer.switchboard import RunningNow, Switchboard
 from kernel_explorer.versions import Compatibility, check_compatibility
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Accelerator",
+    "Availability",
     "CacheDirError",
+    "Candidate",
+    "Catalog",
     "Compatibility",
     "CpuInfo",
     "DefaultModelMissingError",
+    "Explorer",
     "HardwareSnapshot",
     "IncompatibleVersionsError",
+    "Inventory",
+    "InventoryRow",
     "KernelExplorerError",
+    "KernelSwitchError",
     "LayerGroup",
+    "NoUsableKernelError",
+    "RunningNow",
+    "State",
+    "Switchboard",
     "__version__",
     "check_compatibility",
     "detect_hardware",

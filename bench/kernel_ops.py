@@ -4,30 +4,23 @@ For each op, dtype and LLM shape the three implementations (and the kernel's out
 interleaved on the same inputs; each cell reports medians and the median of per-round ratios.
 Effective bandwidth is compared with this machine's copy bandwidth, measured by this script.
 
-    python bench/kernels.py                 # the full grid (a few minutes)
-    python bench/kernels.py --tokens 1 512 --dtypes bfloat16 --ops rmsnorm silu_and_mul
+    python bench/kernel_ops.py                 # the full grid (a few minutes)
+    python bench/kernel_ops.py --tokens 1 512 --dtypes bfloat16 --ops rmsnorm silu_and_mul
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the
-# `kernels` package; drop the folder before anything imports `kernels`.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import math  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import transformers.activations as A  # noqa: E402
-from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb  # noqa: E402
+import torch
+import torch.nn.functional as F
+import transformers.activations as A
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 4096, 11008, 32, 128
 TARGET_SECONDS = 0.25  # per implementation per cell
