@@ -27,7 +27,6 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The headless main job: hardware, the default model (load timed), its kernelizable layers."""
     from kernel_explorer.hardware import detect_hardware
-    from kernel_explorer.inventory import find_kernel_layers
     from kernel_explorer.models import generate_answer, load_default_model
     from kernel_explorer.versions import require_compatible
 
@@ -46,32 +45,34 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     answer = generate_answer(model, tokenizer, DEMO_QUESTION)
     print(f"Q: {DEMO_QUESTION}\nA: {answer}   ({time.perf_counter() - start:.1f} s, greedy)")
     print()
-    print("Kernelizable layers:")
-    groups = find_kernel_layers(model)
-    for group in groups:
-        print(f"  {group.name:<16} {len(group):>4} {group.kind:<8} replaces {group.original}")
-    print()
-    _demo_bundled_kernels(model, tokenizer, sum(len(g) for g in groups))
+    _demo_explorer(model, tokenizer)
     return 0
 
 
-def _demo_bundled_kernels(model: object, tokenizer: object, instances: int) -> None:
-    """Switch every layer to the bundled CPU kernels through kernels' kernelize; same answer?"""
-    import torch
-    from kernels import Mode, kernelize, use_kernel_mapping
-
-    from kernel_explorer.bundled import bundled_mapping
+def _demo_explorer(model: object, tokenizer: object) -> None:
+    """The inventory, then every layer on the bundled CPU kernels through the switchboard."""
+    from kernel_explorer.builder import build_hub
+    from kernel_explorer.explorer import Explorer
     from kernel_explorer.models import generate_answer
 
     start = time.perf_counter()
-    mapping = bundled_mapping(progress=True)
+    build_hub(progress=True)
     print(f"Bundled CPU kernel hub ready in {time.perf_counter() - start:.1f} s")
+    explorer = Explorer(model)
+    print(explorer.inventory())
+    print()
     before = generate_answer(model, tokenizer, DEMO_QUESTION)
-    with torch.inference_mode(), use_kernel_mapping(mapping, inherit_mapping=False):
-        kernelize(model, mode=Mode.INFERENCE, device="cpu")
-    after = generate_answer(model, tokenizer, DEMO_QUESTION)
-    print(f"With the bundled kernels on all {instances} instances: {after}")
+    start = time.perf_counter()
+    with explorer.using() as running:
+        switched = time.perf_counter() - start
+        on = sum(now.is_kernel for now in running)
+        print(f"Switched {on} of {len(running)} instances to kernels in {switched * 1e3:.1f} ms:")
+        for name in explorer.layers:
+            print(f"  {name:<16} {explorer.running(name)[0]}")
+        after = generate_answer(model, tokenizer, DEMO_QUESTION)
+    print(f"With the kernels: {after}")
     print(f"Same greedy answer as PyTorch: {'yes' if after == before else 'NO'}")
+    print(f"After the block: {explorer!r}")
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
