@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.kernels_bridge import parse_mode
+from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
 
 if TYPE_CHECKING:
@@ -30,6 +33,7 @@ class Explorer:
 
     Args:
         model: any `torch.nn.Module` (Transformers or not).
+        tokenizer: turns the default prompt (or yours) into inputs for captures and model comparisons.
         mapping: your own kernel mapping, in the dict form `kernels.use_kernel_mapping` takes
             (`{"RMSNorm": {"cpu": LocalLayerRepository(...)}}`); preferred over the other sources.
         mode: default mode for switching: "inference", "training" or "torch.compile".
@@ -54,6 +58,7 @@ class Explorer:
         model: nn.Module,
         mapping: dict[str, dict[Any, Any]] | None = None,
         *,
+        tokenizer: Any | None = None,
         mode: str | Mode = "inference",
         device: str | None = None,
         strict: bool = False,
@@ -84,6 +89,10 @@ class Explorer:
             trust_remote_code=trust_remote_code,
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+        self.tokenizer = tokenizer
+        self.results = ResultLog()
+        self._runner = Runner(self.results)
+        self._captured: CapturedInputs | None = None
 
     @cached_property
     def hardware(self) -> HardwareSnapshot:
@@ -153,6 +162,96 @@ class Explorer:
             yield running
         finally:
             board.restore(before)
+
+    # -- measuring -----------------------------------------------------------------------------
+
+    def capture(self, inputs: Any = None, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> CapturedInputs:
+        """Run the model once on `inputs` (default: a short prompt) and keep each layer's real inputs."""
+        from kernel_explorer.measure.capture import capture_inputs, model_inputs
+
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        self._captured = capture_inputs(self.switchboard, kwargs, memory_cap=memory_cap)
+        return self._captured
+
+    def _captured_inputs(self) -> CapturedInputs:
+        return self._captured if self._captured is not None else self.capture()
+
+    def compare(
+        self,
+        *names: str,
+        instances: str | list[str] | None = None,
+        pairs: int = 7,
+        determinism_runs: int = 0,
+        background: bool = False,
+    ) -> RunHandle:
+        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
+
+        Records stream into `explorer.results`: divergence per instance, then `pairs` interleaved
+        latency pairs per instance, then (with `determinism_runs`) repeat-run identity.
+        """
+        from kernel_explorer.measure.layers import compare_layer, determinism
+
+        for name in names:
+            self.switchboard.group(name)  # unknown names fail here, before anything runs
+        chosen = list(names or self.layers)
+        board = self.switchboard
+        measurements: list[Measurement] = []
+        for name in chosen:
+            measurements.append(
+                lambda run_id, n=name: compare_layer(
+                    board, self._captured_inputs(), n, run_id=run_id, instances=instances, pairs=pairs
+                )
+            )
+            if determinism_runs:
+                measurements.append(
+                    lambda run_id, n=name: determinism(
+                        board,
+                        self._captured_inputs(),
+                        n,
+                        run_id=run_id,
+                        instances=instances,
+                        runs=determinism_runs,
+                    )
+                )
+        return self.run(measurements, background=background)
+
+    def compare_model(
+        self,
+        *,
+        inputs: Any = None,
+        lengths: tuple[int, ...] = (128, 512),
+        decode_tokens: int = 32,
+        pairs: int = 3,
+        background: bool = False,
+    ) -> RunHandle:
+        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement."""
+        from kernel_explorer.measure.capture import check_runnable, model_inputs
+        from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
+
+        check_runnable(self.model)
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
+        if vocab <= 0:
+            raise KernelExplorerError("compare_model needs model.config.vocab_size to make prefill inputs.")
+        board = self.switchboard
+        measurements: list[Measurement] = [
+            lambda run_id: compare_outputs(board, kwargs, run_id=run_id),
+            lambda run_id: compare_prefill(
+                board, run_id=run_id, lengths=lengths, pairs=pairs, vocab_size=vocab
+            ),
+            lambda run_id: compare_decode(
+                board, kwargs, run_id=run_id, new_tokens=decode_tokens, pairs=pairs
+            ),
+        ]
+        return self.run(measurements, background=background)
+
+    def run(self, measurements: list[Measurement], *, background: bool = True) -> RunHandle:
+        """Start measurements (generators of records) on the worker thread, or here."""
+        return self._runner.start(measurements, background=background)
+
+    def report(self, path: str) -> str:
+        """Write every result so far to one self-contained HTML file; returns its path."""
+        return str(self.results.to_html(path))
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())

@@ -153,13 +153,13 @@ class Switchboard:
         module = self._modules[path]
         if self.groups[name].kind == "module":
             return module
-        key = self._function_key(module, name)
+        key = self.function_key(module, name)
         if for_switching:
             return function_routes.copy_for(module, key)
         return module._kernel_funcs[key]
 
     @staticmethod
-    def _function_key(holder: nn.Module, name: str) -> str:
+    def function_key(holder: nn.Module, name: str) -> str:
         for key, func in holder._kernel_funcs.items():
             if str(func.kernel_layer_name) == name:
                 return key
@@ -286,7 +286,7 @@ class Switchboard:
         if self.groups[name].kind == "module":
             module.__dict__.pop("forward", None)
         else:
-            function_routes.detach(module, self._function_key(module, name))
+            function_routes.detach(module, self.function_key(module, name))
 
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
         """Switch `name` back to PyTorch on all or some instances."""
@@ -317,6 +317,22 @@ class Switchboard:
             for (name, path), (chosen, mode) in snapshot.items():
                 if (name, path) not in self._on:
                     self.on(name, [path], mode=mode, candidate=chosen)
+
+    def forwards(self, name: str, path: str) -> tuple[Any, Any, bool]:
+        """(what the instance runs now, its PyTorch forward, whether the former is a kernel).
+
+        Read under the lock at each measurement sample, so a switch made mid-run shows in the
+        next sample.
+        """
+        with self.lock:
+            target = self._target(name, path, for_switching=False)
+            pytorch = type(target).forward.__get__(target)
+            current = target.forward
+            if self.groups[name].kind == "function" and function_routes.is_routed(target):
+                stand_in = function_routes.stand_in(target)
+                current = pytorch if stand_in is None else stand_in.forward
+                return current, pytorch, stand_in is not None and _describe_forward(stand_in) is not None
+            return current, pytorch, _describe_forward(target) is not None
 
     # -- reporting -----------------------------------------------------------------------------
 

@@ -1,0 +1,205 @@
+"""Record each kernel layer instance's real inputs during one forward of the model.
+
+Layers are measured on the activations the model really produces (their shapes, dtypes and value
+ranges), not on random tensors. Capture stops keeping inputs once a memory cap is reached, so a
+long prompt on a large model cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.errors import KernelExplorerError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from kernel_explorer.switchboard import Switchboard
+
+DEFAULT_PROMPT = "The capital of France is Paris. Kernels make the same model run faster."
+DEFAULT_MEMORY_CAP = 256 * 2**20
+DEFAULT_TOKENS = 24
+
+
+@dataclass
+class CapturedInputs:
+    """Inputs per (layer name, instance path): a list of (args, kwargs) calls, in call order."""
+
+    calls: dict[tuple[str, str], list[tuple[tuple[Any, ...], dict[str, Any]]]] = field(default_factory=dict)
+    bytes_kept: int = 0
+    dropped: int = 0  # calls not kept because of the memory cap
+    memory_cap: int = DEFAULT_MEMORY_CAP
+
+    def for_layer(self, name: str) -> dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
+        return {path: calls for (layer, path), calls in self.calls.items() if layer == name}
+
+
+def _tensor_bytes(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def _detached(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_detached(v) for v in value)
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def model_inputs(model: nn.Module, inputs: Any, tokenizer: Any | None) -> dict[str, Any]:
+    """Keyword arguments for `model(**...)` from a prompt, a tensor of token ids, or a dict.
+
+    Without inputs: the default prompt through the tokenizer, or, for a model without one,
+    DEFAULT_TOKENS seeded random token ids from its vocabulary.
+    """
+    import torch
+
+    if inputs is None and tokenizer is None:
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
+        if vocab > 0:
+            generator = torch.Generator().manual_seed(0)
+            return {"input_ids": torch.randint(0, vocab, (1, DEFAULT_TOKENS), generator=generator)}
+    if inputs is None:
+        inputs = DEFAULT_PROMPT
+    if isinstance(inputs, str):
+        if not inputs.strip():
+            raise KernelExplorerError("The prompt is empty: give some text, or token ids as a tensor.")
+        if tokenizer is None:
+            raise KernelExplorerError(
+                "A text prompt needs a tokenizer: Explorer(model, tokenizer=...), "
+                "or pass token ids as a tensor."
+            )
+        return dict(tokenizer(inputs, return_tensors="pt"))
+    if isinstance(inputs, torch.Tensor):
+        if inputs.numel() == 0:
+            raise KernelExplorerError("The inputs are empty: give at least one token id.")
+        return {"input_ids": inputs if inputs.dim() > 1 else inputs.unsqueeze(0)}
+    if isinstance(inputs, dict):
+        return dict(inputs)
+    raise KernelExplorerError(
+        "Inputs must be a prompt (str), token ids (tensor) or keyword arguments (dict), "
+        f"not {type(inputs).__name__}."
+    )
+
+
+def check_runnable(model: nn.Module) -> None:
+    """A clear error for models that cannot run forward at all (weights on the meta device)."""
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        if tensor.device.type == "meta":
+            raise KernelExplorerError(
+                f"The model is on the meta device ({name} has no data): load its weights first, "
+                "for example with from_pretrained(...) without device_map='meta'."
+            )
+
+
+def run_model(model: nn.Module, kwargs: dict[str, Any]) -> Any:
+    """`model(**kwargs)` without gradients, with a clear error when the model rejects the inputs."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return model(**kwargs)
+    except KernelExplorerError:
+        raise
+    except Exception as error:
+        keys = ", ".join(f"{k}={getattr(v, 'shape', type(v).__name__)}" for k, v in kwargs.items())
+        raise KernelExplorerError(
+            f"The model rejected the inputs ({keys}): {type(error).__name__}: {error}"
+        ) from error
+
+
+def capture_inputs(
+    board: Switchboard,
+    kwargs: dict[str, Any],
+    *,
+    memory_cap: int = DEFAULT_MEMORY_CAP,
+) -> CapturedInputs:
+    """Run the model once and keep each kernel layer instance's (args, kwargs), up to `memory_cap` bytes."""
+    from kernel_explorer import function_routes
+
+    if memory_cap <= 0:
+        raise KernelExplorerError(f"memory_cap must be a positive number of bytes, got {memory_cap}.")
+    check_runnable(board.model)
+    captured = CapturedInputs(memory_cap=memory_cap)
+    lock = threading.Lock()
+    running = threading.local()
+    handles = []
+    modules = dict(board.model.named_modules())
+
+    def keep(key: tuple[str, str], args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
+        size = _tensor_bytes(args) + _tensor_bytes(call_kwargs)
+        with lock:
+            if captured.bytes_kept + size > memory_cap:
+                captured.dropped += 1
+                return
+            captured.bytes_kept += size
+            captured.calls.setdefault(key, []).append((_detached(args), _detached(call_kwargs)))
+
+    shared_functions: dict[int, nn.Module] = {}
+    for name, group in board.groups.items():
+        for path in group.instances:
+            module = modules[path]
+            if group.kind == "module":
+
+                def pre(mod, args, call_kwargs, key=(name, path)):  # type: ignore[no-untyped-def]
+                    keep(key, args, call_kwargs)
+
+                handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                continue
+
+            def enter(mod, args, key=(name, path)):  # type: ignore[no-untyped-def]
+                running.__dict__.setdefault("stack", []).append(key)
+
+            def leave(mod, args, output):  # type: ignore[no-untyped-def]
+                running.stack.pop()
+
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave, always_call=True))
+            shared = function_routes.shared_function(module, board.function_key(module, name))
+            shared_functions[id(shared)] = shared
+
+    def function_call(mod, args, call_kwargs):  # type: ignore[no-untyped-def]
+        stack = getattr(running, "stack", None)
+        if stack:
+            keep(stack[-1], args, call_kwargs)
+
+    for shared in shared_functions.values():
+        handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
+    try:
+        with board.lock:
+            run_model(board.model, kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    """The first tensor in a (nested) output: what divergence and dtype are read from."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,128 @@
+"""How far a kernel's output is from PyTorch's, and from a float64 run of the original forward.
+
+Comparing both outputs against the same float64 reference tells a user whether the kernel is
+less accurate than PyTorch or only rounds differently (same error, other bits).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+_INT_VIEW = {4: "int32", 2: "int16"}
+
+
+def ordered_bits(x: torch.Tensor) -> torch.Tensor:
+    """Float bits mapped to integers that order like the floats (so ULP distance is a difference)."""
+    import torch
+
+    width = x.element_size()
+    if width not in _INT_VIEW:
+        x, width = x.to(torch.float32), 4
+    bits = x.contiguous().view(getattr(torch, _INT_VIEW[width])).to(torch.int64)
+    magnitude = bits & ((1 << (8 * width - 1)) - 1)
+    return torch.where(bits < 0, -magnitude, magnitude)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise distance in units in the last place of `a`'s dtype (NaN/inf positions: 0)."""
+    import torch
+
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    distance = (ordered_bits(a) - ordered_bits(b)).abs()
+    return torch.where(finite, distance, torch.zeros_like(distance))
+
+
+def divergence(kernel: torch.Tensor, pytorch: torch.Tensor, reference: torch.Tensor | None) -> dict[str, Any]:
+    """Metrics for one output pair; `reference` is the float64 run (or None when unavailable)."""
+    import torch
+
+    k, p = kernel.detach(), pytorch.detach()
+    if k.numel() == 0:
+        return {
+            "dtype": str(k.dtype).removeprefix("torch."),
+            "elements": 0,
+            "bitwise_equal": 1.0,
+            "allclose": True,
+        }
+    diff = (k.double() - p.double()).abs()
+    scale = p.double().abs().clamp_min(torch.finfo(p.dtype).tiny if p.is_floating_point() else 1.0)
+    ulps = ulp_distance(k, p) if k.is_floating_point() else diff.to(torch.int64)
+    try:
+        torch.testing.assert_close(k, p)
+        close = True
+    except AssertionError:
+        close = False
+    values: dict[str, Any] = {
+        "dtype": str(k.dtype).removeprefix("torch."),
+        "elements": k.numel(),
+        "max_abs": diff.max().item(),
+        "max_rel": (diff / scale).max().item(),
+        "mean_abs": diff.mean().item(),
+        "max_ulp": int(ulps.max().item()),
+        "mean_ulp": ulps.double().mean().item(),
+        "bitwise_equal": (ulps == 0).double().mean().item(),
+        "allclose": close,
+        "kernel_err64": None,
+        "pytorch_err64": None,
+    }
+    if reference is not None:
+        ref = reference.detach().double()
+        values["kernel_err64"] = (k.double() - ref).abs().max().item()
+        values["pytorch_err64"] = (p.double() - ref).abs().max().item()
+    return values
+
+
+def _to_float64(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.double() if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(_to_float64(v) for v in value)
+    if isinstance(value, list):
+        return [_to_float64(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_float64(v) for k, v in value.items()}
+    return value
+
+
+def float64_reference(target: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The original (class) forward of `target` on float64 inputs and weights.
+
+    Casts the original forward makes to float32/bfloat16/float16 are redirected to float64 for the
+    call, so a layer that upcasts internally (RMSNorm computes in float32) is really computed in
+    float64.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class _Float64Everywhere(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = dict(kwargs or {})
+            if func in (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16):
+                return args[0].double()
+            if func is torch.Tensor.to:
+                args = tuple(torch.float64 if _is_low_float(a) else a for a in args)
+                if _is_low_float(kwargs.get("dtype")):
+                    kwargs["dtype"] = torch.float64
+            return func(*args, **kwargs)
+
+    shadow = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
+    shadow.__dict__.pop("forward", None)
+    shadow._parameters = {
+        k: (None if v is None else v.detach().double()) for k, v in target._parameters.items()
+    }
+    shadow._buffers = {k: (None if v is None else _to_float64(v)) for k, v in target._buffers.items()}
+    with torch.no_grad(), _Float64Everywhere():
+        return type(target).forward(shadow, *_to_float64(args), **_to_float64(kwargs))
+
+
+def _is_low_float(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.dtype) and value in (torch.float32, torch.bfloat16, torch.float16)

@@ -1,0 +1,143 @@
+"""Whole-model comparison: the current switch state against all-PyTorch, interleaved.
+
+Each pair takes the switch state as it is at that moment (so a switch made mid-run counts from the
+next pair), runs it, turns every layer to PyTorch, runs that, and puts the state back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.measure.capture import run_model
+from kernel_explorer.measure.timing import Clock
+from kernel_explorer.results import Record
+
+if TYPE_CHECKING:
+    import torch
+
+    from kernel_explorer.switchboard import Switchboard
+
+
+@contextlib.contextmanager
+def all_pytorch(board: Switchboard) -> Iterator[None]:
+    """Every layer on PyTorch for the block; the switch state before comes back after."""
+    with board.lock:
+        state = board.snapshot()
+        board.reset()
+        try:
+            yield
+        finally:
+            board.restore(state)
+
+
+def _token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (1, length), generator=generator)
+
+
+def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
+    with board.lock:
+        return clock.per_call(fn, 1)
+
+
+def compare_prefill(
+    board: Switchboard, *, run_id: str, lengths: tuple[int, ...] = (128, 512), pairs: int = 5, vocab_size: int
+) -> Iterator[Record]:
+    """Prefill latency (one forward over `length` tokens), kernels as switched vs all-PyTorch."""
+    clock = Clock(board.device)
+    inputs = {length: {"input_ids": _token_ids(vocab_size, length)} for length in lengths}
+    for length in lengths:
+        run_model(board.model, inputs[length])  # warm-up, also checks the model accepts them
+    for index in range(pairs):
+        for length in lengths:
+
+            def forward(kwargs: dict[str, Any] = inputs[length]) -> None:
+                run_model(board.model, kwargs)
+
+            if index % 2:
+                kernel_s = _timed(clock, board, forward)
+                with all_pytorch(board):
+                    pytorch_s = _timed(clock, board, forward)
+            else:
+                with all_pytorch(board):
+                    pytorch_s = _timed(clock, board, forward)
+                kernel_s = _timed(clock, board, forward)
+            yield Record(
+                "model_prefill",
+                run_id,
+                values={
+                    "tokens": length,
+                    "pytorch_s": pytorch_s,
+                    "kernel_s": kernel_s,
+                    "speedup": pytorch_s / kernel_s,
+                },
+            )
+
+
+def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
+    import torch
+
+    with board.lock, torch.no_grad():
+        return board.model.generate(
+            **kwargs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+        )
+
+
+def compare_decode(
+    board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 32, pairs: int = 3
+) -> Iterator[Record]:
+    """Greedy decode speed in tokens/s, kernels as switched vs all-PyTorch."""
+    clock = Clock(board.device)
+    _generate(board, kwargs, 2)  # warm-up
+    for index in range(pairs):
+        order = (False, True) if index % 2 else (True, False)
+        seconds = {}
+        for pytorch_side in order:
+            with all_pytorch(board) if pytorch_side else contextlib.nullcontext():
+                seconds[pytorch_side] = clock.per_call(lambda: _generate(board, kwargs, new_tokens), 1)
+        yield Record(
+            "model_decode",
+            run_id,
+            values={
+                "tokens": new_tokens,
+                "pytorch_tok_s": new_tokens / seconds[True],
+                "kernel_tok_s": new_tokens / seconds[False],
+                "speedup": seconds[True] / seconds[False],
+            },
+        )
+
+
+def compare_outputs(
+    board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
+) -> Iterator[Record]:
+    """Logits (max diff, KL, top-1 agreement) and greedy generation, kernels as switched vs all-PyTorch."""
+    import torch
+
+    with board.lock:
+        kernel_logits = run_model(board.model, kwargs).logits.double()
+        with all_pytorch(board):
+            pytorch_logits = run_model(board.model, kwargs).logits.double()
+    log_p = torch.log_softmax(pytorch_logits, dim=-1)
+    log_q = torch.log_softmax(kernel_logits, dim=-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1).mean().item()
+    top1 = (pytorch_logits.argmax(-1) == kernel_logits.argmax(-1)).double().mean().item()
+    kernel_tokens = _generate(board, kwargs, new_tokens)
+    with all_pytorch(board):
+        pytorch_tokens = _generate(board, kwargs, new_tokens)
+    start = kwargs["input_ids"].shape[-1]
+    differs = (kernel_tokens[0, start:] != pytorch_tokens[0, start:]).nonzero()
+    yield Record(
+        "model_agreement",
+        run_id,
+        values={
+            "logits_max_abs": (kernel_logits - pytorch_logits).abs().max().item(),
+            "kl": kl,
+            "top1_agreement": top1,
+            "greedy_tokens": new_tokens,
+            "first_divergence": None if len(differs) == 0 else int(differs[0, 0]),
+        },
+    )

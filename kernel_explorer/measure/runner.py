@@ -1,0 +1,97 @@
+"""Run measurements on a worker thread, streaming records into a `ResultLog`, cancellable any time.
+
+A measurement is a generator of records; the runner appends each record as it comes and checks for
+cancellation between records, so a cancel stops within one sample. Closing a generator runs its
+`finally` blocks, which is where measurements put back any switch state they changed; that also
+happens on errors and on KeyboardInterrupt (a foreground run re-raises it after cleaning up).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from kernel_explorer.results import Record, ResultLog
+
+Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
+
+_run_numbers = itertools.count(1)
+
+
+@dataclass
+class RunHandle:
+    """A started run: cancel it, wait for it, read how it ended."""
+
+    run_id: str
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _done: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+    outcome: str = "running"  # finished, cancelled, failed
+
+    def cancel(self) -> None:
+        """Stop after the sample in progress."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run ends (True) or `timeout` seconds pass (False)."""
+        return self._done.wait(timeout)
+
+
+class Runner:
+    """Starts runs that feed one `ResultLog`."""
+
+    def __init__(self, log: ResultLog) -> None:
+        self.log = log
+
+    def start(self, measurements: list[Measurement], *, background: bool = True) -> RunHandle:
+        """Run `measurements` in order; on a worker thread unless `background=False`."""
+        handle = RunHandle(run_id=f"run-{next(_run_numbers)}")
+        if background:
+            handle.thread = threading.Thread(
+                target=self._run,
+                args=(handle, measurements),
+                name=f"kernel-explorer-{handle.run_id}",
+                daemon=True,
+            )
+            handle.thread.start()
+        else:
+            self._run(handle, measurements)
+            if handle.error is not None:
+                raise handle.error
+        return handle
+
+    def _run(self, handle: RunHandle, measurements: list[Measurement]) -> None:
+        self.log.append(Record("run", handle.run_id, values={"event": "started", "detail": ""}))
+        try:
+            for measurement in measurements:
+                records = measurement(handle.run_id)
+                try:
+                    for record in records:
+                        self.log.append(record)
+                        if handle.cancelled:
+                            break
+                finally:
+                    close = getattr(records, "close", None)
+                    if close is not None:
+                        close()  # runs the measurement's finally blocks: switch state put back
+                if handle.cancelled:
+                    break
+            handle.outcome = "cancelled" if handle.cancelled else "finished"
+            detail = ""
+        except BaseException as error:  # KeyboardInterrupt included: cleaned up above, reported here
+            handle.error = error
+            handle.outcome = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
+            detail = f"{type(error).__name__}: {error}"
+        self.log.append(Record("run", handle.run_id, values={"event": handle.outcome, "detail": detail}))
+        handle._done.set()
