@@ -1,0 +1,40 @@
+"""Divergence metrics and the float64 reference."""
+
+from __future__ import annotations
+
+import torch
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from kernel_explorer.measure.divergence import divergence, float64_reference, ulp_distance
+
+
+def test_ulp_distance_counts_representable_steps() -> None:
+    one = torch.tensor([1.0, -1.0, 0.0, 2.0])
+    up = torch.nextafter(one, torch.full_like(one, 10.0))
+    assert ulp_distance(one, up).tolist() == [1, 1, 1, 1]
+    assert ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0])).item() == 0
+    assert ulp_distance(torch.tensor([-1e-45]), torch.tensor([1e-45])).item() == 2  # across zero
+    bf16 = torch.tensor([1.0], dtype=torch.bfloat16)
+    assert ulp_distance(bf16, bf16 + 0.0078125).item() == 1  # bfloat16's step at 1.0 is 2**-7
+
+
+def test_metrics_for_a_pair() -> None:
+    p = torch.tensor([1.0, 2.0, 4.0, 8.0])
+    k = p.clone()
+    k[3] = torch.nextafter(k[3], torch.tensor(100.0))
+    values = divergence(k, p, p.double())
+    assert values["bitwise_equal"] == 0.75 and values["max_ulp"] == 1 and values["allclose"] is True
+    assert values["max_abs"] == float(k[3] - p[3]) and values["pytorch_err64"] == 0.0
+    assert values["kernel_err64"] == values["max_abs"]
+    far = divergence(p + 1, p, None)
+    assert far["allclose"] is False and far["kernel_err64"] is None and far["max_rel"] == 1.0
+
+
+def test_float64_reference_really_computes_in_float64() -> None:
+    norm = LlamaRMSNorm(8).to(torch.bfloat16)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    ref = float64_reference(norm, (x,), {})
+    assert ref.dtype == torch.float64
+    exact = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    torch.testing.assert_close(ref, norm.weight.double() * exact, rtol=1e-12, atol=1e-12)
+    assert norm.weight.dtype == torch.bfloat16  # the module itself is untouched

@@ -1,0 +1,133 @@
+"""The background runner: first record fast, cancel within one sample, switch state put back."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import pytest
+
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.measure.layers import compare_layer
+from kernel_explorer.models import tiny_llama
+from kernel_explorer.results import Record
+
+
+@pytest.fixture
+def explorer(hub: dict) -> Explorer:
+    found = Explorer(tiny_llama(), include_transformers=False)
+    found.on("RMSNorm", "model.norm")  # a state of the user's, to be kept
+    yield found
+    found.reset()
+
+
+def _state(explorer: Explorer) -> dict[str, str | None]:
+    return {now.instance: now.kernel_id for now in explorer.running()}
+
+
+def _first_sample_time(explorer: Explorer, start: float) -> list[float]:
+    arrived: list[float] = []
+
+    def note(record: Record) -> None:
+        if record.kind != "run" and not arrived:
+            arrived.append(time.perf_counter() - start)
+
+    explorer.results.subscribe(note)
+    return arrived
+
+
+def test_first_record_within_a_second_and_cancel_within_one_sample(explorer: Explorer) -> None:
+    before = _state(explorer)
+    start = time.perf_counter()
+    arrived = _first_sample_time(explorer, start)
+    seen_at_cancel: list[int] = []
+    cancelled = threading.Event()
+
+    def cancel_after_some(record: Record) -> None:
+        if record.kind == "layer_latency" and len(explorer.results.records("layer_latency")) == 4:
+            seen_at_cancel.append(len(explorer.results))
+            handle.cancel()
+            cancelled.set()
+
+    explorer.results.subscribe(cancel_after_some)
+    handle = explorer.compare(pairs=10_000, background=True)  # hours of work if not cancelled
+    assert cancelled.wait(30)
+    assert handle.wait(10)
+    assert arrived and arrived[0] < 1.0, arrived
+    assert handle.outcome == "cancelled"
+    samples_after_cancel = len(explorer.results) - seen_at_cancel[0] - 1  # minus the closing run event
+    assert samples_after_cancel == 0
+    assert _state(explorer) == before
+
+
+def test_keyboard_interrupt_in_a_foreground_run_puts_the_state_back(explorer: Explorer) -> None:
+    before = _state(explorer)
+
+    def interrupt(record: Record) -> None:
+        if record.kind == "layer_latency":
+            assert any(now.is_kernel for now in explorer.running("SiLU"))  # switched on for the run
+            raise KeyboardInterrupt
+
+    explorer.results.subscribe(interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        explorer.compare("SiLU", "RMSNorm", pairs=50)
+    assert _state(explorer) == before
+    assert explorer.results.records("run")[-1].values["event"] == "cancelled"
+
+
+def test_a_failing_measurement_is_reported_and_cleaned_up(explorer: Explorer) -> None:
+    before = _state(explorer)
+
+    def broken(run_id: str):  # type: ignore[no-untyped-def]
+        layer = compare_layer(explorer.switchboard, explorer.capture(), "SiLU", run_id=run_id, pairs=50)
+        with contextlib.closing(layer) as records:
+            for index, record in enumerate(records):
+                yield record
+                if index == 3:
+                    assert all(now.is_kernel for now in explorer.running("SiLU"))
+                    raise RuntimeError("injected failure mid-run")
+
+    handle = explorer.run([broken], background=True)
+    assert handle.wait(10)
+    assert handle.outcome == "failed" and isinstance(handle.error, RuntimeError)
+    assert "injected failure mid-run" in explorer.results.records("run")[-1].values["detail"]
+    assert _state(explorer) == before
+
+
+def test_a_switch_mid_run_shows_in_the_next_sample(explorer: Explorer) -> None:
+    switched = threading.Event()
+
+    def switch_off_after_some(record: Record) -> None:
+        if (
+            record.kind == "layer_latency"
+            and not switched.is_set()
+            and len(explorer.results.records("layer_latency")) == 6
+        ):
+            threading.Thread(target=lambda: (explorer.off("RMSNorm"), switched.set())).start()
+
+    explorer.results.subscribe(switch_off_after_some)
+    handle = explorer.compare("RMSNorm", pairs=400, background=True)
+    assert switched.wait(30)
+    time.sleep(0.05)
+    handle.cancel()
+    assert handle.wait(10)
+    states = [r.values["kernel_on"] for r in explorer.results.records("layer_latency")]
+    assert states[:6] == [True] * 6 and states[-1] is False
+    assert not any(now.is_kernel for now in explorer.running())  # the user's off is kept, also model.norm
+
+
+@pytest.mark.slow
+def test_smollm2_first_record_within_a_second(hub: dict) -> None:
+    from kernel_explorer.models import load_default_model
+
+    model, tokenizer = load_default_model(progress=False)
+    explorer = Explorer(model, tokenizer=tokenizer)
+    explorer.compare("RMSNorm", pairs=1)  # loads the kernels once, like a user's first run
+    start = time.perf_counter()
+    arrived = _first_sample_time(explorer, start)
+    explorer.capture()  # a fresh capture is part of the timed start
+    handle = explorer.compare("RMSNorm", pairs=2, background=True)
+    assert handle.wait(120) and handle.outcome == "finished"
+    assert arrived[0] < 1.0, arrived
+    assert not any(now.is_kernel for now in explorer.running())

@@ -1,0 +1,64 @@
+"""ResultLog: subscribers, pandas, JSON lines round trip, summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernel_explorer.results import Record, ResultLog
+
+
+def _log() -> ResultLog:
+    log = ResultLog()
+    for i, speedup in enumerate([2.0, 3.0, 4.0]):
+        log.append(
+            Record(
+                "layer_latency",
+                "run-1",
+                "RMSNorm",
+                f"n{i}",
+                {"pytorch_s": speedup, "kernel_s": 1.0, "speedup": speedup},
+            )
+        )
+    log.append(
+        Record(
+            "layer_divergence",
+            "run-1",
+            "RMSNorm",
+            "n0",
+            {
+                "max_abs": 1e-7,
+                "max_ulp": 2,
+                "bitwise_equal": 0.5,
+                "kernel_err64": 2e-7,
+                "pytorch_err64": 1e-7,
+            },
+        )
+    )
+    return log
+
+
+def test_subscribers_get_every_record_and_their_errors_do_not_stop_it() -> None:
+    log = ResultLog()
+    seen: list[str] = []
+    unsubscribe = log.subscribe(lambda r: seen.append(r.kind))
+    log.subscribe(lambda r: 1 / 0)
+    log.append(Record("run", "run-1", values={"event": "started"}))
+    unsubscribe()
+    log.append(Record("run", "run-1", values={"event": "finished"}))
+    assert seen == ["run"] and len(log) == 2
+    assert len(log.subscriber_errors) == 2 and isinstance(log.subscriber_errors[0], ZeroDivisionError)
+
+
+def test_jsonl_round_trip(tmp_path: Path) -> None:
+    log = _log()
+    again = ResultLog.from_jsonl(log.to_jsonl(tmp_path / "results.jsonl"))
+    assert again.records() == log.records()
+
+
+def test_pandas_and_summary() -> None:
+    log = _log()
+    frame = log.to_pandas("layer_latency")
+    assert list(frame.speedup) == [2.0, 3.0, 4.0] and set(frame.instance) == {"n0", "n1", "n2"}
+    (row,) = log.layer_summary().to_dict("records")
+    assert row["layer"] == "RMSNorm" and row["pairs"] == 3 and row["speedup_median"] == 3.0
+    assert row["speedup_q1"] == 2.5 and row["max_ulp"] == 2 and row["kernel_err64"] == 2e-7
