@@ -69,12 +69,14 @@ def compare_layer(
     reference: bool = True,
 ) -> Iterator[Record]:
     """Divergence once per instance, then `pairs` interleaved latency pairs per instance, round-robin."""
+    import torch
+
     paths = board.select(name, instances)
     calls = _calls(captured, name, paths)
     clock = Clock(board.device)
     with kernels_on_for(board, name, [path for path, _, _ in calls]):
         for path, args, kwargs in calls:
-            with board.lock:
+            with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)
                 kernel_out = first_tensor(current(*args, **kwargs))
                 pytorch_out = first_tensor(pytorch(*args, **kwargs))
@@ -99,8 +101,8 @@ def compare_layer(
                     def run_pytorch(f=pytorch, a=args, k=kwargs):  # type: ignore[no-untyped-def]
                         return f(*a, **k)
 
-                    if path not in repeats:
-                        repeats[path] = clock.calibrate(run_pytorch)
+                    if path not in repeats:  # same repeat for both, sized on the faster call
+                        repeats[path] = max(clock.calibrate(run_pytorch), clock.calibrate(run_kernel))
                     t_pytorch, t_kernel = interleaved_pair(
                         clock, run_pytorch, run_kernel, repeats[path], b_first=round_index % 2 == 1
                     )
@@ -141,7 +143,7 @@ def determinism(
 
     with kernels_on_for(board, name, [path for path, _, _ in calls]):
         for path, args, kwargs in calls:
-            with board.lock:
+            with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)
                 kernel_rate = identical_rate(current, args, kwargs)
                 pytorch_rate = identical_rate(pytorch, args, kwargs)

@@ -25,6 +25,13 @@ class Clock:
         self.cuda = device in ("cuda", "rocm")
 
     def per_call(self, fn: Callable[[], Any], repeat: int) -> float:
+        """Seconds per call, without autograd (inference is what is compared)."""
+        import torch
+
+        with torch.no_grad():
+            return self._per_call(fn, repeat)
+
+    def _per_call(self, fn: Callable[[], Any], repeat: int) -> float:
         if self.cuda:
             import torch
 
@@ -41,8 +48,9 @@ class Clock:
             fn()
         return (time.perf_counter() - begin) / repeat
 
-    def calibrate(self, fn: Callable[[], Any], min_seconds: float = MIN_BLOCK_SECONDS) -> int:
+    def calibrate(self, fn: Callable[[], Any], min_seconds: float | None = None) -> int:
         """Repeats per block so one block lasts at least `min_seconds` (after one warm-up call)."""
+        min_seconds = MIN_BLOCK_SECONDS if min_seconds is None else min_seconds
         fn()
         once = max(self.per_call(fn, 1), 1e-9)
         return int(min(MAX_REPEAT, max(1, min_seconds / once)))

@@ -1,0 +1,140 @@
+"""The measurement engine checked against itself and against torch.utils.benchmark, then SmolLM2.
+
+1. Timing: the engine's clock (calibrated blocks, median) against `torch.utils.benchmark`'s
+   `blocked_autorange` on the same call, for PyTorch's and the kernel's RMSNorm at 512 x 4096.
+2. Repeatability: the bundled RMSNorm's speedup at 512 x 4096 (fp32 and bf16), five runs.
+3. SmolLM2 with every bundled kernel on, against all-PyTorch: prefill at 128 and 512 tokens,
+   decode tokens/s, logits KL, top-1 and greedy agreement.
+
+    python bench/measure.py [--skip-model]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+TIMING_TOLERANCE = 0.10
+REPEAT_TOLERANCE = 0.05
+
+
+def _rmsnorm_case(dtype: object) -> tuple[object, object, object]:
+    """A SmolLM2-sized-hidden RMSNorm at 512 x 4096 with the bundled kernel switched on."""
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from kernel_explorer.catalog import Catalog
+    from kernel_explorer.switchboard import Switchboard
+
+    norm = LlamaRMSNorm(4096, eps=LlamaConfig().rms_norm_eps).to(dtype)
+    model = torch.nn.Sequential(norm)
+    board = Switchboard(model, Catalog(include_transformers=False))
+    board.on("RMSNorm")
+    x = torch.randn(512, 4096, generator=torch.Generator().manual_seed(0)).to(dtype)
+    return board, norm, x
+
+
+def timing_agreement() -> None:
+    import torch
+    from torch.utils import benchmark
+
+    from kernel_explorer.measure.timing import Clock
+
+    board, _, x = _rmsnorm_case(torch.float32)
+    current, pytorch, _ = board.forwards("RMSNorm", "0")
+    clock = Clock("cpu")
+    print("1. Engine clock vs torch.utils.benchmark (median per call, RMSNorm fp32 512x4096)")
+    for label, fn in (("PyTorch", pytorch), ("kernel", current)):
+        timer = benchmark.Timer(
+            "with torch.no_grad():\n    fn(x)",
+            globals={"fn": fn, "x": x, "torch": torch},
+            num_threads=torch.get_num_threads(),  # Timer defaults to 1 thread; the engine uses torch's
+        )
+        repeat = clock.calibrate(lambda fn=fn: fn(x), min_seconds=5e-3)
+        ours, theirs = [], []
+        for _ in range(7):  # alternate, so both see the same machine state
+            ours.append(statistics.median(clock.per_call(lambda fn=fn: fn(x), repeat) for _ in range(11)))
+            theirs.append(timer.blocked_autorange(min_run_time=0.3).median)
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+        verdict = "ok" if abs(ratio - 1) <= TIMING_TOLERANCE else f"SHORT (outside +-{TIMING_TOLERANCE:.0%})"
+        engine_us, benchmark_us = statistics.median(ours) * 1e6, statistics.median(theirs) * 1e6
+        times = f"engine {engine_us:8.1f} us   benchmark {benchmark_us:8.1f} us"
+        print(f"   {label:<8} {times}   median ratio {ratio:.3f}  {verdict}")
+
+
+def repeatability() -> None:
+    import torch
+
+    from kernel_explorer.measure.capture import CapturedInputs
+    from kernel_explorer.measure.layers import compare_layer
+
+    print(
+        "2. Bundled RMSNorm speedup over PyTorch at 512x4096, five runs (median of 31 interleaved pairs each)"
+    )
+    for dtype in (torch.float32, torch.bfloat16):
+        board, _, x = _rmsnorm_case(dtype)
+        captured = CapturedInputs(calls={("RMSNorm", "0"): [((x,), {})]})
+        medians = []
+        for run in range(5):
+            records = compare_layer(board, captured, "RMSNorm", run_id=f"r{run}", pairs=31, reference=False)
+            medians.append(
+                statistics.median(r.values["speedup"] for r in records if r.kind == "layer_latency")
+            )
+        center = statistics.median(medians)
+        spread = max(abs(m - center) / center for m in medians)
+        verdict = "ok" if spread <= REPEAT_TOLERANCE else f"SHORT (outside +-{REPEAT_TOLERANCE:.0%})"
+        runs = ", ".join(f"{m:.2f}x" for m in medians)
+        name = str(dtype).removeprefix("torch.")
+        print(f"   {name:<9} runs {runs}   max deviation from median {spread:.1%}  {verdict}")
+
+
+def smollm2() -> None:
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import load_default_model
+
+    model, tokenizer = load_default_model(progress=False)
+    explorer = Explorer(model, tokenizer=tokenizer)
+    print("3. SmolLM2-135M, every bundled kernel on (121 instances) vs all-PyTorch, interleaved, fp32")
+    with explorer.using():
+        handle = explorer.compare_model(lengths=(128, 512), decode_tokens=32, pairs=5)
+    if handle.error is not None:
+        raise handle.error
+    log = explorer.results
+    for length in (128, 512):
+        rows = [r.values for r in log.records("model_prefill") if r.values["tokens"] == length]
+        speedup = statistics.median(v["speedup"] for v in rows)
+        pytorch_ms = statistics.median(v["pytorch_s"] for v in rows) * 1e3
+        kernel_ms = statistics.median(v["kernel_s"] for v in rows) * 1e3
+        times = f"PyTorch {pytorch_ms:7.1f} ms  kernels {kernel_ms:7.1f} ms"
+        print(f"   prefill {length:>3} tokens: {times}  speedup {speedup:.2f}x")
+    decode = [r.values for r in log.records("model_decode")]
+    print(
+        f"   decode 32 tokens: PyTorch {statistics.median(v['pytorch_tok_s'] for v in decode):.1f} tok/s  "
+        f"kernels {statistics.median(v['kernel_tok_s'] for v in decode):.1f} tok/s  "
+        f"speedup {statistics.median(v['speedup'] for v in decode):.2f}x"
+    )
+    (agreement,) = [r.values for r in log.records("model_agreement")]
+    first = agreement["first_divergence"]
+    print(
+        f"   logits max |diff| {agreement['logits_max_abs']:.3g}  KL {agreement['kl']:.3g}  "
+        f"top-1 agreement {agreement['top1_agreement']:.1%}  greedy {agreement['greedy_tokens']} tokens: "
+        + ("identical" if first is None else f"first differs at token {first}")
+    )
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-model", action="store_true", help="only the timing and repeatability checks")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    timing_agreement()
+    repeatability()
+    if not args.skip_model:
+        smollm2()
+
+
+if __name__ == "__main__":
+    main()
