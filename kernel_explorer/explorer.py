@@ -249,6 +249,12 @@ class Explorer:
         """Start measurements (generators of records) on the worker thread, or here."""
         return self._runner.start(measurements, background=background)
 
+    def dashboard(self) -> Any:
+        """The live dashboard (hardware, layer table, Run/Stop, plots) for notebooks."""
+        from kernel_explorer.ui.dashboard import Dashboard
+
+        return Dashboard(self)
+
     def report(self, path: str) -> str:
         """Write every result so far to one self-contained HTML file; returns its path."""
         return str(self.results.to_html(path))

@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "model_prefill": "tokens, pytorch_s, kernel_s, speedup",
     "model_decode": "tokens, pytorch_tok_s, kernel_tok_s, speedup",
     "model_agreement": "logits_max_abs, kl, top1_agreement, greedy_tokens, first_divergence",
+    "model_throughput": "tokens_s (one forward over the captured prompt), instances_on",
     "run": "event (started, finished, cancelled, failed), detail",
 }
 

@@ -67,14 +67,20 @@ def compare_layer(
     instances: list[str] | None = None,
     pairs: int = 7,
     reference: bool = True,
+    switch_on: bool = True,
 ) -> Iterator[Record]:
-    """Divergence once per instance, then `pairs` interleaved latency pairs per instance, round-robin."""
+    """Divergence once per instance, then `pairs` interleaved latency pairs per instance, round-robin.
+
+    With `switch_on=False` nothing is switched: instances on PyTorch are measured as they are
+    (their records say `kernel_on: False`); this is what a live dashboard run does.
+    """
     import torch
 
     paths = board.select(name, instances)
     calls = _calls(captured, name, paths)
     clock = Clock(board.device)
-    with kernels_on_for(board, name, [path for path, _, _ in calls]):
+    paths_called = [path for path, _, _ in calls]
+    with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
         for path, args, kwargs in calls:
             with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)

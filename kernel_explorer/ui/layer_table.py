@@ -1,0 +1,80 @@
+"""The layer table: ONE anywidget for every layer and instance (its front end: widgets/layer_table.js)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import traitlets
+
+if TYPE_CHECKING:
+    from kernel_explorer.explorer import Explorer
+
+
+def _asset(name: str) -> str:
+    return resources.files("kernel_explorer.widgets").joinpath(name).read_text()
+
+
+def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
+    """The table's state: per layer name its switch, badge, candidate, instances and what runs."""
+    inventory = explorer.inventory()
+    rows = []
+    for row in inventory.rows:
+        best = row.best
+        instances = [
+            {
+                "path": now.instance,
+                "on": now.is_kernel,
+                "runs": "kernel" if now.is_kernel else "PyTorch",
+                "reason": now.reason,
+            }
+            for now in row.running
+        ]
+        rows.append(
+            {
+                "name": row.group.name,
+                "original": row.group.original,
+                "count": len(row.group),
+                "on_count": sum(i["on"] for i in instances),
+                "usable": bool(best and best[1].state.usable),
+                "state": best[1].state.value if best else "no mapping",
+                "reason": best[1].details if best else "no mapping from any source",
+                "candidate": best[0].label if best else "",
+                "runs": row.running_summary,
+                "instances": instances,
+            }
+        )
+    return rows
+
+
+class LayerTable(anywidget.AnyWidget):
+    """Switches for every kernel layer; clicks switch through the explorer, then the rows refresh."""
+
+    _esm = _asset("layer_table.js")
+    _css = _asset("layer_table.css")
+    rows = traitlets.List([]).tag(sync=True)
+
+    def __init__(self, explorer: Explorer, on_error: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.explorer = explorer
+        self.on_error = on_error
+        self.on_msg(self._handle_message)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.rows = table_rows(self.explorer)
+
+    def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
+        try:
+            if content.get("type") == "toggle":
+                instances = [content["instance"]] if content.get("instance") else None
+                if content.get("on"):
+                    self.explorer.on(content["layer"], instances)
+                else:
+                    self.explorer.off(content["layer"], instances)
+        except Exception as error:  # shown in the dashboard's status line, not lost in the log
+            if self.on_error is not None:
+                self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
+        finally:
+            self.refresh()

@@ -1,0 +1,134 @@
+"""Live plots: latency and divergence per layer, model throughput, fed by ResultLog records in batches.
+
+Records arrive on the measurement thread; they are buffered and drawn every `interval` seconds in
+one `batch_update`, so the browser gets one message per batch instead of one per sample.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+from kernel_explorer.results import Record, ResultLog
+
+
+class LivePlots:
+    """Three FigureWidgets (latency, throughput, divergence) that follow a ResultLog."""
+
+    def __init__(self, log: ResultLog, *, interval: float = 0.3) -> None:
+        import pandas  # noqa: F401 - plotly imports it lazily; import it here, not in the flush thread
+        import plotly.graph_objects as go
+
+        self.log = log
+        self.interval = interval
+        self.latency = go.FigureWidget(
+            layout={
+                "title": "Speedup per sample (PyTorch time / time of what runs now)",
+                "xaxis_title": "seconds",
+                "yaxis_title": "x",
+                "height": 300,
+                "margin": {"t": 40, "b": 40},
+            }
+        )
+        self.throughput = go.FigureWidget(
+            [go.Scatter(x=[], y=[], mode="lines+markers", name="model")],
+            layout={
+                "title": "Model tokens/s (one forward)",
+                "xaxis_title": "seconds",
+                "height": 250,
+                "margin": {"t": 40, "b": 40},
+            },
+        )
+        self.divergence = go.FigureWidget(
+            [go.Bar(x=[], y=[], name="kernel vs float64"), go.Bar(x=[], y=[], name="PyTorch vs float64")],
+            layout={
+                "title": "Max abs error against float64 (max ULP vs PyTorch in the hover)",
+                "yaxis_type": "log",
+                "height": 300,
+                "margin": {"t": 40, "b": 40},
+            },
+        )
+        self._pending: list[Record] = []
+        self._lock = threading.Lock()
+        self._start: float | None = None
+        self._worst: dict[str, dict[str, float]] = defaultdict(dict)
+        self._unsubscribe = log.subscribe(self._on_record)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flush_loop, name="kernel-explorer-plots", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._unsubscribe()
+
+    def _on_record(self, record: Record) -> None:
+        with self._lock:
+            self._pending.append(record)
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.flush()
+
+    def flush(self) -> None:
+        """Draw the buffered records now (one batch)."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        if self._start is None:
+            self._start = batch[0].time
+        with self.latency.batch_update(), self.throughput.batch_update(), self.divergence.batch_update():
+            for record in batch:
+                self._draw(record)
+
+    def _trace(self, layer: str) -> Any:
+        for trace in self.latency.data:
+            if trace.name == layer:
+                return trace
+        self.latency.add_scatter(x=[], y=[], mode="markers", name=layer, marker={"symbol": []})
+        return self.latency.data[-1]
+
+    def _draw(self, record: Record) -> None:
+        seconds = record.time - (self._start or record.time)
+        values = record.values
+        if record.kind == "layer_latency" and record.layer:
+            trace = self._trace(record.layer)
+            trace.x = (*trace.x, seconds)
+            trace.y = (*trace.y, values["speedup"])
+            trace.marker.symbol = (
+                *(trace.marker.symbol or ()),
+                "circle" if values.get("kernel_on") else "circle-open",
+            )
+        elif record.kind == "model_throughput":
+            line = self.throughput.data[0]
+            line.x = (*line.x, seconds)
+            line.y = (*line.y, values["tokens_s"])
+        elif record.kind == "layer_divergence" and record.layer:
+            worst = self._worst[record.layer]
+            for key in ("kernel_err64", "pytorch_err64", "max_ulp"):
+                if values.get(key) is not None:
+                    worst[key] = max(worst.get(key, 0.0), float(values[key]))
+            layers = list(self._worst)
+            kernel, pytorch = self.divergence.data
+            kernel.x = pytorch.x = layers
+            kernel.y = [max(self._worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
+            pytorch.y = [max(self._worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
+            kernel.hovertext = [
+                f"max ULP vs PyTorch: {int(self._worst[n].get('max_ulp', 0))}" for n in layers
+            ]
+
+    def points(self) -> int:
+        """Latency points drawn so far (what the browser test waits for)."""
+        return sum(len(trace.x) for trace in self.latency.data)
+
+
+def static_html(log: ResultLog) -> str:
+    """The same figures as static HTML (plotly.js from the page's first figure), for non-live viewers."""
+    from kernel_explorer.report import figures
+
+    parts = [
+        fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
+        for i, fig in enumerate(figures(log))
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,68 @@
+"""The dashboard's Python side: table rows, callbacks, live plots in batches, static fallback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.models import tiny_llama
+from kernel_explorer.ui.dashboard import Dashboard
+from kernel_explorer.ui.layer_table import table_rows
+
+
+@pytest.fixture
+def dashboard(hub: dict) -> Dashboard:
+    found = Explorer(tiny_llama(), include_transformers=False).dashboard()
+    yield found
+    found.close()
+    found.explorer.reset()
+
+
+def test_rows_follow_switches_from_the_table(dashboard: Dashboard) -> None:
+    table = dashboard.table
+    table._handle_message(
+        None, {"type": "toggle", "layer": "RMSNorm", "on": True, "instance": "model.norm"}, None
+    )
+    rms = next(r for r in table.rows if r["name"] == "RMSNorm")
+    assert rms["on_count"] == 1 and rms["count"] == 5 and rms["state"] == "ready"
+    assert [i["path"] for i in rms["instances"] if i["on"]] == ["model.norm"]
+    table._handle_message(None, {"type": "toggle", "layer": "RMSNorm", "on": False}, None)
+    assert table.rows == table_rows(dashboard.explorer)
+    assert all(r["on_count"] == 0 for r in table.rows)
+
+
+def test_a_failing_callback_shows_in_the_status_line(dashboard: Dashboard) -> None:
+    dashboard.table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True}, None)
+    assert "Error: Nope: KernelExplorerError" in dashboard.status.value
+    dashboard._guarded(lambda: 1 / 0)
+    assert "ZeroDivisionError" in dashboard.status.value
+
+
+def test_run_streams_points_and_a_switch_mid_run_shows(dashboard: Dashboard) -> None:
+    dashboard.explorer.on("RMSNorm")
+    dashboard.run()
+    deadline = time.time() + 20
+    while dashboard.plots.points() < 6 and time.time() < deadline:
+        time.sleep(0.1)
+    assert dashboard.plots.points() >= 6
+    dashboard.table._handle_message(None, {"type": "toggle", "layer": "RMSNorm", "on": False}, None)
+    before = len(dashboard.explorer.results.records("layer_latency"))
+    while len(dashboard.explorer.results.records("layer_latency")) < before + 6 and time.time() < deadline:
+        time.sleep(0.1)
+    dashboard.stop()
+    assert dashboard.handle.wait(10) and dashboard.handle.outcome == "cancelled"
+    dashboard.plots.flush()
+    rms = next(t for t in dashboard.plots.latency.data if t.name == "RMSNorm")
+    assert "circle" in rms.marker.symbol and rms.marker.symbol[-1] == "circle-open"  # on, then off
+    assert len(dashboard.plots.throughput.data[0].x) >= 1
+    assert dashboard.run_button.disabled is False and "cancelled" in dashboard.status.value
+
+
+def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
+    bundle = dashboard._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "<table>" in bundle["text/html"] and "Plotly.newPlot" not in bundle["text/html"]
+    dashboard.explorer.compare("SiLU", pairs=1)
+    assert "Plotly.newPlot" in dashboard.static_html()

@@ -1,0 +1,77 @@
+// The layer table: one anywidget for all layers (a switch per layer name, expandable instances
+// with their own switches, an availability badge with the reason on hover, what runs now).
+// State comes from Python in `rows`; clicks go back as messages, Python switches and sends new rows.
+
+const BADGE = {
+  "ready": "kx-ready", "downloadable": "kx-downloadable", "checking": "kx-checking",
+  "no build for this machine": "kx-warn", "publisher not trusted": "kx-warn",
+  "offline and not cached": "kx-warn", "no mapping for this device or mode": "kx-muted",
+  "failed to load": "kx-failed",
+};
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function render({ model, el: root }) {
+  const open = new Set();
+  root.classList.add("kx-layer-table");
+
+  function send(layer, on, instance) {
+    const message = { type: "toggle", layer, on };
+    if (instance !== undefined) message.instance = instance;
+    model.send(message);
+  }
+
+  function draw() {
+    const rows = model.get("rows") || [];
+    const table = el("table", { class: "kx-table" });
+    table.append(el("thead", {}, el("tr", {},
+      el("th", { text: "on" }), el("th", { text: "layer" }), el("th", { text: "instances" }),
+      el("th", { text: "available" }), el("th", { text: "runs now" }))));
+    const body = el("tbody");
+    for (const row of rows) {
+      const switchBox = el("input", { type: "checkbox", class: "kx-layer-switch", "data-layer": row.name });
+      switchBox.checked = row.on_count > 0 && row.on_count === row.count;
+      switchBox.indeterminate = row.on_count > 0 && row.on_count < row.count;
+      switchBox.disabled = !row.usable && row.on_count === 0;
+      switchBox.addEventListener("change", () => send(row.name, switchBox.checked));
+      const expand = el("button", { class: "kx-expand", "data-layer": row.name, text: open.has(row.name) ? "▾" : "▸" });
+      expand.addEventListener("click", () => {
+        open.has(row.name) ? open.delete(row.name) : open.add(row.name);
+        draw();
+      });
+      const badge = el("span", { class: `kx-badge ${BADGE[row.state] || "kx-muted"}`, title: row.reason, text: row.state });
+      body.append(el("tr", { class: "kx-row", "data-layer": row.name },
+        el("td", {}, switchBox),
+        el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.original })),
+        el("td", { text: `${row.on_count}/${row.count}` }),
+        el("td", {}, badge, el("div", { class: "kx-candidate", text: row.candidate })),
+        el("td", { class: "kx-runs", "data-layer": row.name, text: row.runs })));
+      if (open.has(row.name)) {
+        for (const instance of row.instances) {
+          const box = el("input", { type: "checkbox", class: "kx-instance-switch", "data-layer": row.name, "data-instance": instance.path });
+          box.checked = instance.on;
+          box.addEventListener("change", () => send(row.name, box.checked, instance.path));
+          body.append(el("tr", { class: "kx-instance" },
+            el("td", {}, box), el("td", { colspan: "3", text: instance.path }),
+            el("td", { text: instance.runs, title: instance.reason || "" })));
+        }
+      }
+    }
+    table.append(body);
+    root.replaceChildren(table);
+  }
+
+  model.on("change:rows", draw);
+  draw();
+}
+
+export default { render };
