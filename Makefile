@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kernel-explorer-setup
 
-.PHONY: setup lab demo test test-fast bench lint clean
+.PHONY: setup browser lab demo test test-fast bench lint clean
 
 # The kernel hub build is cached by source hash: after the first build this takes ~2 s.
 setup: $(STAMP)
@@ -28,7 +28,14 @@ lab: setup
 demo: setup
 	$(BIN)/kernel-explorer demo
 
-test: setup
+# The browser tests drive Debian's chromium through Playwright (no browser download).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "The browser tests need chromium: sudo apt-get install -y chromium"; exit 1; fi; }
+
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 

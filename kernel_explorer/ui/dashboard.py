@@ -50,8 +50,8 @@ class Dashboard:
                 self.table,
                 widgets.HBox([self.run_button, self.stop_button, self.progress]),
                 self.status,
-                widgets.HBox([self.plots.latency, self.plots.divergence]),
-                self.plots.throughput,
+                self.plots.latency,
+                widgets.HBox([self.plots.divergence, self.plots.throughput]),
             ]
         )
         self.widget.add_class("kx-dashboard")

@@ -43,9 +43,10 @@ class LivePlots:
         self.divergence = go.FigureWidget(
             [go.Bar(x=[], y=[], name="kernel vs float64"), go.Bar(x=[], y=[], name="PyTorch vs float64")],
             layout={
-                "title": "Max abs error against float64 (max ULP vs PyTorch in the hover)",
+                "title": "Max abs error vs float64 (hover: max ULP)",
                 "yaxis_type": "log",
                 "height": 300,
+                "width": 480,
                 "margin": {"t": 40, "b": 40},
             },
         )
