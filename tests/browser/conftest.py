@@ -35,6 +35,7 @@ class Lab:
     url: str
     token: str
     root: Path
+    app: str  # "jupyterlab" or "notebook" (Notebook 7)
 
     def notebook(self, name: str, cells: list[str]) -> str:
         """Write a notebook into the lab's folder; returns the URL that opens it."""
@@ -54,7 +55,8 @@ class Lab:
             "nbformat_minor": 5,
         }
         (self.root / name).write_text(json.dumps(notebook))
-        return f"{self.url}/lab/tree/{name}?token={self.token}"
+        path = "lab/tree" if self.app == "jupyterlab" else "notebooks"
+        return f"{self.url}/{path}/{name}?token={self.token}"
 
 
 def _free_port() -> int:
@@ -63,9 +65,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory, hub: dict) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("lab")
+@pytest.fixture(scope="session", params=["jupyterlab", "notebook"])
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, hub: dict) -> Iterator[Lab]:
+    """JupyterLab 4, then Notebook 7, each on 127.0.0.1 with a token."""
+    app = request.param
+    root = tmp_path_factory.mktemp(app)
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(
         os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"), JUPYTER_RUNTIME_DIR=str(root / ".runtime")
@@ -74,7 +78,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, hub: dict) -> Iterator[Lab]:
         [
             sys.executable,
             "-m",
-            "jupyterlab",
+            app,
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}",
@@ -99,7 +103,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, hub: dict) -> Iterator[Lab]:
                 server.kill()
                 pytest.fail(f"JupyterLab did not start:\n{(root / 'lab.log').read_text()[-2000:]}")
             time.sleep(0.3)
-    yield Lab(url, token, root)
+    yield Lab(url, token, root, app)
     server.terminate()
     try:
         server.wait(15)
