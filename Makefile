@@ -40,7 +40,7 @@ test: setup browser
 	$(BIN)/pytest
 
 test-fast: setup
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest tests -m "not slow"
 
 bench: setup
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
