@@ -36,7 +36,17 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 BUNDLED_REPOS = ("activation", "rmsnorm", "rotary")
-HUB_SOURCES = Path(__file__).resolve().parent.parent / "hub"
+def _hub_sources() -> Path:
+    """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
+    from importlib import resources
+
+    try:
+        return Path(str(resources.files("kernel_explorer.hub")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "hub"
+
+
+HUB_SOURCES = _hub_sources()
 _STAMP = ".kx-build.json"
 # Bump when the build recipe changes, so every cached build is redone.
 _RECIPE_VERSION = 1

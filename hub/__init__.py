@@ -1,0 +1,1 @@
+"""Sources of the bundled CPU kernel repositories (one folder each), shipped as package data."""
