@@ -36,6 +36,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 BUNDLED_REPOS = ("activation", "rmsnorm", "rotary")
+
+
 def _hub_sources() -> Path:
     """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
     from importlib import resources

@@ -111,6 +111,7 @@ class KernelsMagic:
     def _do_explore(self, args: argparse.Namespace) -> Any:
         from torch import nn
 
+        from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
 
         model = self._variable(args.model)
@@ -120,6 +121,7 @@ class KernelsMagic:
             tokenizer = self.shell.user_ns.get("tokenizer")
         if not isinstance(model, nn.Module):
             raise MagicUsageError(f"{args.model!r} is a {type(model).__name__}, not a torch.nn.Module")
+        build_hub(progress=True)  # progress bars in the cell while the bundled kernels build (cached after)
         self.explorer = Explorer(model, tokenizer=tokenizer, mode=args.mode)
         if args.inputs is not None:
             self.explorer.capture(self._variable(args.inputs))

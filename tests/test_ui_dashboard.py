@@ -57,6 +57,8 @@ def test_run_streams_points_and_a_switch_mid_run_shows(dashboard: Dashboard) -> 
     rms = next(t for t in dashboard.plots.latency.data if t.name == "RMSNorm")
     assert "circle" in rms.marker.symbol and rms.marker.symbol[-1] == "circle-open"  # on, then off
     assert len(dashboard.plots.throughput.data[0].x) >= 1
+    bars = dashboard.plots.speedup.data[0]
+    assert "RMSNorm" in bars.x and all(y > 0 for y in bars.y)  # medians of samples on a kernel
     assert dashboard.run_button.disabled is False and "cancelled" in dashboard.status.value
 
 

@@ -29,7 +29,8 @@ class Dashboard:
         self.handle: RunHandle | None = None
         self.status = widgets.HTML(value="Ready.", layout={"min_height": "1.5em"})
         self.status.add_class("kx-status")
-        self.table = LayerTable(explorer, on_error=self.show_error)
+        self.output = widgets.Output(layout={"max_height": "160px", "overflow": "auto"})  # download bars
+        self.table = LayerTable(explorer, on_error=self.show_error, output=self.output)
         self.plots = LivePlots(explorer.results)
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(
@@ -48,9 +49,10 @@ class Dashboard:
             [
                 widgets.Accordion(children=[hardware], titles=("Hardware and accepted build variants",)),
                 self.table,
+                self.output,
                 widgets.HBox([self.run_button, self.stop_button, self.progress]),
                 self.status,
-                self.plots.latency,
+                widgets.HBox([self.plots.latency, self.plots.speedup]),
                 widgets.HBox([self.plots.divergence, self.plots.throughput]),
             ]
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +56,11 @@ class LayerTable(anywidget.AnyWidget):
     _css = _asset("layer_table.css")
     rows = traitlets.List([]).tag(sync=True)
 
-    def __init__(self, explorer: Explorer, on_error: Any = None, **kwargs: Any) -> None:
+    def __init__(self, explorer: Explorer, on_error: Any = None, output: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.explorer = explorer
         self.on_error = on_error
+        self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
         self.refresh()
 
@@ -67,14 +69,18 @@ class LayerTable(anywidget.AnyWidget):
 
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
         try:
-            if content.get("type") == "toggle":
-                instances = [content["instance"]] if content.get("instance") else None
-                if content.get("on"):
-                    self.explorer.on(content["layer"], instances)
-                else:
-                    self.explorer.off(content["layer"], instances)
+            with self.output if self.output is not None else contextlib.nullcontext():
+                self._toggle(content)
         except Exception as error:  # shown in the dashboard's status line, not lost in the log
             if self.on_error is not None:
                 self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
         finally:
             self.refresh()
+
+    def _toggle(self, content: dict[str, Any]) -> None:
+        if content.get("type") == "toggle":
+            instances = [content["instance"]] if content.get("instance") else None
+            if content.get("on"):
+                self.explorer.on(content["layer"], instances)
+            else:
+                self.explorer.off(content["layer"], instances)

@@ -6,6 +6,8 @@ one `batch_update`, so the browser gets one message per batch instead of one per
 
 from __future__ import annotations
 
+import contextlib
+import statistics
 import threading
 from collections import defaultdict
 from typing import Any
@@ -28,9 +30,21 @@ class LivePlots:
                 "xaxis_title": "seconds",
                 "yaxis_title": "x",
                 "height": 300,
+                "width": 600,
                 "margin": {"t": 40, "b": 40},
             }
         )
+        self.speedup = go.FigureWidget(
+            [go.Bar(x=[], y=[], name="median speedup", text=[], textposition="outside")],
+            layout={
+                "title": "Median speedup per layer (samples on a kernel)",
+                "yaxis_title": "x",
+                "height": 300,
+                "width": 420,
+                "margin": {"t": 40, "b": 40},
+            },
+        )
+        self._speedups: dict[str, list[float]] = defaultdict(list)
         self.throughput = go.FigureWidget(
             [go.Scatter(x=[], y=[], mode="lines+markers", name="model")],
             layout={
@@ -79,9 +93,20 @@ class LivePlots:
             return
         if self._start is None:
             self._start = batch[0].time
-        with self.latency.batch_update(), self.throughput.batch_update(), self.divergence.batch_update():
+        figures = (self.latency, self.speedup, self.throughput, self.divergence)
+        with contextlib.ExitStack() as stack:
+            for figure in figures:
+                stack.enter_context(figure.batch_update())
             for record in batch:
                 self._draw(record)
+            self._draw_speedup_bars()
+
+    def _draw_speedup_bars(self) -> None:
+        layers = [name for name, values in self._speedups.items() if values]
+        medians = [statistics.median(self._speedups[name]) for name in layers]
+        bars = self.speedup.data[0]
+        bars.x, bars.y = layers, medians
+        bars.text = [f"{m:.2f}x" for m in medians]
 
     def _trace(self, layer: str) -> Any:
         for trace in self.latency.data:
@@ -101,13 +126,15 @@ class LivePlots:
                 *(trace.marker.symbol or ()),
                 "circle" if values.get("kernel_on") else "circle-open",
             )
+            if values.get("kernel_on"):
+                self._speedups[record.layer].append(values["speedup"])
         elif record.kind == "model_throughput":
             line = self.throughput.data[0]
             line.x = (*line.x, seconds)
             line.y = (*line.y, values["tokens_s"])
         elif record.kind == "layer_divergence" and record.layer:
             worst = self._worst[record.layer]
-            for key in ("kernel_err64", "pytorch_err64", "max_ulp"):
+            for key in ("kernel_err64", "pytorch_err64", "max_ulp", "max_abs"):
                 if values.get(key) is not None:
                     worst[key] = max(worst.get(key, 0.0), float(values[key]))
             layers = list(self._worst)
@@ -116,7 +143,9 @@ class LivePlots:
             kernel.y = [max(self._worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
             pytorch.y = [max(self._worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
             kernel.hovertext = [
-                f"max ULP vs PyTorch: {int(self._worst[n].get('max_ulp', 0))}" for n in layers
+                f"vs PyTorch: max abs {self._worst[n].get('max_abs', 0.0):.2e}, "
+                f"max ULP {int(self._worst[n].get('max_ulp', 0))}"
+                for n in layers
             ]
 
     def points(self) -> int:
