@@ -68,14 +68,15 @@ class LayerTable(anywidget.AnyWidget):
         self.rows = table_rows(self.explorer)
 
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
-        try:
-            with self.output if self.output is not None else contextlib.nullcontext():
+        # Caught inside the Output context: in a kernel, Output swallows exceptions (it prints them).
+        with self.output if self.output is not None else contextlib.nullcontext():
+            try:
                 self._toggle(content)
-        except Exception as error:  # shown in the dashboard's status line, not lost in the log
-            if self.on_error is not None:
-                self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
-        finally:
-            self.refresh()
+            except Exception as error:  # shown in the dashboard's status line, not lost in the log
+                if self.on_error is not None:
+                    self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
+            finally:
+                self.refresh()
 
     def _toggle(self, content: dict[str, Any]) -> None:
         if content.get("type") == "toggle":
