@@ -28,13 +28,9 @@ def figures(log: ResultLog) -> list[Any]:
             title="Layer speedup (PyTorch time / kernel time, per interleaved pair)", yaxis_title="x"
         )
         found.append(fig)
-    divergence = log.to_pandas("layer_divergence")
-    if not divergence.empty:
-        worst = divergence.groupby("layer", sort=False).agg(
-            kernel_err64=("kernel_err64", "max"),
-            pytorch_err64=("pytorch_err64", "max"),
-            max_ulp=("max_ulp", "max"),
-        )
+    summary = log.layer_summary()
+    if "kernel_err64" in summary.columns:
+        worst = summary.set_index("layer")
         fig = go.Figure(
             [
                 go.Bar(x=worst.index, y=worst["kernel_err64"], name="kernel vs float64"),

@@ -39,28 +39,16 @@ class CapturedInputs:
 
 def _tensor_bytes(value: Any) -> int:
     import torch
+    from torch.utils._pytree import tree_leaves
 
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (tuple, list)):
-        return sum(_tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(v) for v in value.values())
-    return 0
+    return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
 
 
 def _detached(value: Any) -> Any:
     import torch
+    from torch.utils._pytree import tree_map
 
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, tuple):
-        return tuple(_detached(v) for v in value)
-    if isinstance(value, list):
-        return [_detached(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _detached(v) for k, v in value.items()}
-    return value
+    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
 
 
 def model_inputs(model: nn.Module, inputs: Any, tokenizer: Any | None) -> dict[str, Any]:

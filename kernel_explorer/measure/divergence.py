@@ -79,16 +79,11 @@ def divergence(kernel: torch.Tensor, pytorch: torch.Tensor, reference: torch.Ten
 
 def _to_float64(value: Any) -> Any:
     import torch
+    from torch.utils._pytree import tree_map
 
-    if isinstance(value, torch.Tensor):
-        return value.double() if value.is_floating_point() else value
-    if isinstance(value, tuple):
-        return tuple(_to_float64(v) for v in value)
-    if isinstance(value, list):
-        return [_to_float64(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_float64(v) for k, v in value.items()}
-    return value
+    return tree_map(
+        lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t, value
+    )
 
 
 def float64_reference(target: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
