@@ -175,14 +175,14 @@ def query_hub(
     from kernels.variants import get_variants, resolve_variant
 
     cached = cached_variant_dir(ref, backend)
-    if cached is not None:
-        return Availability(State.READY, "in the local cache", variant=cached.name)
-    if is_offline():
+    if is_offline():  # kernels skips the trust check offline: the cache decides
+        if cached is not None:
+            return Availability(State.READY, "in the local cache", variant=cached.name)
         return Availability(State.OFFLINE_NOT_CACHED, "HF_HUB_OFFLINE is set and no build is cached")
     try:
         with hub_session():
             api = _api()
-            if not ref.trusts(allowlist):
+            if not ref.trusts(allowlist):  # online, kernels checks trust before it looks at the cache
                 org = ref.repo_id.split("/", 1)[0]
                 overview = api.get_organization_overview(org)
                 if not getattr(overview, "trustedKernelPublisher", False):
@@ -191,6 +191,8 @@ def query_hub(
                         f"the Hub does not flag {org!r} as a trusted kernel publisher; to opt in, "
                         f"pass trust_remote_code=[{ref.repo_id!r}] to Explorer",
                     )
+            if cached is not None:
+                return Availability(State.READY, "in the local cache", variant=cached.name)
             revision = ref.ref
             if ref.version is not None:
                 branches = {

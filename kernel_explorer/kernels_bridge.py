@@ -178,10 +178,3 @@ def kernel_origin(function: Any) -> KernelOrigin | None:
 def bound_function(forward: Any) -> Any:
     """The plain function behind a bound forward (`MethodType`), or the object itself."""
     return forward.__func__ if isinstance(forward, MethodType) else forward
-
-
-def forget_failed_layer(repository: Any) -> None:
-    """Drop a repository from `kernels`' layer memo so a retry loads it again (after a fix)."""
-    from kernels.layer.layer import _CACHED_LAYER
-
-    _CACHED_LAYER.pop(repository, None)

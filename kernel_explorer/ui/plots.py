@@ -15,6 +15,11 @@ from typing import Any
 from kernel_explorer.results import Record, ResultLog
 
 
+def _layout(title: str, *, width: int, **extra: Any) -> dict[str, Any]:
+    """One look for every live plot: the same height and margins, its own title and width."""
+    return {"title": title, "height": 300, "width": width, "margin": {"t": 40, "b": 40}, **extra}
+
+
 class LivePlots:
     """Three FigureWidgets (latency, throughput, divergence) that follow a ResultLog."""
 
@@ -25,44 +30,25 @@ class LivePlots:
         self.log = log
         self.interval = interval
         self.latency = go.FigureWidget(
-            layout={
-                "title": "Speedup per sample (PyTorch time / time of what runs now)",
-                "xaxis_title": "seconds",
-                "yaxis_title": "x",
-                "height": 300,
-                "width": 600,
-                "margin": {"t": 40, "b": 40},
-            }
+            layout=_layout(
+                "Speedup per sample (PyTorch time / time of what runs now)",
+                width=600,
+                xaxis_title="seconds",
+                yaxis_title="x",
+            )
         )
         self.speedup = go.FigureWidget(
             [go.Bar(x=[], y=[], name="median speedup", text=[], textposition="outside")],
-            layout={
-                "title": "Median speedup per layer (samples on a kernel)",
-                "yaxis_title": "x",
-                "height": 300,
-                "width": 420,
-                "margin": {"t": 40, "b": 40},
-            },
+            layout=_layout("Median speedup per layer (samples on a kernel)", width=420, yaxis_title="x"),
         )
         self._speedups: dict[str, list[float]] = defaultdict(list)
         self.throughput = go.FigureWidget(
             [go.Scatter(x=[], y=[], mode="lines+markers", name="model")],
-            layout={
-                "title": "Model tokens/s (one forward)",
-                "xaxis_title": "seconds",
-                "height": 250,
-                "margin": {"t": 40, "b": 40},
-            },
+            layout=_layout("Model tokens/s (one forward)", width=480, xaxis_title="seconds"),
         )
         self.divergence = go.FigureWidget(
             [go.Bar(x=[], y=[], name="kernel vs float64"), go.Bar(x=[], y=[], name="PyTorch vs float64")],
-            layout={
-                "title": "Max abs error vs float64 (hover: max ULP)",
-                "yaxis_type": "log",
-                "height": 300,
-                "width": 480,
-                "margin": {"t": 40, "b": 40},
-            },
+            layout=_layout("Max abs error vs float64 (hover: max ULP)", width=480, yaxis_type="log"),
         )
         self._pending: list[Record] = []
         self._lock = threading.Lock()
