@@ -89,6 +89,20 @@ def test_activation_matches_eager(hub: dict, isa: str, op: str, dtype: torch.dty
         _assert_accuracy(got, want, ref(x.double()))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_activation_sweep_over_the_whole_range(hub: dict, isa: str, dtype: torch.dtype) -> None:
+    """400,000 points across [-12, 12]: the fast exp/tanh stay within tolerance everywhere, and
+    where eager rounds tanh to a 16-bit type before `1 + tanh` (NewGELU, FastGELU) the kernel
+    rounds it the same way, so those are bitwise equal to eager (a tie missed would show here)."""
+    x = torch.linspace(-12, 12, 400_002, dtype=torch.float64).to(dtype)  # even, for silu_and_mul
+    for op, ref in ACTIVATIONS.items():
+        got, want = getattr(hub["activation"], op)(x), ref(x)
+        torch.testing.assert_close(got, want, msg=lambda m, op=op: f"{op}: {m}")
+        _assert_accuracy(got, want, ref(x.double()))
+        if dtype != torch.float32 and op in ("gelu_new", "gelu_fast"):
+            assert torch.equal(got, want), op
+
+
 @pytest.mark.parametrize("op", ["silu", "gelu_new", "silu_and_mul"])
 def test_activation_out_form_writes_in_place(hub: dict, op: str) -> None:
     x = _inputs((5, 64), torch.bfloat16)

@@ -3,35 +3,55 @@
 // Each formula follows eager PyTorch operation by operation: ATen's own vectorized kernels for
 // F.silu / F.gelu, and for the Python formulas of Transformers' NewGELU, FastGELU and QuickGELU a
 // rounding to the storage dtype wherever eager materialises an intermediate tensor. One pass over
-// memory replaces eager's five to nine.
+// memory replaces eager's five to nine, and exp/tanh come from kx_vec.h's fast versions instead of
+// Sleef's (see there for the accuracy, and for how 16-bit roundings still match eager's).
 #include "activation_table.h"
 #include "kx_vec.h"
 
 namespace KX_ISA_NS {
 using kx::VecF;
+using kx::exp_fast;
 using kx::rnd;
+using kx::rnd_like_sleef;
+using kx::tanh_fast;
+
+inline VecF sleef_tanh(const VecF& v) { return v.tanh(); }
+
+// ATen's erf (Abramowitz and Stegun 7.1.26, 1.5e-7 absolute), with the fast exp.
+inline VecF erf_fast(const VecF& x) {
+  const VecF one(1.f);
+  VecF ax = x.abs();
+  VecF t = one / at::vec::fmadd(VecF(0.3275911f), ax, one);
+  VecF r = at::vec::fmadd(VecF(1.061405429f), t, VecF(-1.453152027f));
+  r = at::vec::fmadd(r, t, VecF(1.421413741f));
+  r = at::vec::fmadd(r, t, VecF(-0.284496736f));
+  r = at::vec::fmadd(r, t, VecF(0.254829592f));
+  VecF e = at::vec::fmadd((exp_fast((x * x).neg()) * t).neg(), r, one);
+  return e | (x & VecF(-0.f));  // erf is odd: the sign of x on |erf|
+}
 
 template <typename T>
 void silu(const void* x, void* y, int64_t n) {
   const VecF one(1.f);
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n,
-           [&](const VecF& v) { return v / (one + v.neg().exp()); });
+           [&](const VecF& v) { return v / (one + exp_fast(v.neg())); });
 }
 
 template <typename T>
 void gelu(const void* x, void* y, int64_t n) {  // F.gelu, exact erf form (ATen GeluKernel)
   const VecF alpha(static_cast<float>(M_SQRT1_2)), one(1.f), half(0.5f);
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n,
-           [&](const VecF& v) { return v * half * (one + (v * alpha).erf()); });
+           [&](const VecF& v) { return v * half * (one + erf_fast(v * alpha)); });
 }
 
 template <typename T>
 void gelu_tanh(const void* x, void* y, int64_t n) {  // F.gelu(approximate="tanh") (ATen GeluKernel)
-  const VecF beta(static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5)), kappa(0.044715f), one(1.f), half(0.5f);
+  // 0.5 * x * (1 + tanh(u)) is x / (1 + exp(-2u)): one exp, and no cancellation for u << 0, so
+  // it is closer to the exact value than eager's form (which rounds once, at the end, as here).
+  const VecF minus_two_beta(static_cast<float>(-2 * M_SQRT2 * M_2_SQRTPI * 0.5)), kappa(0.044715f), one(1.f);
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n, [&](const VecF& v) {
     VecF cube = v * v * v;
-    VecF inner = beta * (v + kappa * cube);
-    return half * v * (one + inner.tanh());
+    return v / (one + exp_fast(minus_two_beta * (v + kappa * cube)));
   });
 }
 
@@ -45,7 +65,7 @@ void gelu_new(const void* x, void* y, int64_t n) {
     VecF sq = std::is_same_v<T, c10::BFloat16> ? rnd<T>(v * v) : v * v;
     VecF cube = rnd<T>(sq * v);
     VecF inner = rnd<T>(c * rnd<T>(v + rnd<T>(kappa * cube)));
-    return t1 * rnd<T>(one + rnd<T>(inner.tanh()));
+    return t1 * rnd<T>(one + rnd_like_sleef<T>(tanh_fast(inner), inner, sleef_tanh));
   });
 }
 
@@ -57,7 +77,8 @@ void gelu_fast(const void* x, void* y, int64_t n) {
     VecF t1 = rnd<T>(half * v);
     VecF u = rnd<T>(v * c);
     VecF w = rnd<T>(one + rnd<T>(rnd<T>(kappa * v) * v));
-    VecF t = rnd<T>(rnd<T>(u * w).tanh());
+    VecF uw = rnd<T>(u * w);
+    VecF t = rnd_like_sleef<T>(tanh_fast(uw), uw, sleef_tanh);
     return t1 * rnd<T>(one + t);
   });
 }
@@ -68,7 +89,7 @@ void gelu_quick(const void* x, void* y, int64_t n) {
   const VecF k(1.702f), one(1.f), zero(0.f);
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n, [&](const VecF& v) {
     VecF a = rnd<T>(k * v);
-    VecF s = rnd<T>(((zero - a).exp() + one).reciprocal());
+    VecF s = rnd<T>((exp_fast(zero - a) + one).reciprocal());
     return v * s;
   });
 }
@@ -79,7 +100,7 @@ void silu_and_mul(const void* x, void* y, int64_t rows, int64_t d, int64_t in_st
   const VecF one(1.f);
   const T* in = static_cast<const T*>(x);
   kx::map2_rows(in, in + d, in_stride, static_cast<T*>(y), out_stride, rows, d,
-                [&](const VecF& a, const VecF& b) { return rnd<T>(a / (one + a.neg().exp())) * b; });
+                [&](const VecF& a, const VecF& b) { return rnd<T>(a / (one + exp_fast(a.neg()))) * b; });
 }
 
 #define KX_BY_DTYPE(fn) {fn<float>, fn<c10::BFloat16>, fn<c10::Half>}

@@ -119,6 +119,94 @@ inline VecF rnd(const VecF& a) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fast float32 math. Sleef's u10 functions (what at::vec calls) are accurate to 1 ulp but slow:
+// tanhf alone costs about 100 cycles per AVX-512 vector, which is what makes eager GELU-tanh
+// compute-bound. These are within ~2 ulp and a quarter of the cost. Where eager rounds such a
+// value to a 16-bit type and a one-ulp change in that rounding could be amplified downstream
+// (`1 + tanh` near -1), callers use `rnd_like_sleef`, which falls back to Sleef near a tie.
+
+#if defined(CPU_CAPABILITY_AVX512)
+// exp(x): Cephes' expf polynomial after a two-constant ln2 reduction; vscalefps applies 2^n with
+// IEEE overflow to inf and gradual underflow, so no special cases are needed beyond the clamp.
+inline VecF exp_fast(const VecF& x) {
+  __m512 v = _mm512_max_ps(_mm512_set1_ps(-104.f), _mm512_min_ps(_mm512_set1_ps(89.f), x));  // NaN stays
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return VecF(_mm512_scalef_ps(y, n));
+}
+#elif defined(CPU_CAPABILITY_AVX2)
+// 2^n for integral n in [-150, 128], as two factors so each stays a normal float.
+inline __m256 pow2_split(__m256 y, __m256 n) {
+  __m256i ni = _mm256_cvtps_epi32(n);
+  __m256i half = _mm256_srai_epi32(ni, 1);
+  __m256i rest = _mm256_sub_epi32(ni, half);
+  __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+  __m256 b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, a), b);
+}
+
+inline VecF exp_fast(const VecF& x) {
+  __m256 v = _mm256_max_ps(_mm256_set1_ps(-104.f), _mm256_min_ps(_mm256_set1_ps(89.f), x));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), v);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  __m256 out = pow2_split(y, n);
+  return VecF(_mm256_blendv_ps(out, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));  // NaN in, NaN out
+}
+#else
+inline VecF exp_fast(const VecF& x) { return x.exp(); }
+#endif
+
+// tanh(x): Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (exp(2|x|) + 1) above, sign restored.
+inline VecF tanh_fast(const VecF& x) {
+  const VecF one(1.f), two(2.f);
+  VecF ax = x.abs();
+  VecF z = x * x;
+  VecF p(-5.70498872745e-3f);
+  p = at::vec::fmadd(p, z, VecF(2.06390887954e-2f));
+  p = at::vec::fmadd(p, z, VecF(-5.37397155531e-2f));
+  p = at::vec::fmadd(p, z, VecF(1.33314422036e-1f));
+  p = at::vec::fmadd(p, z, VecF(-3.33332819422e-1f));
+  VecF small = at::vec::fmadd(p * z, x, x);
+  VecF big = one - two / (exp_fast(ax + ax) + one);
+  big = big | (x & VecF(-0.f));  // copy the sign of x
+  return VecF::blendv(big, small, ax < VecF(0.625f));
+}
+
+// Rounds a fast approximation of f(x) to T as eager rounds Sleef's f(x): when the fast value lies
+// within a few ulp of a rounding tie in T, the whole vector is recomputed with `exact` (rare:
+// about one element in 10^4), so the rounded result is the one eager stores.
+template <typename T, typename Exact>
+inline VecF rnd_like_sleef(const VecF& fast, const VecF& x, const Exact& exact) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fast;
+  } else {
+    const VecF margin(1.f / (1 << 20));  // 8 float32 ulp at the top of a binade, 16 at the bottom
+    VecF d = fast.abs() * margin;
+    VecF lo = rnd<T>(fast - d), hi = rnd<T>(fast + d);
+    if ((lo != hi).zero_mask() != (1 << VecF::size()) - 1) return rnd<T>(exact(x));
+    return lo;
+  }
+}
+
 // Elementwise map over n contiguous elements: y = f(x). f works on float32 vectors.
 template <typename T, typename F>
 inline void map1(const T* x, T* y, int64_t n, const F& f) {
