@@ -80,28 +80,24 @@ inline void store2_tail(T* p, int64_t n, const VecF& a, const VecF& b) {
   }
 }
 
-// bfloat16 round-to-nearest-even without leaving float32 lanes (NaN stays a quiet NaN): the same
-// bits as ATen's conversion, without its pack and unpack shuffles.
+// bfloat16 round-to-nearest-even without leaving float32 lanes: the same bits as ATen's
+// conversion, without its pack and unpack shuffles. Every lane here holds a bfloat16 value or the
+// float32 result of arithmetic on such values, so a NaN has a zero low half (inputs are widened
+// bfloat16, arithmetic only quiets or propagates a payload) and the add cannot carry into its
+// exponent: NaN stays NaN without the compare-and-blend a general float32 input would need.
 #if defined(CPU_CAPABILITY_AVX512)
 inline VecF rnd_bf16(const VecF& a) {
-  __m512 v = a;
-  __m512i bits = _mm512_castps_si512(v);
+  __m512i bits = _mm512_castps_si512(a);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  rounded = _mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
-  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7fc00000));
-  return VecF(_mm512_castsi512_ps(rounded));
+  return VecF(_mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
 }
 #elif defined(CPU_CAPABILITY_AVX2)
 inline VecF rnd_bf16(const VecF& a) {
-  __m256 v = a;
-  __m256i bits = _mm256_castps_si256(v);
+  __m256i bits = _mm256_castps_si256(a);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-  rounded = _mm256_and_si256(rounded, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
-  __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-  return VecF(_mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan));
+  return VecF(_mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(static_cast<int>(0xffff0000u)))));
 }
 #endif
 
