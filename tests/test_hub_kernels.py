@@ -112,6 +112,37 @@ def test_activation_out_form_writes_in_place(hub: dict, op: str) -> None:
     assert torch.equal(out, expected)
 
 
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def test_large_outputs_are_ordinary_tensors_and_are_freed(hub: dict) -> None:
+    """Outputs of 32 MiB and more live in huge pages from the kernels' own allocator: they must
+    behave like any tensor (clone, resize, in-place ops) and go back to the system when dropped."""
+    x = _inputs((2048, 4096), torch.float32)  # 32 MiB: the first size that takes huge pages
+    q = _inputs((1, 32, 2048, 128), torch.float32)
+    cos, sin = _inputs((1, 2048, 128), torch.float32), _inputs((1, 2048, 128), torch.float32)
+    weight = torch.ones(4096)
+    calls = {
+        "silu": lambda: hub["activation"].silu(x),
+        "rms_norm": lambda: hub["rmsnorm"].rms_norm(x, weight, 1e-6),
+        "rotary": lambda: hub["rotary"].apply_rotary(q, q, cos, sin)[0],
+    }
+    for name, call in calls.items():
+        y = call()
+        assert y.is_contiguous() and y.untyped_storage().nbytes() >= 32 * 2**20, name
+        twice = y.clone().mul_(2)
+        torch.testing.assert_close(twice / 2, y)
+        y.resize_(2, 3).fill_(1.0)  # a resizable storage, like at::empty's
+        assert y.sum().item() == 6
+    before = _resident_mib()
+    for _ in range(20):
+        for call in calls.values():
+            call()
+    assert _resident_mib() - before < 200, "huge-page outputs are not released"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("weight_dtype", ["same", torch.float32], ids=str)
 def test_rmsnorm_matches_llama_rmsnorm(hub: dict, isa: str, dtype: torch.dtype, weight_dtype) -> None:

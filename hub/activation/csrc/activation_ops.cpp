@@ -18,7 +18,7 @@ template <int Op>
 at::Tensor unary(const at::Tensor& x) {
   static const char* names[] = {"silu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_quick"};
   kx::dtype_code(x, names[Op]);
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = kx::empty_output(x.sizes(), x.scalar_type());
   run_unary(Op, names[Op], out, x);
   return out;
 }
@@ -54,7 +54,7 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
               "silu_and_mul: the last dimension must be even, got ", x.sizes());
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() /= 2;
-  at::Tensor out = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = kx::empty_output(shape, x.scalar_type());
   silu_and_mul_out(out, x);
   return out;
 }

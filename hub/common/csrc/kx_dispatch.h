@@ -4,7 +4,10 @@
 
 #include <Python.h>
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/Allocator.h>
 #include <torch/library.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <string>
@@ -82,6 +85,39 @@ inline void check_out(const at::Tensor& out, const at::Tensor& like, const char*
                   out.is_contiguous() && out.device() == like.device(),
               op, ": out= must be a contiguous ", like.scalar_type(), " tensor of shape ", like.sizes(),
               ", got ", out.scalar_type(), " ", out.sizes(), out.is_contiguous() ? "" : " (non-contiguous)");
+}
+
+// Outputs of 32 MiB and more come from 2 MiB transparent huge pages. glibc serves every such
+// allocation with a fresh mmap (its adaptive threshold stops at 32 MiB), so the first write faults
+// in every 4 KiB page, and at LLM sizes that costs more than the kernel itself: about 25 ms for a
+// 2048 x 11008 float32 activation that the kernel computes in 5. Huge pages make that 512 times
+// fewer faults. PyTorch offers the same for every tensor behind THP_MEM_ALLOC_ENABLE=1; here it is
+// only the kernel's own outputs. MADV_HUGEPAGE is advice: where THP is off, 4 KiB pages it is.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugePagesFrom = size_t{32} << 20;
+
+struct HugePageAllocator final : c10::Allocator {
+  static void release(void* p) { std::free(p); }
+
+  c10::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    TORCH_CHECK(posix_memalign(&p, kHugePage, n) == 0, "out of memory: could not allocate ", n, " bytes");
+    madvise(p, n & ~(kHugePage - 1), MADV_HUGEPAGE);  // whole huge pages inside the block only
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+// A contiguous CPU tensor for a kernel's result: at::empty, or huge-page backed when large.
+inline at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
+  size_t nbytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
+  if (nbytes < kHugePagesFrom) return at::empty(sizes, at::TensorOptions().dtype(dtype));
+  static HugePageAllocator allocator;
+  return at::detail::empty_generic(sizes, &allocator, c10::DispatchKeySet(c10::DispatchKey::CPU), dtype,
+                                   c10::MemoryFormat::Contiguous);
 }
 
 }  // namespace kx

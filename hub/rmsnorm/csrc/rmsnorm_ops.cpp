@@ -31,7 +31,7 @@ void rms_norm_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   kx::dtype_code(x, "rms_norm");
   kx::dtype_code(weight, "rms_norm (weight)");
-  at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype(x, weight)));
+  at::Tensor out = kx::empty_output(x.sizes(), out_dtype(x, weight));
   rms_norm_out(out, x, weight, eps);
   return out;
 }

@@ -18,7 +18,7 @@ at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tenso
   at::Tensor s = sin.expand(x.sizes());
   if (c.stride(-1) != 1) c = c.contiguous();
   if (s.stride(-1) != 1) s = s.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = kx::empty_output(x.sizes(), x.scalar_type());
   if (x.numel() == 0) return out;
   kx::RowIndex index{};
   index.dims = static_cast<int>(x.dim()) - 1;
