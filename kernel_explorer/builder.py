@@ -5,11 +5,11 @@ The output is laid out exactly as kernel-builder lays out a Hub kernel repositor
 `metadata.json`, the Python package files, a generated `_ops.py`, and `<id>.abi3.so`, which registers
 its ops under the metadata id.
 
-Each C++ kernel source is compiled once per instruction set (AVX-512, AVX2, portable on x86-64;
-portable elsewhere) and the library chooses at run time, so one build runs on any CPU of the
-architecture. Builds go into the cache, keyed by a hash of the sources, torch, the compiler and the
-flags; a finished build carries a stamp with the library's checksum, so a half-written or corrupt
-build is detected and rebuilt, never loaded.
+Each C++ kernel source is compiled once per instruction set (AVX-512 with and without the BF16
+conversions, AVX2 and portable on x86-64; portable elsewhere) and the library chooses at run time,
+so one build runs on any CPU of the architecture. Builds go into the cache, keyed by a hash of the
+sources, torch, the compiler and the flags; a finished build carries a stamp with the library's
+checksum, so a half-written or corrupt build is detected and rebuilt, never loaded.
 """
 
 from __future__ import annotations
@@ -51,10 +51,14 @@ def _hub_sources() -> Path:
 HUB_SOURCES = _hub_sources()
 _STAMP = ".kx-build.json"
 # Bump when the build recipe changes, so every cached build is redone.
-_RECIPE_VERSION = 1
+_RECIPE_VERSION = 2
 
 # The flags ATen itself uses for each CPU_CAPABILITY, so `at::vec::Vectorized` takes the same path.
 _ISA_FLAGS: dict[str, list[str]] = {
+    "avx512bf16": [
+        "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma",
+        "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
+    ],
     "avx512": [
         "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
         "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
@@ -84,7 +88,11 @@ class BuiltRepo:
 
 def isas_for_this_machine() -> tuple[str, ...]:
     """Code paths compiled into each library: all x86-64 ones on x86-64, portable elsewhere."""
-    return ("avx512", "avx2", "portable") if platform.machine() in ("x86_64", "AMD64") else ("portable",)
+    return (
+        ("avx512bf16", "avx512", "avx2", "portable")
+        if platform.machine() in ("x86_64", "AMD64")
+        else ("portable",)
+    )
 
 
 def build_variant() -> str:

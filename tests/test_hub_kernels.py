@@ -20,7 +20,7 @@ from kernel_explorer.builder import isas_for_this_machine
 from kernel_explorer.hardware import detect_hardware
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-_ISA_NEEDS = {"avx512": "AVX-512F", "avx2": "AVX2"}
+_ISA_NEEDS = {"avx512bf16": "AVX-512-BF16", "avx512": "AVX-512F", "avx2": "AVX2"}
 
 
 def _runnable_isas() -> list[str]:

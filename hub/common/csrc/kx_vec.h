@@ -29,6 +29,9 @@
 #define KX_ISA_NS KX_CAT(kx_isa_, KX_ISA)
 
 namespace kx {
+// Per-ISA inline namespace: the avx512 and avx512bf16 units share at::vec's types, so without it
+// their differing inline helpers would have the same symbols and the linker could keep either.
+inline namespace KX_ISA_NS {
 
 using VecF = at::vec::Vectorized<float>;
 constexpr int64_t kVecF = VecF::size();
@@ -68,6 +71,10 @@ inline void store2(T* p, const VecF& a, const VecF& b) {
   if constexpr (std::is_same_v<T, float>) {
     a.store(p);
     b.store(p + kVecF);
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // one instruction for 32 lanes
+#endif
   } else {
     at::vec::convert_from_float<T>(a, b).store(p);
   }
@@ -78,6 +85,11 @@ inline void store2_tail(T* p, int64_t n, const VecF& a, const VecF& b) {
   if constexpr (std::is_same_v<T, float>) {
     a.store(p, std::min(n, kVecF));
     if (n > kVecF) b.store(p + kVecF, n - kVecF);
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+  } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    _mm512_mask_storeu_epi16(p, static_cast<__mmask32>((uint64_t{1} << n) - 1),
+                             (__m512i)_mm512_cvtne2ps_pbh(b, a));
+#endif
   } else {
     at::vec::convert_from_float<T>(a, b).store(p, n);
   }
@@ -88,7 +100,13 @@ inline void store2_tail(T* p, int64_t n, const VecF& a, const VecF& b) {
 // float32 result of arithmetic on such values, so a NaN has a zero low half (inputs are widened
 // bfloat16, arithmetic only quiets or propagates a payload) and the add cannot carry into its
 // exponent: NaN stays NaN without the compare-and-blend a general float32 input would need.
-#if defined(CPU_CAPABILITY_AVX512)
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+// vcvtneps2bf16 rounds to nearest even (NaN stays NaN) in one instruction.
+inline VecF rnd_bf16(const VecF& a) {
+  __m256i h = (__m256i)_mm512_cvtneps_pbh(a);
+  return VecF(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+#elif defined(CPU_CAPABILITY_AVX512)
 inline VecF rnd_bf16(const VecF& a) {
   __m512i bits = _mm512_castps_si512(a);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -266,4 +284,5 @@ inline void map2_rows(const T* x0, const T* x1, int64_t in_stride, T* y, int64_t
   for_each_row(rows, cols, row);
 }
 
+}  // namespace KX_ISA_NS
 }  // namespace kx
