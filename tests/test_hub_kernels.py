@@ -136,6 +136,15 @@ def test_large_outputs_are_ordinary_tensors_and_are_freed(hub: dict) -> None:
         torch.testing.assert_close(twice / 2, y)
         y.resize_(2, 3).fill_(1.0)  # a resizable storage, like at::empty's
         assert y.sum().item() == 6
+    # Outputs this large are also streamed past the cache, after a peel to the first 64-byte
+    # boundary: check the values, for an aligned output and for one that starts mid-line.
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        shifted = torch.empty(xd.numel() + 3, dtype=dtype)[3:].view(xd.shape)
+        for op in ("silu", "gelu_tanh"):
+            want = ACTIVATIONS[op](xd)
+            torch.testing.assert_close(getattr(hub["activation"], op)(xd), want)
+            torch.testing.assert_close(getattr(hub["activation"], op)(xd, out=shifted), want)
     before = _resident_mib()
     for _ in range(20):
         for call in calls.values():

@@ -224,12 +224,62 @@ inline VecF rnd_like_sleef(const VecF& fast, const VecF& x, const Exact& exact) 
   }
 }
 
+// Outputs at least this large are written with non-temporal stores (AVX-512 paths): they will
+// not stay in cache for the next op anyway, and bypassing it saves the read of every output line
+// that a normal store does first, a third of the memory traffic of an elementwise op.
+constexpr int64_t kStreamFromBytes = int64_t{8} << 20;
+
+// Stores one block at p, which must be 64-byte aligned, around the cache (AVX-512 paths only).
+template <typename T>
+inline void stream2(T* p, const VecF& a, const VecF& b) {
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    _mm512_stream_ps(p, a);
+    _mm512_stream_ps(p + kVecF, b);
+#if defined(__AVX512BF16__)
+  } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+#endif
+  } else {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), __m512i(at::vec::convert_from_float<T>(a, b)));
+  }
+#else
+  store2(p, a, b);
+#endif
+}
+
+constexpr bool kCanStream =
+#if defined(CPU_CAPABILITY_AVX512)
+    true;
+#else
+    false;
+#endif
+
 // Elementwise map over n contiguous elements: y = f(x). f works on float32 vectors.
 template <typename T, typename F>
 inline void map1(const T* x, T* y, int64_t n, const F& f) {
+  const bool stream = kCanStream && n * static_cast<int64_t>(sizeof(T)) >= kStreamFromBytes &&
+                      reinterpret_cast<uintptr_t>(y) % sizeof(T) == 0;
   auto body = [&](int64_t begin, int64_t end) {
     int64_t i = begin;
     VecF a, b;
+    if (stream) {
+      // Normal stores up to the first 64-byte boundary, then whole blocks streamed.
+      int64_t off = static_cast<int64_t>(reinterpret_cast<uintptr_t>(y + i) % 64) / sizeof(T);
+      if (off) {
+        int64_t peel = std::min<int64_t>(end - i, 64 / sizeof(T) - off);
+        load2_tail(x + i, peel, a, b);
+        store2_tail(y + i, peel, f(a), f(b));
+        i += peel;
+      }
+      for (; i + kBlock <= end; i += kBlock) {
+        load2(x + i, a, b);
+        stream2(y + i, f(a), f(b));
+      }
+#if defined(CPU_CAPABILITY_AVX512)
+      _mm_sfence();  // streamed stores are weakly ordered: publish them before the join
+#endif
+    }
     for (; i + kBlock <= end; i += kBlock) {
       load2(x + i, a, b);
       store2(y + i, f(a), f(b));
