@@ -1,9 +1,10 @@
 // Shared vector helpers for the bundled CPU kernels.
 //
-// Each kernel source is compiled once per instruction set (AVX-512, AVX2, portable) with
-// CPU_CAPABILITY set the way ATen sets it, so `at::vec::Vectorized` picks the matching
-// implementation (Sleef exp/tanh, the same ones eager PyTorch calls) and every ISA's symbols live
-// in their own namespace (KX_ISA_NS). The registration unit then dispatches at run time.
+// Each kernel source is compiled once per instruction set (AVX-512 with and without the BF16
+// conversions, AVX2, portable) with CPU_CAPABILITY set the way ATen sets it, so
+// `at::vec::Vectorized` picks the matching implementation, and every ISA's symbols live in their
+// own namespace (KX_ISA_NS). The registration unit then dispatches at run time. exp and tanh
+// are this file's fast versions rather than Sleef's (see "Fast float32 math" below).
 //
 // Arithmetic is done in float32 and rounded to the storage type exactly where eager PyTorch
 // stores an intermediate tensor (`rnd<T>`), which is what makes the results match eager.
