@@ -144,6 +144,17 @@ inline VecF rnd(const VecF& a) {
 // value to a 16-bit type and a one-ulp change in that rounding could be amplified downstream
 // (`1 + tanh` near -1), callers use `rnd_like_sleef`, which falls back to Sleef near a tie.
 
+// exp(r) for |r| <= ln2 / 2: Cephes' expf polynomial, shared by the ISA versions below.
+inline VecF exp_reduced(const VecF& r) {
+  VecF p(1.9875691500e-4f);
+  p = at::vec::fmadd(p, r, VecF(1.3981999507e-3f));
+  p = at::vec::fmadd(p, r, VecF(8.3334519073e-3f));
+  p = at::vec::fmadd(p, r, VecF(4.1665795894e-2f));
+  p = at::vec::fmadd(p, r, VecF(1.6666665459e-1f));
+  p = at::vec::fmadd(p, r, VecF(5.0000001201e-1f));
+  return at::vec::fmadd(p, r * r, r + VecF(1.f));
+}
+
 #if defined(CPU_CAPABILITY_AVX512)
 // exp(x): Cephes' expf polynomial after a two-constant ln2 reduction; vscalefps applies 2^n with
 // IEEE overflow to inf and gradual underflow, so no special cases are needed beyond the clamp.
@@ -153,14 +164,7 @@ inline VecF exp_fast(const VecF& x) {
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), v);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return VecF(_mm512_scalef_ps(y, n));
+  return VecF(_mm512_scalef_ps(exp_reduced(VecF(r)), n));
 }
 #elif defined(CPU_CAPABILITY_AVX2)
 // 2^n for integral n in [-150, 128], as two factors so each stays a normal float.
@@ -179,14 +183,7 @@ inline VecF exp_fast(const VecF& x) {
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), v);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  __m256 out = pow2_split(y, n);
+  __m256 out = pow2_split(exp_reduced(VecF(r)), n);
   return VecF(_mm256_blendv_ps(out, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));  // NaN in, NaN out
 }
 #else
