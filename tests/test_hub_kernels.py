@@ -103,6 +103,32 @@ def test_activation_sweep_over_the_whole_range(hub: dict, isa: str, dtype: torch
             assert torch.equal(got, want), op
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_activations_on_every_input_value(hub: dict, isa: str, dtype: torch.dtype) -> None:
+    """A 16-bit unary activation runs as a lookup in a table the kernel fills from its formula on
+    first use, so every one of the 65,536 inputs (infinities, NaNs and subnormals included) is
+    checked here: within tolerance of eager, NaN where eager gives NaN, bitwise equal to eager for
+    NewGELU and FastGELU, and as accurate as eager where the function is not trivial.
+
+    One eager quirk: F.gelu's vectorized path overflows above half the largest value (inf, and
+    NaN at +inf) where its own one-element path returns x, as the kernel does. There the
+    reference is eager's one-element path."""
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int16).view(dtype)
+    near_zero = x.abs() <= 12  # beyond, every op is 0, x or NaN in 16 bits
+    for op, ref in ACTIVATIONS.items():
+        if op == "silu_and_mul":
+            continue
+        got, want = getattr(hub["activation"], op)(x), ref(x)
+        if op == "gelu":
+            huge = x > torch.finfo(dtype).max / 2
+            want[huge] = torch.cat([ref(v.reshape(1)) for v in x[huge]])
+        torch.testing.assert_close(got, want, equal_nan=True, msg=lambda m, op=op: f"{op}: {m}")
+        assert torch.equal(got.isnan(), want.isnan()), op
+        if op in ("gelu_new", "gelu_fast"):
+            assert torch.equal(got[~want.isnan()], want[~want.isnan()]), op
+        _assert_accuracy(got[near_zero], want[near_zero], ref(x[near_zero].double()))
+
+
 @pytest.mark.parametrize("op", ["silu", "gelu_new", "silu_and_mul"])
 def test_activation_out_form_writes_in_place(hub: dict, op: str) -> None:
     x = _inputs((5, 64), torch.bfloat16)

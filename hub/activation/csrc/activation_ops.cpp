@@ -2,16 +2,95 @@
 #include "activation_table.h"
 #include "kx_dispatch.h"
 
+#include <ATen/Parallel.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
 KX_ISA_TABLE(kx::ActivationTable, kx_activation_table)
 
 namespace {
+
+// A unary op on bfloat16 or float16 has only 65,536 inputs. So the first call evaluates this code
+// path's formula (activation_isa.cpp) once on every one of them, and from then on the op is a
+// table lookup: the same bits as the formula, for a load per element instead of 20 to 60 float32
+// operations (NewGELU's bitwise-eager roundings are the most). The table is 128 KiB, one per code
+// path, op and 16-bit dtype, built in tens of microseconds and kept for the process.
+const uint16_t* value_table(int op, int code) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, std::unique_ptr<uint16_t[]>> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<uint16_t[]>& values = tables[{&table(), op, code}];
+  if (!values) {
+    std::vector<uint16_t> every(65536);
+    std::iota(every.begin(), every.end(), uint16_t{0});
+    values.reset(new uint16_t[65536]);
+    table().unary[op][code](every.data(), values.get(), 65536);
+  }
+  return values.get();
+}
+
+// Packs values[each 16-bit lane of in] back into a 64-bit word.
+inline uint64_t lookup4(const uint16_t* __restrict values, uint64_t in) {
+  return values[in & 0xffff] | uint64_t{values[(in >> 16) & 0xffff]} << 16 |
+         uint64_t{values[(in >> 32) & 0xffff]} << 32 | uint64_t{values[in >> 48]} << 48;
+}
+
+// y[i] = values[bits of x[i]] for i in [begin, end), four elements per 64-bit load and store;
+// with `stream`, the stores bypass the cache (movnti), as kx_vec.h's map1 does from 8 MiB.
+void lookup_range(const uint16_t* __restrict values, const uint16_t* __restrict x, uint16_t* __restrict y,
+                  int64_t begin, int64_t end, bool stream) {
+  int64_t i = begin;
+  for (; i < end && reinterpret_cast<uintptr_t>(y + i) % 8; ++i) y[i] = values[x[i]];
+  uint64_t word;
+#if defined(__SSE2__) && defined(__x86_64__)
+  if (stream) {
+    for (; i + 4 <= end; i += 4) {
+      std::memcpy(&word, x + i, 8);
+      _mm_stream_si64(reinterpret_cast<long long*>(y + i), static_cast<long long>(lookup4(values, word)));
+    }
+    _mm_sfence();  // streamed stores are weakly ordered: publish them before the join
+  }
+#endif
+  for (; i + 4 <= end; i += 4) {
+    std::memcpy(&word, x + i, 8);
+    word = lookup4(values, word);
+    std::memcpy(y + i, &word, 8);
+  }
+  for (; i < end; ++i) y[i] = values[x[i]];
+}
+
+// The lookup over n elements, split over torch's threads. Scalar on purpose: this unit is built
+// for baseline x86-64, and on the CPU measured (Zen 4) these loads beat AVX-512 gathers (0.30
+// against 0.37 ns per element on one core).
+void lookup16(const uint16_t* values, const uint16_t* x, uint16_t* y, int64_t n) {
+  constexpr int64_t kSerialBelow = 4096;
+  const bool stream = n * 2 >= (int64_t{8} << 20);
+  if (n < kSerialBelow) return lookup_range(values, x, y, 0, n, stream);
+  at::parallel_for(0, n, kSerialBelow,
+                   [=](int64_t begin, int64_t end) { lookup_range(values, x, y, begin, end, stream); });
+}
 
 void run_unary(int op, const char* name, at::Tensor& out, const at::Tensor& x) {
   int code = kx::dtype_code(x, name);
   kx::check_out(out, x, name);
   if (x.numel() == 0) return;
   at::Tensor xc = x.contiguous();  // a strided input takes one extra copy, never a wrong result
-  table().unary[op][code](xc.data_ptr(), out.data_ptr(), xc.numel());
+  if (code == 0) {  // float32: computed; bfloat16 and float16: looked up
+    table().unary[op][code](xc.data_ptr(), out.data_ptr(), xc.numel());
+  } else {
+    lookup16(value_table(op, code), static_cast<const uint16_t*>(xc.data_ptr()),
+             static_cast<uint16_t*>(out.data_ptr()), xc.numel());
+  }
 }
 
 template <int Op>

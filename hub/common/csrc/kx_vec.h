@@ -67,6 +67,19 @@ inline void load2_tail(const T* p, int64_t n, VecF& a, VecF& b) {
   }
 }
 
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+// 32 lanes to bfloat16 in one instruction (vcvtne2ps2bf16), except that it flushes float32
+// subnormals to zero where eager's rounding keeps them: a vector holding one (below 1.2e-38,
+// so rare) takes ATen's integer rounding instead.
+constexpr int kSubnormal = 0x20;  // vfpclassps category
+
+inline __m512i to_bf16(const VecF& a, const VecF& b) {
+  if (_mm512_fpclass_ps_mask(a, kSubnormal) | _mm512_fpclass_ps_mask(b, kSubnormal))
+    return __m512i(at::vec::convert_from_float<c10::BFloat16>(a, b));
+  return (__m512i)_mm512_cvtne2ps_pbh(b, a);
+}
+#endif
+
 template <typename T>
 inline void store2(T* p, const VecF& a, const VecF& b) {
   if constexpr (std::is_same_v<T, float>) {
@@ -74,7 +87,7 @@ inline void store2(T* p, const VecF& a, const VecF& b) {
     b.store(p + kVecF);
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
   } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(b, a));  // one instruction for 32 lanes
+    _mm512_storeu_si512(p, to_bf16(a, b));
 #endif
   } else {
     at::vec::convert_from_float<T>(a, b).store(p);
@@ -88,8 +101,7 @@ inline void store2_tail(T* p, int64_t n, const VecF& a, const VecF& b) {
     if (n > kVecF) b.store(p + kVecF, n - kVecF);
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
   } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    _mm512_mask_storeu_epi16(p, static_cast<__mmask32>((uint64_t{1} << n) - 1),
-                             (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    _mm512_mask_storeu_epi16(p, static_cast<__mmask32>((uint64_t{1} << n) - 1), to_bf16(a, b));
 #endif
   } else {
     at::vec::convert_from_float<T>(a, b).store(p, n);
@@ -101,19 +113,24 @@ inline void store2_tail(T* p, int64_t n, const VecF& a, const VecF& b) {
 // float32 result of arithmetic on such values, so a NaN has a zero low half (inputs are widened
 // bfloat16, arithmetic only quiets or propagates a payload) and the add cannot carry into its
 // exponent: NaN stays NaN without the compare-and-blend a general float32 input would need.
-#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
-// vcvtneps2bf16 rounds to nearest even (NaN stays NaN) in one instruction.
-inline VecF rnd_bf16(const VecF& a) {
-  __m256i h = (__m256i)_mm512_cvtneps_pbh(a);
-  return VecF(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-}
-#elif defined(CPU_CAPABILITY_AVX512)
-inline VecF rnd_bf16(const VecF& a) {
+#if defined(CPU_CAPABILITY_AVX512)
+inline VecF rnd_bf16_int(const VecF& a) {
   __m512i bits = _mm512_castps_si512(a);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   return VecF(_mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
 }
+#if defined(__AVX512BF16__)
+// vcvtneps2bf16 rounds to nearest even (NaN stays NaN) in one instruction, but flushes float32
+// subnormals to zero: a vector holding one takes the integer rounding.
+inline VecF rnd_bf16(const VecF& a) {
+  if (_mm512_fpclass_ps_mask(a, kSubnormal)) return rnd_bf16_int(a);
+  __m256i h = (__m256i)_mm512_cvtneps_pbh(a);
+  return VecF(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+#else
+inline VecF rnd_bf16(const VecF& a) { return rnd_bf16_int(a); }
+#endif
 #elif defined(CPU_CAPABILITY_AVX2)
 inline VecF rnd_bf16(const VecF& a) {
   __m256i bits = _mm256_castps_si256(a);
@@ -236,7 +253,7 @@ inline void stream2(T* p, const VecF& a, const VecF& b) {
     _mm512_stream_ps(p + kVecF, b);
 #if defined(__AVX512BF16__)
   } else if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), to_bf16(a, b));
 #endif
   } else {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p), __m512i(at::vec::convert_from_float<T>(a, b)));

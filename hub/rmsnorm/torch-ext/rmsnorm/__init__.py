@@ -15,7 +15,7 @@ def rms_norm(
     Returns x's dtype when weight has the same dtype, float32 otherwise, exactly as eager does.
     """
     for t in (x, weight):
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise RuntimeError(
                 f"rms_norm: this is a CPU kernel, got a tensor on {t.device}; use PyTorch there"
             )

@@ -29,7 +29,7 @@ def apply_rotary(
     """
     tensors = (q, k, cos, sin)
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise RuntimeError(
                 f"apply_rotary: this is a CPU kernel, got a tensor on {t.device}; use PyTorch there"
             )
