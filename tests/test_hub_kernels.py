@@ -171,6 +171,9 @@ def test_large_outputs_are_ordinary_tensors_and_are_freed(hub: dict) -> None:
             want = ACTIVATIONS[op](xd)
             torch.testing.assert_close(getattr(hub["activation"], op)(xd), want)
             torch.testing.assert_close(getattr(hub["activation"], op)(xd, out=shifted), want)
+        qd, cd, sd = q.to(dtype), cos.to(dtype), sin.to(dtype)
+        want_q, _ = apply_rotary_pos_emb(qd, qd, cd, sd)
+        torch.testing.assert_close(hub["rotary"].apply_rotary(qd, qd, cd, sd)[0], want_q)
     before = _resident_mib()
     for _ in range(20):
         for call in calls.values():
@@ -241,6 +244,20 @@ def test_rotary_matches_transformers(hub: dict, isa: str, dtype: torch.dtype) ->
         torch.testing.assert_close(
             got, apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin, 2)
         )
+
+
+def test_rotary_out_form_writes_in_place(hub: dict) -> None:
+    apply = hub["rotary"].apply_rotary
+    q, k = _inputs((1, 4, 5, 16), torch.bfloat16), _inputs((1, 2, 5, 16), torch.bfloat16)
+    cos, sin = _inputs((1, 5, 16), torch.bfloat16), _inputs((1, 5, 16), torch.bfloat16)
+    out = (torch.empty_like(q), torch.empty_like(k))
+    assert apply(q.transpose(2, 3).transpose(2, 3), k, cos, sin, out=out) is out
+    assert all(torch.equal(o, e) for o, e in zip(out, apply(q, k, cos, sin), strict=True))
+    # the eager fallback (mixed dtypes) fills out= too
+    mixed = apply(q.float(), k.float(), cos, sin.float(), out=(torch.empty(q.shape), torch.empty(k.shape)))
+    torch.testing.assert_close(mixed, apply_rotary_pos_emb(q.float(), k.float(), cos, sin.float()))
+    with pytest.raises(RuntimeError, match="out= must be a contiguous"):
+        apply(q, k, cos, sin, out=(torch.empty_like(k), torch.empty_like(k)))
 
 
 def test_rotary_mixed_dtypes_and_odd_dim_take_the_eager_path(hub: dict) -> None:

@@ -311,18 +311,23 @@ inline void map1(const T* x, T* y, int64_t n, const F& f) {
   }
 }
 
-// Calls row(r) for every row of `cols` elements: on this thread when the whole job is small,
-// else split over torch's threads in chunks of about kSerialBelow elements.
+// Calls range(begin, end) over [0, rows) rows of `cols` elements: once, on this thread, when the
+// whole job is small, else split over torch's threads in chunks of about kSerialBelow elements.
 template <typename F>
-inline void for_each_row(int64_t rows, int64_t cols, const F& row) {
+inline void for_each_row_range(int64_t rows, int64_t cols, const F& range) {
   if (rows * cols < kSerialBelow) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
+    range(int64_t{0}, rows);
     return;
   }
-  at::parallel_for(0, rows, std::max<int64_t>(1, kSerialBelow / std::max<int64_t>(cols, 1)),
-                   [&](int64_t begin, int64_t end) {
-                     for (int64_t r = begin; r < end; ++r) row(r);
-                   });
+  at::parallel_for(0, rows, std::max<int64_t>(1, kSerialBelow / std::max<int64_t>(cols, 1)), range);
+}
+
+// Calls row(r) for every row, split as for_each_row_range does.
+template <typename F>
+inline void for_each_row(int64_t rows, int64_t cols, const F& row) {
+  for_each_row_range(rows, cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) row(r);
+  });
 }
 
 // Elementwise map over two inputs: y = f(x0, x1); the three may have different row strides.

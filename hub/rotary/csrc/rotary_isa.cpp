@@ -15,16 +15,10 @@ void rotary(const void* x_, const void* c_, const void* s_, void* y_, int64_t ro
   const T* s = static_cast<const T*>(s_);
   T* y = static_cast<T*>(y_);
   const int64_t h = d / 2;
-  auto row = [&](int64_t r) {
-    int64_t off[3] = {0, 0, 0};
-    int64_t rest = r;
-    for (int dim = index.dims - 1; dim >= 0; --dim) {
-      int64_t i = rest % index.sizes[dim];
-      rest /= index.sizes[dim];
-      for (int t = 0; t < 3; ++t) off[t] += i * index.strides[t][dim];
-    }
-    const T *xr = x + off[0], *cr = c + off[1], *sr = s + off[2];
-    T* yr = y + r * d;
+  // Large outputs bypass the cache (see kx_vec.h); every block then starts on a 64-byte line.
+  const bool stream = kx::kCanStream && rows * d * static_cast<int64_t>(sizeof(T)) >= kx::kStreamFromBytes &&
+                      reinterpret_cast<uintptr_t>(y) % 64 == 0 && (h * sizeof(T)) % 64 == 0;
+  auto rotate_row = [&](const T* xr, const T* cr, const T* sr, T* yr) {
     // rotate_half(x) = cat(-x2, x1): out1 = x1*c1 - x2*s1, out2 = x2*c2 + x1*s2, each product
     // and the sum rounded to T as eager stores them.
     auto step = [&](int64_t i, int64_t n) {
@@ -40,17 +34,42 @@ void rotary(const void* x_, const void* c_, const void* s_, void* y_, int64_t ro
       }
       VecF o1a = rnd<T>(x1a * c1a) + rnd<T>(x2a.neg() * s1a), o1b = rnd<T>(x1b * c1b) + rnd<T>(x2b.neg() * s1b);
       VecF o2a = rnd<T>(x2a * c2a) + rnd<T>(x1a * s2a), o2b = rnd<T>(x2b * c2b) + rnd<T>(x1b * s2b);
-      if (n == kx::kBlock) {
-        kx::store2(yr + i, o1a, o1b), kx::store2(yr + h + i, o2a, o2b);
-      } else {
+      if (n != kx::kBlock) {
         kx::store2_tail(yr + i, n, o1a, o1b), kx::store2_tail(yr + h + i, n, o2a, o2b);
+      } else if (stream) {
+        kx::stream2(yr + i, o1a, o1b), kx::stream2(yr + h + i, o2a, o2b);
+      } else {
+        kx::store2(yr + i, o1a, o1b), kx::store2(yr + h + i, o2a, o2b);
       }
     };
     int64_t i = 0;
     for (; i + kx::kBlock <= h; i += kx::kBlock) step(i, kx::kBlock);
     if (i < h) step(i, h - i);
   };
-  kx::for_each_row(rows, d, row);
+  // Each chunk of rows finds its first row's offsets by division, then steps the multi-index
+  // like an odometer: no integer division per row (three of them cost as much as the row).
+  kx::for_each_row_range(rows, d, [&](int64_t begin, int64_t end) {
+    int64_t idx[kx::RowIndex::kMaxDims];
+    int64_t off[3] = {0, 0, 0};
+    int64_t rest = begin;
+    for (int dim = index.dims - 1; dim >= 0; --dim) {
+      idx[dim] = rest % index.sizes[dim];
+      rest /= index.sizes[dim];
+      for (int t = 0; t < 3; ++t) off[t] += idx[dim] * index.strides[t][dim];
+    }
+    for (int64_t r = begin; r < end; ++r) {
+      rotate_row(x + off[0], c + off[1], s + off[2], y + r * d);
+      for (int dim = index.dims - 1; dim >= 0; --dim) {
+        for (int t = 0; t < 3; ++t) off[t] += index.strides[t][dim];
+        if (++idx[dim] < index.sizes[dim]) break;
+        for (int t = 0; t < 3; ++t) off[t] -= index.strides[t][dim] * index.sizes[dim];
+        idx[dim] = 0;
+      }
+    }
+#if defined(CPU_CAPABILITY_AVX512)
+    if (stream) _mm_sfence();  // streamed stores are weakly ordered: publish them before the join
+#endif
+  });
 }
 
 }  // namespace KX_ISA_NS

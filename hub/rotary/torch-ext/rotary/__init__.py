@@ -20,12 +20,19 @@ def _reference(q, k, cos, sin, unsqueeze_dim):
 
 
 def apply_rotary(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q * cos + rotate_half(q) * sin (and the same for k), cos/sin unsqueezed at `unsqueeze_dim`.
 
     Mixed dtypes or an odd head dim take the eager formula, so the result is always what
-    Transformers computes.
+    Transformers computes. `out=(q_out, k_out)` (contiguous, q's and k's shapes and dtype)
+    skips the two allocations.
     """
     tensors = (q, k, cos, sin)
     for t in tensors:
@@ -38,8 +45,16 @@ def apply_rotary(
                 f"apply_rotary: supports float32, bfloat16 and float16, got {t.dtype}; use PyTorch"
             )
     if len({t.dtype for t in tensors}) > 1 or q.shape[-1] % 2 or q.shape[-1] != cos.shape[-1]:
-        return _reference(q, k, cos, sin, unsqueeze_dim)
-    return ops.apply_rotary(q, k, cos, sin, unsqueeze_dim)
+        q_embed, k_embed = _reference(q, k, cos, sin, unsqueeze_dim)
+        if out is None:
+            return q_embed, k_embed
+        out[0].copy_(q_embed)
+        out[1].copy_(k_embed)
+        return out
+    if out is None:
+        return ops.apply_rotary(q, k, cos, sin, unsqueeze_dim)
+    ops.apply_rotary_out(out[0], out[1], q, k, cos, sin, unsqueeze_dim)
+    return out
 
 
 def isa() -> str:
