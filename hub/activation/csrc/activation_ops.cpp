@@ -1,6 +1,7 @@
 // Registers the activation ops under the kernel's metadata id and dispatches to the ISA's table.
 #include "activation_table.h"
 #include "kx_dispatch.h"
+#include "kx_limits.h"
 
 #include <ATen/Parallel.h>
 
@@ -46,7 +47,7 @@ inline uint64_t lookup4(const uint16_t* __restrict values, uint64_t in) {
 }
 
 // y[i] = values[bits of x[i]] for i in [begin, end), four elements per 64-bit load and store;
-// with `stream`, the stores bypass the cache (movnti), as kx_vec.h's map1 does from 8 MiB.
+// with `stream`, the stores bypass the cache (movnti), as kx_vec.h's map1 does.
 void lookup_range(const uint16_t* __restrict values, const uint16_t* __restrict x, uint16_t* __restrict y,
                   int64_t begin, int64_t end, bool stream) {
   int64_t i = begin;
@@ -73,10 +74,9 @@ void lookup_range(const uint16_t* __restrict values, const uint16_t* __restrict 
 // for baseline x86-64, and on the CPU measured (Zen 4) these loads beat AVX-512 gathers (0.30
 // against 0.37 ns per element on one core).
 void lookup16(const uint16_t* values, const uint16_t* x, uint16_t* y, int64_t n) {
-  constexpr int64_t kSerialBelow = 4096;
-  const bool stream = n * 2 >= (int64_t{8} << 20);
-  if (n < kSerialBelow) return lookup_range(values, x, y, 0, n, stream);
-  at::parallel_for(0, n, kSerialBelow,
+  const bool stream = n * 2 >= kx::kStreamFromBytes;
+  if (n < kx::kMapSerialBelow) return lookup_range(values, x, y, 0, n, stream);
+  at::parallel_for(0, n, kx::kMapSerialBelow,
                    [=](int64_t begin, int64_t end) { lookup_range(values, x, y, begin, end, stream); });
 }
 

@@ -16,6 +16,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "kx_limits.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -37,11 +39,6 @@ inline namespace KX_ISA_NS {
 using VecF = at::vec::Vectorized<float>;
 constexpr int64_t kVecF = VecF::size();
 constexpr int64_t kBlock = 2 * kVecF;  // elements handled per step, for every dtype
-// Below this many elements an op runs on the calling thread: waking the pool costs more.
-constexpr int64_t kSerialBelow = 16384;
-// Elementwise maps cost 5 to 20 cycles per vector, so they split earlier: a one-token LLM
-// activation (11008 elements) takes about 4 us on one core, and torch's pool wakes in about 1.
-constexpr int64_t kMapSerialBelow = 4096;
 
 // Storage dtype codes shared by the registration unit and the per-ISA units.
 enum Dtype : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
@@ -239,12 +236,8 @@ inline VecF rnd_like_sleef(const VecF& fast, const VecF& x, const Exact& exact) 
   }
 }
 
-// Outputs at least this large are written with non-temporal stores (AVX-512 paths): they will
-// not stay in cache for the next op anyway, and bypassing it saves the read of every output line
-// that a normal store does first, a third of the memory traffic of an elementwise op.
-constexpr int64_t kStreamFromBytes = int64_t{8} << 20;
-
-// Stores one block at p, which must be 64-byte aligned, around the cache (AVX-512 paths only).
+// Stores one block at p, which must be 64-byte aligned, around the cache (AVX-512 paths only;
+// used for outputs of kStreamFromBytes and more, see kx_limits.h).
 template <typename T>
 inline void stream2(T* p, const VecF& a, const VecF& b) {
 #if defined(CPU_CAPABILITY_AVX512)
