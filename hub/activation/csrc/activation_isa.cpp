@@ -4,7 +4,8 @@
 // F.silu / F.gelu, and for the Python formulas of Transformers' NewGELU, FastGELU and QuickGELU a
 // rounding to the storage dtype wherever eager materialises an intermediate tensor. One pass over
 // memory replaces eager's five to nine, and exp/tanh come from kx_vec.h's fast versions instead of
-// Sleef's (see there for the accuracy, and for how 16-bit roundings still match eager's).
+// Sleef's (see there for the accuracy). The bfloat16 and float16 forms only fill the lookup tables
+// (activation_ops.cpp), once per process, so there exactness matters more than speed.
 #include "activation_table.h"
 #include "kx_vec.h"
 
@@ -12,10 +13,19 @@ namespace KX_ISA_NS {
 using kx::VecF;
 using kx::exp_fast;
 using kx::rnd;
-using kx::rnd_like_sleef;
 using kx::tanh_fast;
 
-inline VecF sleef_tanh(const VecF& v) { return v.tanh(); }
+// tanh rounded to T as eager stores it. Near -1, one ulp of that 16-bit rounding changes
+// `1 + tanh` by up to 100%, so the 16-bit forms take Sleef's tanh, eager's own, and match it
+// bitwise; float32 takes the fast one.
+template <typename T>
+inline VecF tanh_as_eager(const VecF& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanh_fast(v);
+  } else {
+    return rnd<T>(v.tanh());
+  }
+}
 
 // erf(x) as x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (erf is 1 in float32 beyond): the
 // rational approximation Eigen and XNNPACK use, within 5e-7 absolute (ATen's Abramowitz-Stegun
@@ -73,7 +83,7 @@ void gelu_new(const void* x, void* y, int64_t n) {
     VecF sq = std::is_same_v<T, c10::BFloat16> ? rnd<T>(v * v) : v * v;
     VecF cube = rnd<T>(sq * v);
     VecF inner = rnd<T>(c * rnd<T>(v + rnd<T>(kappa * cube)));
-    return t1 * rnd<T>(one + rnd_like_sleef<T>(tanh_fast(inner), inner, sleef_tanh));
+    return t1 * rnd<T>(one + tanh_as_eager<T>(inner));
   });
 }
 
@@ -85,9 +95,7 @@ void gelu_fast(const void* x, void* y, int64_t n) {
     VecF t1 = rnd<T>(half * v);
     VecF u = rnd<T>(v * c);
     VecF w = rnd<T>(one + rnd<T>(rnd<T>(kappa * v) * v));
-    VecF uw = rnd<T>(u * w);
-    VecF t = rnd_like_sleef<T>(tanh_fast(uw), uw, sleef_tanh);
-    return t1 * rnd<T>(one + t);
+    return t1 * rnd<T>(one + tanh_as_eager<T>(rnd<T>(u * w)));
   });
 }
 

@@ -154,9 +154,7 @@ inline VecF rnd(const VecF& a) {
 // ---------------------------------------------------------------------------------------------
 // Fast float32 math. Sleef's u10 functions (what at::vec calls) are accurate to 1 ulp but slow:
 // tanhf alone costs about 100 cycles per AVX-512 vector, which is what makes eager GELU-tanh
-// compute-bound. These are within ~2 ulp and a quarter of the cost. Where eager rounds such a
-// value to a 16-bit type and a one-ulp change in that rounding could be amplified downstream
-// (`1 + tanh` near -1), callers use `rnd_like_sleef`, which falls back to Sleef near a tie.
+// compute-bound. These are within ~2 ulp and a quarter of the cost.
 
 // exp(r) for |r| <= ln2 / 2: Cephes' expf polynomial, shared by the ISA versions below.
 inline VecF exp_reduced(const VecF& r) {
@@ -218,22 +216,6 @@ inline VecF tanh_fast(const VecF& x) {
   VecF big = one - two / (exp_fast(ax + ax) + one);
   big = big | (x & VecF(-0.f));  // copy the sign of x
   return VecF::blendv(big, small, ax < VecF(0.625f));
-}
-
-// Rounds a fast approximation of f(x) to T as eager rounds Sleef's f(x): when the fast value lies
-// within a few ulp of a rounding tie in T, the whole vector is recomputed with `exact` (rare:
-// about one element in 10^4), so the rounded result is the one eager stores.
-template <typename T, typename Exact>
-inline VecF rnd_like_sleef(const VecF& fast, const VecF& x, const Exact& exact) {
-  if constexpr (std::is_same_v<T, float>) {
-    return fast;
-  } else {
-    const VecF margin(1.f / (1 << 20));  // 8 float32 ulp at the top of a binade, 16 at the bottom
-    VecF d = fast.abs() * margin;
-    VecF lo = rnd<T>(fast - d), hi = rnd<T>(fast + d);
-    if ((lo != hi).zero_mask() != (1 << VecF::size()) - 1) return rnd<T>(exact(x));
-    return lo;
-  }
 }
 
 // Stores one block at p, which must be 64-byte aligned, around the cache (AVX-512 paths only;
