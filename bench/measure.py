@@ -3,6 +3,7 @@
 1. Timing: the engine's clock (calibrated blocks, median) against `torch.utils.benchmark`'s
    `blocked_autorange` on the same call, for PyTorch's and the kernel's RMSNorm at 512 x 4096.
 2. Repeatability: the bundled RMSNorm's speedup at 512 x 4096 (fp32 and bf16), five runs.
+   `bench/noise_floor.py` measures how much the machine alone moves PyTorch's side of it.
 3. SmolLM2 with every bundled kernel on, against all-PyTorch: prefill at 128 and 512 tokens,
    decode tokens/s, logits KL, top-1 and greedy agreement.
 
