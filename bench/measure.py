@@ -90,16 +90,16 @@ def repeatability() -> None:
             speedups.append(statistics.median(v["speedup"] for v in latency))
             pytorch_us.append(statistics.median(v["pytorch_s"] for v in latency) * 1e6)
             kernel_us.append(statistics.median(v["kernel_s"] for v in latency) * 1e6)
-        spread = _spread(speedups)
+        spread = relative_spread(speedups)
         verdict = "ok" if spread <= REPEAT_TOLERANCE else f"SHORT (outside +-{REPEAT_TOLERANCE:.0%})"
         name = str(dtype).removeprefix("torch.")
         print(f"   {name:<9} speedup  {_runs(speedups, 'x')}   max deviation {spread:.1%}  {verdict}")
         # Which side moves: a speedup that does not repeat is usually one of the two times changing mode.
-        print(f"   {'':<9} PyTorch  {_runs(pytorch_us, ' us')}   {_spread(pytorch_us):.1%}")
-        print(f"   {'':<9} kernel   {_runs(kernel_us, ' us')}   {_spread(kernel_us):.1%}")
+        print(f"   {'':<9} PyTorch  {_runs(pytorch_us, ' us')}   {relative_spread(pytorch_us):.1%}")
+        print(f"   {'':<9} kernel   {_runs(kernel_us, ' us')}   {relative_spread(kernel_us):.1%}")
 
 
-def _spread(values: list[float]) -> float:
+def relative_spread(values: list[float]) -> float:
     """Largest relative deviation from the median."""
     center = statistics.median(values)
     return max(abs(v - center) / center for v in values)

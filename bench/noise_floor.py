@@ -25,14 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 
-REPEAT_TOLERANCE = 0.05
+from measure import REPEAT_TOLERANCE, relative_spread  # the same yardstick as the repeatability check
+
 WINDOWS = 10
 CALLS_PER_WINDOW = 51
-
-
-def _spread(values: list[float]) -> float:
-    center = statistics.median(values)
-    return max(abs(v - center) / center for v in values)
 
 
 def _window_medians(fn: Callable[[], object], windows: int = WINDOWS) -> list[float]:
@@ -68,7 +64,7 @@ def copies() -> None:
                 target.copy_(source)
 
         rates = [2 * mib * 2**20 * repeat / seconds / 1e9 for seconds in _window_medians(copy)]
-        spread = _spread(rates)
+        spread = relative_spread(rates)
         print(
             f"   {mib:>5g} MiB: {' '.join(f'{r:.0f}' for r in rates)}   "
             f"spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})"
@@ -100,7 +96,7 @@ def _eager_rmsnorm_replay() -> Callable[[], None]:
 
 def replay_in_one_process() -> None:
     times = [s * 1e6 for s in _window_medians(_eager_rmsnorm_replay())]
-    spread = _spread(times)
+    spread = relative_spread(times)
     print("2. PyTorch's RMSNorm ops (bf16 512x4096) on preallocated buffers, us per call")
     print(f"   one process, {WINDOWS} windows: {' '.join(f'{t:.0f}' for t in times)}")
     print(f"   spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})")
@@ -113,7 +109,7 @@ def replay_across_processes(processes: int = 5) -> None:
             [sys.executable, __file__, "--replay-median"], capture_output=True, text=True, check=True
         )
         medians.append(float(result.stdout))
-    spread = _spread(medians)
+    spread = relative_spread(medians)
     print(f"   {processes} fresh processes, median each: {' '.join(f'{m:.0f}' for m in medians)}")
     print(f"   spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})")
 
