@@ -29,11 +29,12 @@ from measure import REPEAT_TOLERANCE, relative_spread  # the same yardstick as t
 
 WINDOWS = 10
 CALLS_PER_WINDOW = 51
+WARMUP_CALLS = 5
 
 
 def _window_medians(fn: Callable[[], object], windows: int = WINDOWS) -> list[float]:
     """Median seconds per call in each window of back-to-back calls."""
-    for _ in range(5):
+    for _ in range(WARMUP_CALLS):
         fn()
     medians = []
     for _ in range(windows):
@@ -46,8 +47,10 @@ def _window_medians(fn: Callable[[], object], windows: int = WINDOWS) -> list[fl
     return medians
 
 
-def _verdict(spread: float) -> str:
-    return "within" if spread <= REPEAT_TOLERANCE else "OUTSIDE"
+def _spread_verdict(values: list[float]) -> str:
+    spread = relative_spread(values)
+    verdict = "within" if spread <= REPEAT_TOLERANCE else "OUTSIDE"
+    return f"spread {spread:.1%} ({verdict} +-{REPEAT_TOLERANCE:.0%})"
 
 
 def copies() -> None:
@@ -64,11 +67,7 @@ def copies() -> None:
                 target.copy_(source)
 
         rates = [2 * mib * 2**20 * repeat / seconds / 1e9 for seconds in _window_medians(copy)]
-        spread = relative_spread(rates)
-        print(
-            f"   {mib:>5g} MiB: {' '.join(f'{r:.0f}' for r in rates)}   "
-            f"spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})"
-        )
+        print(f"   {mib:>5g} MiB: {' '.join(f'{r:.0f}' for r in rates)}   {_spread_verdict(rates)}")
 
 
 def _eager_rmsnorm_replay() -> Callable[[], None]:
@@ -96,10 +95,9 @@ def _eager_rmsnorm_replay() -> Callable[[], None]:
 
 def replay_in_one_process() -> None:
     times = [s * 1e6 for s in _window_medians(_eager_rmsnorm_replay())]
-    spread = relative_spread(times)
     print("2. PyTorch's RMSNorm ops (bf16 512x4096) on preallocated buffers, us per call")
     print(f"   one process, {WINDOWS} windows: {' '.join(f'{t:.0f}' for t in times)}")
-    print(f"   spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})")
+    print(f"   {_spread_verdict(times)}")
 
 
 def replay_across_processes(processes: int = 5) -> None:
@@ -109,9 +107,8 @@ def replay_across_processes(processes: int = 5) -> None:
             [sys.executable, __file__, "--replay-median"], capture_output=True, text=True, check=True
         )
         medians.append(float(result.stdout))
-    spread = relative_spread(medians)
     print(f"   {processes} fresh processes, median each: {' '.join(f'{m:.0f}' for m in medians)}")
-    print(f"   spread {spread:.1%} ({_verdict(spread)} +-{REPEAT_TOLERANCE:.0%})")
+    print(f"   {_spread_verdict(medians)}")
 
 
 def faults_per_call() -> None:
@@ -126,7 +123,9 @@ def faults_per_call() -> None:
         for window in range(WINDOWS):
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             (seconds,) = _window_medians(lambda: norm(x), windows=1)
-            faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (CALLS_PER_WINDOW + 5)
+            faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (
+                WARMUP_CALLS + CALLS_PER_WINDOW
+            )
             windows.append(f"{seconds * 1e6:.0f}/{faults:.0f}")
             # Whatever else a session allocates moves the heap's top; a few sizes stand in for that.
             _ = torch.empty((window % 3 + 1) * 2**20)
