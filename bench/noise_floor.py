@@ -11,7 +11,7 @@ kernel and no allocation, to show how much the machine alone moves them:
    call, window by window. In some heap layouts glibc hands eager's freed temporaries back to the
    kernel, and every call then faults them in again.
 
-Spread is the largest distance from the median, as in `bench/measure.py`'s repeatability check.
+Spread is the largest distance from the median, as in `bench/engine_check.py`'s repeatability check.
 
     python bench/noise_floor.py
 """
@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from measure import REPEAT_TOLERANCE, relative_spread  # the same yardstick as the repeatability check
+from engine_check import REPEAT_TOLERANCE, relative_spread  # the same yardstick as the repeatability check
 
 WINDOWS = 10
 CALLS_PER_WINDOW = 51

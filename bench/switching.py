@@ -42,6 +42,7 @@ def main() -> None:
     from kernel_explorer.bundled import bundled_mapping
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.models import load_default_model
+    from kernel_explorer.ui.dashboard import Dashboard
 
     model, _ = load_default_model(progress=False)
     explorer = Explorer(model)
@@ -67,7 +68,7 @@ def main() -> None:
     dashboards: list[float] = []
     for _ in range(5):  # the widgets, the layer table state, the hardware panel, the plots
         start = time.perf_counter()
-        dashboard = explorer.dashboard()
+        dashboard = Dashboard(explorer)
         dashboard._repr_mimebundle_()
         dashboards.append((time.perf_counter() - start) * 1e3)
         dashboard.close()

@@ -4,7 +4,8 @@ Importing the package is cheap: torch, Transformers and the widget stack load on
 """
 
 from kernel_explorer.availability import Availability, State
-from kernel_explorer.catalog import Candidate, Catalog
+from kernel_explorer.builder import BuiltRepo, build_hub
+from kernel_explorer.catalog import Candidate
 from kernel_explorer.errors import (
     CacheDirError,
     DefaultModelMissingError,
@@ -15,10 +16,23 @@ from kernel_explorer.errors import (
 )
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
-from kernel_explorer.inventory import LayerGroup, find_kernel_layers
-from kernel_explorer.inventory_table import Inventory, InventoryRow
+from kernel_explorer.inventory import Inventory, InventoryRow
+from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.measure.runner import RunHandle
 from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
-from kernel_explorer.switchboard import RunningNow, Switchboard
+from kernel_explorer.records import (
+    LayerDeterminism,
+    LayerDivergence,
+    LayerLatency,
+    ModelAgreement,
+    ModelDecode,
+    ModelPrefill,
+    ModelThroughput,
+    Record,
+    RunEvent,
+)
+from kernel_explorer.results import ResultLog
+from kernel_explorer.switchboard import RunningNow
 from kernel_explorer.versions import Compatibility, check_compatibility
 
 __version__ = "0.1.0"
@@ -41,9 +55,9 @@ def unload_ipython_extension(shell: object) -> None:
 __all__ = [
     "Accelerator",
     "Availability",
+    "BuiltRepo",
     "CacheDirError",
     "Candidate",
-    "Catalog",
     "Compatibility",
     "CpuInfo",
     "DefaultModelMissingError",
@@ -54,12 +68,23 @@ __all__ = [
     "InventoryRow",
     "KernelExplorerError",
     "KernelSwitchError",
+    "LayerDeterminism",
+    "LayerDivergence",
     "LayerGroup",
+    "LayerLatency",
+    "ModelAgreement",
+    "ModelDecode",
+    "ModelPrefill",
+    "ModelThroughput",
     "NoUsableKernelError",
+    "Record",
+    "ResultLog",
+    "RunEvent",
+    "RunHandle",
     "RunningNow",
     "State",
-    "Switchboard",
     "__version__",
+    "build_hub",
     "check_compatibility",
     "detect_hardware",
     "find_kernel_layers",

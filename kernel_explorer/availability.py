@@ -19,9 +19,31 @@ class State(str, Enum):
     CHECKING = "checking"  # a Hub query is still running
 
     @property
+    def key(self) -> str:
+        """A stable identifier for code and CSS ("ready", "no_build", ...); the value is for people."""
+        return self.name.lower()
+
+    @property
+    def colour(self) -> str:
+        """The badge colour every view uses for this state (one table, here)."""
+        return _COLOURS[self]
+
+    @property
     def usable(self) -> bool:
         """Whether switching the candidate on may succeed (a pending Hub answer counts: try it)."""
         return self in (State.READY, State.DOWNLOADABLE, State.CHECKING)
+
+
+_COLOURS: dict[State, str] = {
+    State.READY: "#1a7f37",
+    State.DOWNLOADABLE: "#0969da",
+    State.CHECKING: "#6e7781",
+    State.NO_BUILD: "#9a6700",
+    State.UNTRUSTED: "#bc4c00",
+    State.OFFLINE_NOT_CACHED: "#9a6700",
+    State.NO_MAPPING: "#6e7781",
+    State.FAILED: "#cf222e",
+}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path
 from kernel_explorer.cache import writable_cache_dir
 from kernel_explorer.errors import BuildError
 
@@ -34,8 +35,6 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
-
-BUNDLED_REPOS = ("activation", "rmsnorm", "rotary")
 
 
 def _hub_sources() -> Path:
@@ -233,7 +232,8 @@ def build_repo(
     fingerprint = _fingerprint(repo_src, config, cxx, isas)
     kernel_id = f"_{kernel_name.replace('-', '_')}_cpu_{fingerprint[:10]}"
     variant = build_variant()
-    repo_path = writable_cache_dir("hub") / name
+    writable_cache_dir("hub")
+    repo_path = bundled_repo_path(name)
     variant_path = repo_path / "build" / variant
 
     if not force and variant_path.is_dir() and check_build(variant_path, fingerprint) is None:

@@ -1,16 +1,19 @@
-"""The bundled CPU kernel hub as a `kernels` mapping: which layer of which repository replaces
-which Transformers layer name.
+"""The bundled CPU kernel hub: the one registry of its repositories, and its `kernels` mapping.
 
 The mapping has the exact form `use_kernel_mapping` / `register_kernel_mapping` take, with
-`LocalLayerRepository` entries pointing at the built repositories, so `kernelize` loads them through
-`kernels`' own loader like any Hub kernel.
+`LocalLayerRepository` entries pointing at where `build_hub` puts the built repositories, so
+`kernelize` loads them through `kernels`' own loader like any Hub kernel. Reading the mapping never
+compiles: a repository that is not built yet reads "no build for this machine" with the command
+that builds it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from kernel_explorer.builder import build_hub
+from kernel_explorer._backend.repositories import local_layer_repository
+from kernel_explorer.cache import cache_root
 
 # Transformers layer name -> (bundled repository, layer class in its layers.py)
 BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
@@ -24,13 +27,20 @@ BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
     "rotary_pos_emb": ("rotary", "apply_rotary_transformers"),
 }
 
+#: the bundled repositories (folders of hub/), derived from the layers they serve
+BUNDLED_REPOS: tuple[str, ...] = tuple(sorted({repo for repo, _ in BUNDLED_LAYERS.values()}))
 
-def bundled_mapping(progress: bool = False) -> dict[str, dict[str, Any]]:
-    """`{layer_name: {"cpu": LocalLayerRepository}}` for every bundled layer; builds what is missing."""
-    from kernels import LocalLayerRepository
+BUILD_HINT = "build it with `kernel-explorer build-hub` (or kernel_explorer.build_hub())"
 
-    built = {repo.name: repo for repo in build_hub(progress=progress)}
+
+def bundled_repo_path(name: str) -> Path:
+    """Where the built repository `name` lies (what `LocalLayerRepository` takes), built or not."""
+    return cache_root() / "hub" / name
+
+
+def bundled_mapping() -> dict[str, dict[str, Any]]:
+    """`{layer_name: {"cpu": LocalLayerRepository}}` for every bundled layer (nothing is built here)."""
     return {
-        layer: {"cpu": LocalLayerRepository(repo_path=built[repo].repo_path, layer_name=cls)}
+        layer: {"cpu": local_layer_repository(bundled_repo_path(repo), cls)}
         for layer, (repo, cls) in BUNDLED_LAYERS.items()
     }

@@ -16,20 +16,29 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.hub import hub_session, is_offline
+from kernel_explorer._backend.mappings import (
+    MappingEntry,
+    iter_mapping,
+    iter_registered_mapping,
+    transformers_mapping,
+)
+from kernel_explorer._backend.modes import mode_name, mode_priority
+from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.availability import Availability, State
+from kernel_explorer.bundled import BUILD_HINT, bundled_mapping
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 from kernel_explorer.hub_access import (
     HubReference,
     cached_variant_dir,
     hub_reference,
-    is_offline,
+    loadable_repository,
     local_availability,
     query_hub,
 )
-from kernel_explorer.kernels_bridge import MappingEntry, iter_mapping, iter_registered_mapping, mode_name
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -66,9 +75,9 @@ class Candidate:
         ref = self.hub
         if ref is not None:
             return ref.label
-        path = getattr(self.repository, "_repo_path", None)
+        path = local_path(self.repository)
         if path is not None:
-            return f"{self.source}/{getattr(path, 'name', path)}"
+            return f"{self.source}/{path.name}"
         return str(self.repository)
 
     @property
@@ -81,12 +90,16 @@ class Candidate:
         return f"{self.label} [{self.source}]"
 
 
-def _transformers_mapping() -> dict[str, Any]:
-    try:
-        from transformers.integrations.hub_kernels import get_kernel_mapping_transformers
-    except ImportError:  # Transformers without kernels support: no default mapping
-        return {}
-    return get_kernel_mapping_transformers()
+def first_usable(found: Iterable[tuple[Candidate, Availability]]) -> tuple[Candidate, Availability] | None:
+    """The candidate the explorer switches on when the user does not choose: the first usable one.
+
+    The one rule both `Catalog.choose` and the inventory's "best candidate" follow, so the table
+    always names what `on()` will pick.
+    """
+    for pair in found:
+        if pair[1].state.usable:
+            return pair
+    return None
 
 
 class Catalog:
@@ -127,11 +140,9 @@ class Catalog:
         if registered:
             sources.append(("registered", list(iter_registered_mapping())))
         if bundled:
-            from kernel_explorer.bundled import bundled_mapping
-
             sources.append(("bundled", iter_mapping(bundled_mapping())))
         if transformers:
-            sources.append(("transformers", iter_mapping(_transformers_mapping())))
+            sources.append(("transformers", iter_mapping(transformers_mapping())))
         seen: set[tuple[str, str, str | None, Any, Any]] = set()
         found: list[Candidate] = []
         for source, entries in sources:
@@ -190,8 +201,6 @@ class Catalog:
         earlier answer); with it, the query starts in the background and this waits `wait` seconds
         (default `hub_timeout`).
         """
-        from kernel_explorer.kernels_bridge import mode_priority
-
         with self._lock:
             failure = self._failures.get(candidate)
         if failure is not None:
@@ -205,10 +214,13 @@ class Catalog:
             )
         ref = candidate.hub
         if ref is None:
-            path = getattr(candidate.repository, "_repo_path", None)
+            path = local_path(candidate.repository)
             if path is None:
                 return Availability(State.READY, "custom repository object (not inspected)")
-            return local_availability(path)
+            found = local_availability(path)
+            if candidate.source == "bundled" and not found.state.usable:
+                return Availability(State.NO_BUILD, f"the bundled hub is not built here; {BUILD_HINT}")
+            return found
         cached = cached_variant_dir(ref)
         if cached is not None and (is_offline() or ref.trusts(self.trust_remote_code)):
             return Availability(State.READY, "in the local cache", variant=cached.name)
@@ -229,9 +241,14 @@ class Catalog:
         self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None = None
     ) -> Candidate:
         """The candidate to switch on: the one named, else the first usable one by source order."""
+        return self._choose(layer_name, device=device, mode=mode, candidate=candidate)[0]
+
+    def _choose(
+        self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None
+    ) -> tuple[Candidate, Availability | None]:
         options = self.candidates(layer_name)
         if isinstance(candidate, Candidate):
-            return candidate
+            return candidate, None
         if candidate is not None:
             matches = [c for c in options if candidate in (c.label, c.repo_label, str(c))]
             if not matches:
@@ -239,14 +256,42 @@ class Catalog:
                 raise KernelExplorerError(
                     f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
                 )
-            return matches[0]
-        reasons = []
-        for option in options:
-            found = self.availability(option, device=device, mode=mode)
-            if found.state.usable:
-                return option
-            reasons.append(f"{option.label}: {found}")
-        detail = "\n  ".join(reasons) or "no mapping from any source"
+            return matches[0], None
+        found = [(option, self.availability(option, device=device, mode=mode)) for option in options]
+        best = first_usable(found)
+        if best is not None:
+            return best
+        detail = (
+            "\n  ".join(f"{option.label}: {why}" for option, why in found) or "no mapping from any source"
+        )
         raise NoUsableKernelError(
             f"No kernel for {layer_name!r} can run here ({device}, {mode_name(mode)}):\n  {detail}"
         )
+
+    def resolve(
+        self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None = None
+    ) -> tuple[Candidate, MappingEntry]:
+        """The candidate to switch on (as `choose`) and the mapping entry that loads it here.
+
+        The load decision: local repositories must be usable as they are; a Hub repository is
+        resolved by `hub_access.loadable_repository` (offline cache, download, trust). Raises
+        `NoUsableKernelError` with the reason when nothing can load here.
+        """
+        chosen, found = self._choose(layer_name, device=device, mode=mode, candidate=candidate)
+        ref = chosen.hub
+        if ref is None:
+            found = found or self.availability(chosen, device=device, mode=mode)
+            if not found.state.usable:
+                raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
+            return chosen, chosen.entry
+        if is_offline():
+            found = Availability(State.CHECKING, "offline: the cache decides")
+        else:
+            found = self.availability(chosen, device=device, mode=mode, query_hub=True)
+        with hub_session():
+            repository = loadable_repository(
+                ref, chosen.repository.layer_name, found, allowlist=self.trust_remote_code
+            )
+        if found.state is State.DOWNLOADABLE:
+            self.forget_hub_answers()  # it is cached now
+        return chosen, replace(chosen.entry, repository=repository)

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.kernels_bridge import parse_mode
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
 from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
 from kernel_explorer.results import ResultLog
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from kernel_explorer.catalog import Candidate
     from kernel_explorer.hardware import HardwareSnapshot
-    from kernel_explorer.inventory_table import Inventory
+    from kernel_explorer.inventory import Inventory
 
 
 class Explorer:
@@ -107,7 +107,7 @@ class Explorer:
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here and what runs now."""
-        from kernel_explorer.inventory_table import build_inventory
+        from kernel_explorer.inventory import build_inventory
 
         return build_inventory(
             self.model, self.catalog, self.switchboard, mode=self.mode, query_hub=query_hub
@@ -148,20 +148,14 @@ class Explorer:
 
         The previous state comes back also when the block raises or is interrupted.
         """
-        board = self.switchboard
-        with board.lock:
-            before = board.snapshot()
-            try:
-                running: list[RunningNow] = []
-                for name in names or self.layers:
-                    running += self.on(name, instances, mode=mode, candidate=candidate)
-            except BaseException:
-                board.restore(before)
-                raise
-        try:
+        running: list[RunningNow] = []
+
+        def switch_on() -> None:
+            for name in names or self.layers:
+                running.extend(self.on(name, instances, mode=mode, candidate=candidate))
+
+        with self.switchboard.holding(switch_on):
             yield running
-        finally:
-            board.restore(before)
 
     # -- measuring -----------------------------------------------------------------------------
 
@@ -173,7 +167,8 @@ class Explorer:
         self._captured = capture_inputs(self.switchboard, kwargs, memory_cap=memory_cap)
         return self._captured
 
-    def _captured_inputs(self) -> CapturedInputs:
+    def captured_inputs(self) -> CapturedInputs:
+        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt."""
         return self._captured if self._captured is not None else self.capture()
 
     def compare(
@@ -199,14 +194,14 @@ class Explorer:
         for name in chosen:
             measurements.append(
                 lambda run_id, n=name: compare_layer(
-                    board, self._captured_inputs(), n, run_id=run_id, instances=instances, pairs=pairs
+                    board, self.captured_inputs(), n, run_id=run_id, instances=instances, pairs=pairs
                 )
             )
             if determinism_runs:
                 measurements.append(
                     lambda run_id, n=name: determinism(
                         board,
-                        self._captured_inputs(),
+                        self.captured_inputs(),
                         n,
                         run_id=run_id,
                         instances=instances,
@@ -249,15 +244,30 @@ class Explorer:
         """Start measurements (generators of records) on the worker thread, or here."""
         return self._runner.start(measurements, background=background)
 
-    def dashboard(self) -> Any:
-        """The live dashboard (hardware, layer table, Run/Stop, plots) for notebooks."""
-        from kernel_explorer.ui.dashboard import Dashboard
+    def run_live(self, *, cycles: int | None = None) -> RunHandle:
+        """On the worker thread: measure every layer as switched now, cycle after cycle, until cancelled.
 
-        return Dashboard(self)
+        Nothing is switched by the run; a switch made while it runs shows in the next cycle. This is
+        what the dashboard's Run button starts.
+        """
+        from kernel_explorer.measure.capture import model_inputs
+        from kernel_explorer.measure.live import live_cycles
+
+        captured = self.captured_inputs()
+        kwargs = model_inputs(self.model, None, self.tokenizer)
+        board = self.switchboard
+        return self.run(
+            [lambda run_id: live_cycles(board, lambda: captured, kwargs, run_id=run_id, cycles=cycles)],
+            background=True,
+        )
 
     def report(self, path: str) -> str:
         """Write every result so far to one self-contained HTML file; returns its path."""
-        return str(self.results.to_html(path))
+        from pathlib import Path
+
+        from kernel_explorer.report import write_report
+
+        return str(write_report(self.results, Path(path), title="kernel_explorer report"))
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())

@@ -18,6 +18,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.functions import kernel_functions
+
 if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
@@ -70,21 +72,21 @@ def _leave(holder: nn.Module, args: Any, output: Any) -> None:
 
 
 def shared_function(holder: nn.Module, key: str) -> nn.Module:
-    """The process-wide function module behind `holder._kernel_funcs[key]`."""
-    current = holder._kernel_funcs[key]
+    """The process-wide function module behind the holder's function layer `key`."""
+    current = kernel_functions(holder)[key]
     return getattr(current, "_kernel_explorer_shared", current)
 
 
 def copy_for(holder: nn.Module, key: str) -> nn.Module:
     """The holder's own copy of function `key`, attached (and routed to) on first use."""
     with _lock:
-        current = holder._kernel_funcs[key]
+        current = kernel_functions(holder)[key]
         if getattr(current, "_kernel_explorer_shared", None) is not None:
             return current
         shared = current
         copy = type(shared)()
         object.__setattr__(copy, "_kernel_explorer_shared", shared)  # plain attribute, not a submodule
-        holder._kernel_funcs[key] = copy
+        kernel_functions(holder)[key] = copy
         _copies.setdefault(shared, weakref.WeakKeyDictionary())[holder] = copy
         if not isinstance(shared.__dict__.get("forward"), _Router):
             shared.forward = _Router(shared)
@@ -99,16 +101,16 @@ def copy_for(holder: nn.Module, key: str) -> nn.Module:
 def detach(holder: nn.Module, key: str) -> None:
     """Give the holder back the shared function; remove the router when no copy is left."""
     with _lock:
-        current = holder._kernel_funcs[key]
+        current = kernel_functions(holder)[key]
         shared = getattr(current, "_kernel_explorer_shared", None)
         if shared is None:
             return
-        holder._kernel_funcs[key] = shared
+        kernel_functions(holder)[key] = shared
         copies = _copies.get(shared)
         if copies is not None:
             copies.pop(holder, None)
         still_routed = any(
-            getattr(f, "_kernel_explorer_shared", None) is not None for f in holder._kernel_funcs.values()
+            getattr(f, "_kernel_explorer_shared", None) is not None for f in kernel_functions(holder).values()
         )
         if not still_routed and id(holder) in _hooks:
             for handle in _hooks.pop(id(holder)):

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernel_explorer._backend.platform import accepted_of, selected_backend
 from kernel_explorer.versions import Compatibility, check_compatibility
 
 # ISA extensions that decide which code path a CPU kernel can take, in display order.
@@ -300,21 +301,16 @@ def accepted_variants(backend: str | None = None) -> tuple[tuple[str, ...], str]
     `device="cpu"`.
     """
     import torch
-    from kernels.backends import _select_backend
-    from kernels.variants import VariantAccepted, parse_variant, resolve_variants
 
-    selected = _select_backend(backend)
+    selected = selected_backend(backend)
     cpu = platform.machine()
     os_name = platform.system().lower()
     if os_name == "darwin" and cpu == "arm64":
         cpu = "aarch64"
     if os_name == "windows" and cpu == "AMD64":
         cpu = "x86_64"
-    candidates = _candidate_variants(torch.__version__, selected.variant_str, cpu, os_name)
-    variants = [parse_variant(c) for c in dict.fromkeys(candidates)]
-    _, trace = resolve_variants(variants, backend)
-    accepted = tuple(d.variant.variant_str for d in trace if isinstance(d, VariantAccepted))
-    return accepted, selected.variant_str
+    candidates = _candidate_variants(torch.__version__, selected, cpu, os_name)
+    return accepted_of(candidates, backend), selected
 
 
 def detect_hardware() -> HardwareSnapshot:

@@ -1,4 +1,4 @@
-"""The Hub side of a candidate: is it cached, what does the Hub have, download it.
+"""The Hub side of a candidate: is it cached, what does the Hub have, how to load it here.
 
 Everything goes through `huggingface_hub` and `kernels` with the Hub endpoint the environment
 names (`HF_ENDPOINT`), so the same code talks to the Hub or to a Hub-compatible server. Three faults
@@ -8,22 +8,36 @@ of kernels 0.17.2 with huggingface_hub 2.4 are worked around here, where the exp
    version fails. The explorer downloads by the version's branch name, which writes the ref, and
    offline, without the ref, takes the newest cached snapshot that has a build for this machine.
 2. Offline, `kernels` resolves the cached snapshot as a whole and fails when other variants are
-   missing from it. The explorer loads a cached variant offline through `get_local_kernel`.
+   missing from it. The explorer loads a cached variant offline as a local repository.
 3. `HF_HUB_DISABLE_TELEMETRY=1` leaves `kernels` with an empty user agent that breaks online
-   requests unless `HF_HUB_USER_AGENT_ORIGIN` is set; `hub_session()` sets it while the explorer loads.
+   requests unless `HF_HUB_USER_AGENT_ORIGIN` is set; `_backend.hub.hub_session()` sets it while
+   the explorer talks to the Hub or loads.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernel_explorer._backend.hub import (
+    download_variant,
+    hub_api,
+    hub_session,
+    is_offline,
+    repo_cache_folder,
+    resolve_local_kernel,
+    resolve_local_variant,
+    resolve_remote_variant,
+)
+from kernel_explorer._backend.repositories import (
+    hub_coordinates,
+    hub_layer_repository,
+    local_layer_repository,
+)
 from kernel_explorer.availability import Availability, State
+from kernel_explorer.errors import NoUsableKernelError
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -46,52 +60,24 @@ class HubReference:
     def label(self) -> str:
         return f"{self.repo_id}@{self.ref}"
 
+    def trusts_extra(self) -> tuple[str, ...]:
+        """Repository ids the mapping entry itself opted in for (its `trust_remote_code` list)."""
+        return tuple(self.trust_remote_code) if isinstance(self.trust_remote_code, tuple) else ()
+
     def trusts(self, allowlist: tuple[str, ...] = ()) -> bool:
         """Whether the user opted in for this repository (kernels' `trust_remote_code` rules)."""
         if self.trust_remote_code is True:
             return True
-        allowed = tuple(self.trust_remote_code or ()) + tuple(allowlist)
+        allowed = self.trusts_extra() + tuple(allowlist)
         return self.repo_id in allowed
 
 
 def hub_reference(repository: Any) -> HubReference | None:
     """The Hub repository behind a `LayerRepository`-like object, or None for local ones."""
-    repo_id = getattr(repository, "_repo_id", None)
-    if repo_id is None:
+    found = hub_coordinates(repository)
+    if found is None:
         return None
-    trust = getattr(repository, "_trust_remote_code", False)
-    trust = tuple(trust) if isinstance(trust, list) else bool(trust)
-    revision = getattr(repository, "_revision", None)
-    locks, dep = getattr(repository, "kernel_locks", None), getattr(repository, "kernel_dep", None)
-    if locks is not None and dep is not None:
-        revision = locks[dep].commit
-    return HubReference(str(repo_id), getattr(repository, "_version", None), revision, trust)
-
-
-def is_offline() -> bool:
-    """Whether `huggingface_hub` is in offline mode (`HF_HUB_OFFLINE`) in this process."""
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
-def cache_root() -> Path:
-    """Where `kernels` keeps Hub downloads: `KERNELS_CACHE`, else the Hugging Face cache."""
-    from huggingface_hub import constants
-
-    return Path(os.environ.get("KERNELS_CACHE") or constants.HF_HUB_CACHE)
-
-
-def _repo_cache(repo_id: str) -> Path:
-    from huggingface_hub.file_download import repo_folder_name
-
-    return cache_root() / repo_folder_name(repo_id=repo_id, repo_type="kernel")
-
-
-def _trace_lines(trace: list[Any]) -> tuple[str, ...]:
-    from kernels.variants import variants_trace_str
-
-    return tuple(line for line in variants_trace_str(trace).splitlines() if line.strip())
+    return HubReference(found.repo_id, found.version, found.revision, found.trust_remote_code)
 
 
 def cached_variant_dir(ref: HubReference, backend: str | None = None) -> Path | None:
@@ -100,7 +86,7 @@ def cached_variant_dir(ref: HubReference, backend: str | None = None) -> Path | 
     When the cache has no `refs/v<N>` for a version (fault 1: `kernels` downloads by commit), the
     newest cached snapshot with a build for this machine stands in for it.
     """
-    folder = _repo_cache(ref.repo_id)
+    folder = repo_cache_folder(ref.repo_id)
     ref_file = folder / "refs" / ref.ref
     if ref_file.is_file():
         snapshots = [folder / "snapshots" / ref_file.read_text().strip()]
@@ -118,62 +104,32 @@ def cached_variant_dir(ref: HubReference, backend: str | None = None) -> Path | 
 
 
 def _variant_in(build: Path, backend: str | None) -> Path | None:
-    from kernels.variants import get_variants_local, resolve_variant
-
-    variant, _ = resolve_variant(get_variants_local(build), backend)
+    variant, _ = resolve_local_variant(build, backend)
     if variant is None:
         return None
-    path = build / variant.variant_str
+    path = build / variant
     return path if (path / "metadata.json").is_file() else None
 
 
 def local_availability(repo_path: Path, backend: str | None = None) -> Availability:
     """Availability of a local repository (`LocalLayerRepository`), the way `kernels` resolves it."""
-    from kernels.resolver import resolve_local_kernel
-    from kernels.variants import get_variants_local, resolve_variant
-
     repo_path = Path(repo_path)
     if not repo_path.exists():
         return Availability(State.FAILED, f"{repo_path} does not exist")
     try:
-        kernel = resolve_local_kernel(repo_path, backend=backend)
+        variant = resolve_local_kernel(repo_path, backend)
     except FileNotFoundError:
-        _, trace = resolve_variant(get_variants_local(repo_path / "build"), backend)
-        return Availability(
-            State.NO_BUILD, f"no build in {repo_path} fits this machine", trace=_trace_lines(trace)
-        )
+        _, trace = resolve_local_variant(repo_path / "build", backend)
+        return Availability(State.NO_BUILD, f"no build in {repo_path} fits this machine", trace=trace)
     except Exception as error:  # unreadable metadata.json and the like
         return Availability(State.FAILED, f"{type(error).__name__}: {error}")
-    return Availability(State.READY, "local build", variant=kernel.variant_str)
-
-
-@contextlib.contextmanager
-def hub_session() -> Iterator[None]:
-    """Work around fault 3: an empty user agent when telemetry is off. Restores the setting after."""
-    from huggingface_hub import constants
-
-    patch = constants.HF_HUB_DISABLE_TELEMETRY and constants.HF_HUB_USER_AGENT_ORIGIN is None
-    if patch:
-        constants.HF_HUB_USER_AGENT_ORIGIN = "kernel-explorer"
-    try:
-        yield
-    finally:
-        if patch:
-            constants.HF_HUB_USER_AGENT_ORIGIN = None
-
-
-def _api() -> Any:
-    from kernels.hf_hub import _get_hf_api
-
-    return _get_hf_api(user_agent="kernel-explorer")
+    return Availability(State.READY, "local build", variant=variant)
 
 
 def query_hub(
     ref: HubReference, *, allowlist: tuple[str, ...] = (), backend: str | None = None
 ) -> Availability:
     """Ask the Hub what it has for `ref` on this machine. Blocking: call it off the UI thread."""
-    from kernels.variants import get_variants, resolve_variant
-
     cached = cached_variant_dir(ref, backend)
     if is_offline():  # kernels skips the trust check offline: the cache decides
         if cached is not None:
@@ -181,7 +137,7 @@ def query_hub(
         return Availability(State.OFFLINE_NOT_CACHED, "HF_HUB_OFFLINE is set and no build is cached")
     try:
         with hub_session():
-            api = _api()
+            api = hub_api()
             if not ref.trusts(allowlist):  # online, kernels checks trust before it looks at the cache
                 org = ref.repo_id.split("/", 1)[0]
                 overview = api.get_organization_overview(org)
@@ -205,16 +161,12 @@ def query_hub(
                         State.NO_BUILD, f"the Hub has no {revision} branch (versions: {', '.join(versions)})"
                     )
                 revision = branches[revision]
-            variant, trace = resolve_variant(
-                get_variants(api, repo_id=ref.repo_id, revision=revision), backend
-            )
+            variant, trace = resolve_remote_variant(api, ref.repo_id, revision, backend)
             if variant is None:
-                return Availability(
-                    State.NO_BUILD, "no variant on the Hub fits this machine", trace=_trace_lines(trace)
-                )
+                return Availability(State.NO_BUILD, "no variant on the Hub fits this machine", trace=trace)
             files = api.list_repo_tree(
                 ref.repo_id,
-                path_in_repo=f"build/{variant.variant_str}",
+                path_in_repo=f"build/{variant}",
                 recursive=True,
                 repo_type="kernel",
                 revision=revision,
@@ -225,7 +177,7 @@ def query_hub(
         if "NotFound" in name:
             return Availability(State.FAILED, f"{ref.repo_id} is not on the Hub ({name})")
         return Availability(State.OFFLINE_NOT_CACHED, f"the Hub could not be reached: {name}: {error}")
-    return Availability(State.DOWNLOADABLE, "on the Hub", variant=variant.variant_str, size_bytes=size)
+    return Availability(State.DOWNLOADABLE, "on the Hub", variant=variant, size_bytes=size)
 
 
 def download(ref: HubReference, variant: str, *, progress: bool = True) -> Path:
@@ -233,23 +185,32 @@ def download(ref: HubReference, variant: str, *, progress: bool = True) -> Path:
 
     Downloads by the version's branch name so the cache records `refs/v<N>` (fault 1).
     """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    return download_variant(ref.repo_id, ref.ref, variant, progress=progress) / "build" / variant
 
-    if not progress:
-        disable_progress_bars()
-    try:
-        with hub_session():
-            snapshot = snapshot_download(
-                ref.repo_id,
-                repo_type="kernel",
-                revision=ref.ref,
-                allow_patterns=[f"build/{variant}/*"],
-                ignore_patterns=["*.pyc", "**/__pycache__/**"],
-                cache_dir=os.environ.get("KERNELS_CACHE") or None,
-                library_name="kernels",
+
+def loadable_repository(
+    ref: HubReference, layer_name: str, found: Availability, *, allowlist: tuple[str, ...] = ()
+) -> Any:
+    """The repository object to hand to `kernelize` for `ref`, given where it stands (`found`).
+
+    Offline, a cached variant loads as a local repository (fault 2); online, a build the Hub has
+    is downloaded first by branch name (fault 1); trust is never granted on the user's behalf.
+    Raises `NoUsableKernelError` with the reason when it cannot load here.
+    """
+    cached = cached_variant_dir(ref)
+    if is_offline():
+        if cached is None:
+            raise NoUsableKernelError(
+                f"{ref.label} is not cached and HF_HUB_OFFLINE is set: switch it on once while online."
             )
-    finally:
-        if not progress:
-            enable_progress_bars()
-    return Path(snapshot) / "build" / variant
+        return local_layer_repository(cached.parent.parent, layer_name)
+    if found.state is State.UNTRUSTED:
+        raise NoUsableKernelError(f"{ref.label}: {found.reason}")
+    if found.state not in (State.READY, State.DOWNLOADABLE, State.CHECKING):
+        raise NoUsableKernelError(f"{ref.label} cannot run here: {found.details}")
+    if cached is None and found.variant:
+        download(ref, found.variant)
+    trust: bool | list[str] = True if ref.trust_remote_code is True else [*ref.trusts_extra(), *allowlist]
+    return hub_layer_repository(
+        ref.repo_id, layer_name, version=ref.version, revision=ref.revision, trust=trust
+    )

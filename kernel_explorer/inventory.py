@@ -1,59 +1,195 @@
-"""Which parts of a model `kernelize` can swap, found the way `kernelize` itself finds them.
+"""The inventory as a table: each kernel layer of a model, its candidates here, what runs now.
 
-`kernels` marks a replaceable layer in two ways, and this module reads exactly those marks, so it
-works for any `nn.Module`, Transformers or not:
-- a module class decorated with `use_kernel_forward_from_hub(name)` carries `kernel_layer_name`;
-- a function decorated the same way and attached with `use_kernelized_func` lives, as a small
-  module, in the instance dict `_kernel_funcs` of the modules that call it.
+Built from the three parts that know each fact (the layer groups, the catalog, the switchboard),
+it is a frozen snapshot that renders as text, as HTML (in a notebook), and exports to pandas.
 """
 
 from __future__ import annotations
 
+import html
+from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.modes import mode_name
+from kernel_explorer.availability import Availability
+from kernel_explorer.catalog import first_usable
 
 if TYPE_CHECKING:
+    import pandas as pd
+    from kernels import Mode
     from torch import nn
+
+    from kernel_explorer.catalog import Candidate, Catalog
+    from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.switchboard import RunningNow, Switchboard
 
 
 @dataclass(frozen=True)
-class LayerGroup:
-    """All instances of one kernel layer name in a model."""
+class InventoryRow:
+    """One kernel layer name of the model."""
 
-    name: str  # the kernel layer name mappings use, e.g. "RMSNorm"
-    kind: str  # "module" (a layer class) or "function" (attached with use_kernelized_func)
-    original: str  # qualified name of the class or function kernelize would replace
-    instances: tuple[str, ...]  # module paths; for functions, the modules that hold them
+    group: LayerGroup
+    candidates: tuple[tuple[Candidate, Availability], ...]
+    running: tuple[RunningNow, ...]
 
-    def __len__(self) -> int:
-        return len(self.instances)
+    @property
+    def best(self) -> tuple[Candidate, Availability] | None:
+        """The candidate the explorer would switch on: the first usable one, else the first one."""
+        usable = first_usable(self.candidates)
+        if usable is not None:
+            return usable
+        return self.candidates[0] if self.candidates else None
+
+    @property
+    def status(self) -> str:
+        """One phrase: the best candidate's state, or why there is none."""
+        best = self.best
+        if best is None:
+            return "no mapping from any source"
+        return str(best[1])
+
+    @property
+    def running_summary(self) -> str:
+        counts = Counter("PyTorch" if not r.is_kernel else f"kernel {r.kernel_id}" for r in self.running)
+        return ", ".join(f"{what} x{n}" for what, n in counts.most_common())
 
 
-def _qualname(obj: object) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+@dataclass(frozen=True)
+class Inventory:
+    """Every kernel layer of a model, with candidates and current state; other layers counted."""
+
+    rows: tuple[InventoryRow, ...]
+    other_layers: tuple[tuple[str, int], ...]  # (class, instances) of modules with no kernel layer name
+    device: str
+    mode: str
+
+    def row(self, name: str) -> InventoryRow:
+        for row in self.rows:
+            if row.group.name == name:
+                return row
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        header = ("layer", "kind", "n", "runs now", "best candidate", "availability")
+        lines = [header]
+        for row in self.rows:
+            best = row.best
+            lines.append(
+                (
+                    row.group.name,
+                    row.group.kind,
+                    str(len(row.group)),
+                    row.running_summary,
+                    best[0].label if best else "-",
+                    row.status,
+                )
+            )
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        text = [f"Kernel layers ({self.device}, {self.mode}):"]
+        text += [
+            "  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+            for line in lines
+        ]
+        if self.other_layers:
+            others = ", ".join(f"{name} x{n}" for name, n in self.other_layers[:8])
+            more = f" and {len(self.other_layers) - 8} more classes" if len(self.other_layers) > 8 else ""
+            text.append(f"Not kernelizable (class declares no kernel layer name): {others}{more}")
+        return "\n".join(text)
+
+    def _repr_html_(self) -> str:
+        def badge(found: Availability) -> str:
+            colour = found.state.colour
+            return (
+                f'<span title="{html.escape(found.details)}" style="background:{colour};color:#fff;'
+                f'border-radius:4px;padding:0 4px;white-space:nowrap">{html.escape(found.state.value)}</span>'
+            )
+
+        body = []
+        for row in self.rows:
+            options = (
+                "<br>".join(
+                    f"{badge(found)} {html.escape(c.label)} <small>[{c.source}]</small>"
+                    for c, found in row.candidates
+                )
+                or "<i>no mapping from any source</i>"
+            )
+            body.append(
+                "<tr>"
+                f"<td><b>{html.escape(row.group.name)}</b><br><small>{html.escape(row.group.original)}</small></td>"
+                f"<td>{row.group.kind}</td><td>{len(row.group)}</td>"
+                f"<td>{html.escape(row.running_summary)}</td><td>{options}</td>"
+                "</tr>"
+            )
+        others = ""
+        if self.other_layers:
+            listed = ", ".join(f"{html.escape(name)} x{n}" for name, n in self.other_layers)
+            others = f"<p><small>Not kernelizable (class declares no kernel layer name): {listed}</small></p>"
+        return (
+            f"<div><b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
+            "<table><thead><tr><th>layer</th><th>kind</th><th>instances</th><th>runs now</th>"
+            f"<th>candidates</th></tr></thead><tbody>{''.join(body)}</tbody></table>{others}</div>"
+        )
+
+    def to_pandas(self, level: str = "instances") -> pd.DataFrame:
+        """One row per instance (`level="instances"`) or per candidate (`level="candidates"`)."""
+        import pandas as pd
+
+        if level == "instances":
+            records: list[dict[str, Any]] = [
+                {
+                    "layer": row.group.name,
+                    "kind": row.group.kind,
+                    "instance": now.instance,
+                    "original": row.group.original,
+                    "runs": "kernel" if now.is_kernel else "pytorch",
+                    "kernel_id": now.kernel_id,
+                    "variant": now.variant,
+                    "repository": now.repository,
+                    "reason": now.reason,
+                }
+                for row in self.rows
+                for now in row.running
+            ]
+        elif level == "candidates":
+            records = [
+                {
+                    "layer": row.group.name,
+                    "candidate": c.label,
+                    "source": c.source,
+                    "device": c.device,
+                    "mode": mode_name(c.entry.mode),
+                    "state": found.state.value,
+                    "variant": found.variant,
+                    "reason": found.reason,
+                    "size_bytes": found.size_bytes,
+                }
+                for row in self.rows
+                for c, found in row.candidates
+            ]
+        else:
+            raise ValueError(f"level must be 'instances' or 'candidates', not {level!r}")
+        return pd.DataFrame.from_records(records)
 
 
-def _wrapped_function(func_module: nn.Module) -> object:
-    """The plain function behind a `use_kernelized_func` module (kept in its forward's closure)."""
-    forward = type(func_module).forward
-    for cell in forward.__closure__ or ():
-        if callable(cell.cell_contents):
-            return cell.cell_contents
-    return type(func_module)
-
-
-def find_kernel_layers(model: nn.Module) -> list[LayerGroup]:
-    """Kernel layer groups of `model`, in the order they first appear in `named_modules()`."""
-    found: dict[str, tuple[str, str, list[str]]] = {}
-    for path, module in model.named_modules():
-        for func_module in getattr(module, "_kernel_funcs", {}).values():
-            name = str(func_module.kernel_layer_name)
-            original = _qualname(_wrapped_function(func_module))
-            found.setdefault(name, ("function", original, []))[2].append(path)
-        cls = type(module)
-        if hasattr(cls, "kernel_layer_name"):
-            condition = getattr(cls, "kernel_condition", None)
-            if condition is not None and not condition(module):
-                continue
-            found.setdefault(str(cls.kernel_layer_name), ("module", _qualname(cls), []))[2].append(path)
-    return [LayerGroup(name, kind, original, tuple(paths)) for name, (kind, original, paths) in found.items()]
+def build_inventory(
+    model: nn.Module, catalog: Catalog, board: Switchboard, *, mode: Mode, query_hub: bool = False
+) -> Inventory:
+    """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
+    rows = []
+    running = board.running()
+    for name, group in board.groups.items():
+        found = tuple(
+            (c, catalog.availability(c, device=board.device, mode=mode, query_hub=query_hub))
+            for c in catalog.candidates(name)
+        )
+        rows.append(InventoryRow(group, found, tuple(r for r in running if r.layer_name == name)))
+    kernel_paths = {
+        path for group in board.groups.values() if group.kind == "module" for path in group.instances
+    }
+    others = Counter(
+        type(module).__name__
+        for path, module in model.named_modules()
+        if path and path not in kernel_paths and not list(module.children())
+    )
+    return Inventory(tuple(rows), tuple(others.most_common()), board.device, mode_name(mode))

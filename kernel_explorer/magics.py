@@ -113,6 +113,7 @@ class KernelsMagic:
 
         from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
+        from kernel_explorer.ui.dashboard import Dashboard
 
         model = self._variable(args.model)
         if isinstance(model, tuple) and model and isinstance(model[0], nn.Module):
@@ -125,7 +126,7 @@ class KernelsMagic:
         self.explorer = Explorer(model, tokenizer=tokenizer, mode=args.mode)
         if args.inputs is not None:
             self.explorer.capture(self._variable(args.inputs))
-        return self.explorer.dashboard()
+        return Dashboard(self.explorer)
 
     def _do_on(self, args: argparse.Namespace) -> Any:
         self._need_explorer().on(args.layer, args.instances)

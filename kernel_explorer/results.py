@@ -1,55 +1,23 @@
-"""Measurement records and the observable log they stream into.
+"""The observable log that measurement records stream into.
 
 A measurement emits one `Record` per completed sample; views subscribe to the `ResultLog` and
-redraw as records arrive. The log exports to pandas, to JSON lines (and back), and to one
-self-contained HTML report.
+redraw as records arrive. The log exports to pandas and to JSON lines (and back); the HTML report
+is `report.write_report`'s.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kernel_explorer.records import Record
 
 if TYPE_CHECKING:
     import pandas as pd
-
-#: kinds of records, and what their `values` hold
-KINDS: dict[str, str] = {
-    "layer_latency": "pytorch_s, kernel_s, speedup (pytorch/kernel, one interleaved pair), kernel_on",
-    "layer_divergence": "max_abs, max_rel, mean_abs, max_ulp, mean_ulp, bitwise_equal, allclose, "
-    "kernel_err64, pytorch_err64, dtype",
-    "layer_determinism": "runs, kernel_identical, pytorch_identical, pytorch_deterministic_identical",
-    "model_prefill": "tokens, pytorch_s, kernel_s, speedup",
-    "model_decode": "tokens, pytorch_tok_s, kernel_tok_s, speedup",
-    "model_agreement": "logits_max_abs, kl, top1_agreement, greedy_tokens, first_divergence",
-    "model_throughput": "tokens_s (one forward over the captured prompt), instances_on",
-    "run": "event (started, finished, cancelled, failed), detail",
-}
-
-
-@dataclass(frozen=True)
-class Record:
-    """One completed sample (or a run event)."""
-
-    kind: str
-    run_id: str
-    layer: str | None = None
-    instance: str | None = None
-    values: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Record:
-        return cls(**data)
-
 
 Subscriber = Callable[[Record], None]
 
@@ -115,7 +83,7 @@ class ResultLog:
                 "layer": r.layer,
                 "instance": r.instance,
                 "time": r.time,
-                **r.values,
+                **asdict(r.values),
             }
             for r in self.records(kind)
         ]
@@ -165,9 +133,3 @@ class ResultLog:
     def from_jsonl(cls, path: str | Path) -> ResultLog:
         lines = Path(path).read_text().splitlines()
         return cls([Record.from_dict(json.loads(line)) for line in lines if line.strip()])
-
-    def to_html(self, path: str | Path, title: str = "kernel_explorer report") -> Path:
-        """One self-contained HTML file: summary tables and plots (plotly.js inlined)."""
-        from kernel_explorer.report import write_report
-
-        return write_report(self, Path(path), title=title)

@@ -15,29 +15,29 @@ around its forward calls, so a switch never lands in the middle of one.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import threading
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer import function_routes
-from kernel_explorer.availability import State
+from kernel_explorer._backend.functions import function_key, kernel_functions
+from kernel_explorer._backend.hub import hub_session
+from kernel_explorer._backend.layers import bound_function, kernel_origin, kernelize_each, model_device
+from kernel_explorer._backend.modes import mode_name, parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
-from kernel_explorer.hub_access import cached_variant_dir, download, hub_session, is_offline
-from kernel_explorer.inventory import LayerGroup, find_kernel_layers
-from kernel_explorer.kernels_bridge import (
-    bound_function,
-    kernel_origin,
-    kernelize_each,
-    mode_name,
-    parse_mode,
-)
+from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
     from kernel_explorer.catalog import Candidate, Catalog
+
+#: the switches that are on: (layer name, instance path) -> (candidate, mode)
+SwitchState = dict[tuple[str, str], tuple["Candidate", "Mode"]]
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Switchboard:
         self.model = model
         self.catalog = catalog
         self.strict = strict
-        self.device = device or _model_device(model)
+        self.device = device or model_device(model)
         self.lock = threading.RLock()
         self.groups: dict[str, LayerGroup] = {g.name: g for g in find_kernel_layers(model)}
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
@@ -156,14 +156,14 @@ class Switchboard:
         key = self.function_key(module, name)
         if for_switching:
             return function_routes.copy_for(module, key)
-        return module._kernel_funcs[key]
+        return kernel_functions(module)[key]
 
     @staticmethod
     def function_key(holder: nn.Module, name: str) -> str:
-        for key, func in holder._kernel_funcs.items():
-            if str(func.kernel_layer_name) == name:
-                return key
-        raise KernelExplorerError(f"{type(holder).__name__} has no kernel function {name!r}")
+        key = function_key(holder, name)
+        if key is None:
+            raise KernelExplorerError(f"{type(holder).__name__} has no kernel function {name!r}")
+        return key
 
     # -- switching -----------------------------------------------------------------------------
 
@@ -180,8 +180,9 @@ class Switchboard:
         kernel_mode = parse_mode(mode)
         with self.lock:
             try:
-                chosen = self.catalog.choose(name, device=self.device, mode=kernel_mode, candidate=candidate)
-                entry = self._loadable_entry(chosen, kernel_mode)
+                chosen, entry = self.catalog.resolve(
+                    name, device=self.device, mode=kernel_mode, candidate=candidate
+                )
             except NoUsableKernelError as error:
                 if self.strict:
                     raise
@@ -196,7 +197,7 @@ class Switchboard:
                 path = by_target[id(target)]
                 if error is not None:
                     failure = f"{type(error).__name__}: {error}".strip()
-                    self._restore(name, path)
+                    self._to_pytorch(name, path)
                     self._reasons[(name, path)] = f"{chosen.repo_label} failed to load: {failure}"
                     continue
                 self._install_guard(name, path, target, chosen, kernel_mode)
@@ -206,53 +207,11 @@ class Switchboard:
                     raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
             return self.running(name, paths)
 
-    def _loadable_entry(self, chosen: Candidate, mode: Mode) -> Any:
-        """The mapping entry to hand to `kernelize`, with the Hub workarounds applied."""
-        from kernels import LayerRepository, LocalLayerRepository
-
-        ref = chosen.hub
-        if ref is None:
-            found = self.catalog.availability(chosen, device=self.device, mode=mode)
-            if not found.state.usable:
-                raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
-            return chosen.entry
-        layer = chosen.repository.layer_name
-        cached = cached_variant_dir(ref)
-        if is_offline():
-            if cached is None:
-                raise NoUsableKernelError(
-                    f"{ref.label} is not cached and HF_HUB_OFFLINE is set: switch it on once while online."
-                )
-            # fault 2: load the cached variant as a local repository (snapshot folder)
-            local = LocalLayerRepository(repo_path=cached.parent.parent, layer_name=layer)
-            return replace(chosen.entry, repository=local)
-        found = self.catalog.availability(chosen, device=self.device, mode=mode, query_hub=True)
-        if found.state is State.UNTRUSTED:
-            raise NoUsableKernelError(f"{ref.label}: {found.reason}")
-        if found.state not in (State.READY, State.DOWNLOADABLE, State.CHECKING):
-            raise NoUsableKernelError(f"{ref.label} cannot run here: {found.details}")
-        if cached is None and found.variant:
-            download(ref, found.variant)  # fault 1: by branch name, so refs/v<N> is written
-            self.catalog.forget_hub_answers()
-        extra = tuple(ref.trust_remote_code) if isinstance(ref.trust_remote_code, tuple) else ()
-        trust: bool | list[str] = [*extra, *self.catalog.trust_remote_code]
-        if ref.trust_remote_code is True:
-            trust = True
-        if ref.version is not None:
-            repo = LayerRepository(
-                ref.repo_id, layer_name=layer, version=ref.version, trust_remote_code=trust
-            )
-        else:
-            repo = LayerRepository(
-                ref.repo_id, layer_name=layer, revision=ref.revision, trust_remote_code=trust
-            )
-        return replace(chosen.entry, repository=repo)
-
     def _install_guard(self, name: str, path: str, target: nn.Module, chosen: Candidate, mode: Mode) -> None:
         forward = target.__dict__.get("forward")
         if forward is None or bound_function(forward) is type(target).forward:
             # kernelize kept PyTorch: the kernel does not support this mode
-            self._restore(name, path)
+            self._to_pytorch(name, path)
             self._reasons[(name, path)] = f"{chosen.repo_label} does not support {mode_name(mode)}"
             return
         original = type(target).forward.__get__(target)
@@ -275,10 +234,10 @@ class Switchboard:
 
     def _fall_back(self, name: str, paths: list[str], reason: str) -> None:
         for path in paths:
-            self._restore(name, path)
+            self._to_pytorch(name, path)
             self._reasons[(name, path)] = reason
 
-    def _restore(self, name: str, path: str) -> None:
+    def _to_pytorch(self, name: str, path: str) -> None:
         """Back to the class's own forward, exactly: no attribute of ours stays on the module."""
         module = self._modules[path]
         self._on.pop((name, path), None)
@@ -293,7 +252,7 @@ class Switchboard:
         paths = self.select(name, instances)
         with self.lock:
             for path in paths:
-                self._restore(name, path)
+                self._to_pytorch(name, path)
             return self.running(name, paths)
 
     def reset(self) -> None:
@@ -301,22 +260,61 @@ class Switchboard:
         with self.lock:
             for name, group in self.groups.items():
                 for path in group.instances:
-                    self._restore(name, path)
+                    self._to_pytorch(name, path)
 
-    def snapshot(self) -> dict[tuple[str, str], tuple[Candidate, Mode]]:
+    def snapshot(self) -> SwitchState:
         """The switches that are on, to hand back to `restore`."""
         with self.lock:
             return dict(self._on)
 
-    def restore(self, snapshot: dict[tuple[str, str], tuple[Candidate, Mode]]) -> None:
+    def restore(self, state: SwitchState) -> None:
         """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
         with self.lock:
             for name, path in list(self._on):
-                if snapshot.get((name, path)) != self._on.get((name, path)):
-                    self._restore(name, path)
-            for (name, path), (chosen, mode) in snapshot.items():
+                if state.get((name, path)) != self._on.get((name, path)):
+                    self._to_pytorch(name, path)
+            for (name, path), (chosen, mode) in state.items():
                 if (name, path) not in self._on:
                     self.on(name, [path], mode=mode, candidate=chosen)
+
+    @contextlib.contextmanager
+    def holding(
+        self, change: Callable[[], object] | None = None, *, keep_others: bool = False
+    ) -> Iterator[SwitchState]:
+        """Make `change` (a function that switches) for the block; the state before comes back after.
+
+        The one save/restore of the switchboard: `Explorer.using`, a model comparison's all-PyTorch
+        side and a layer comparison's temporary switches all go through it. The state comes back
+        also when `change` or the block raises or is interrupted. With `keep_others=True`, only the
+        switches `change` made are undone, and only where nobody switched them since (a user's
+        switch made while a measurement runs stays as the user made it). Yields the state the
+        change left.
+        """
+        with self.lock:
+            before = self.snapshot()
+            try:
+                if change is not None:
+                    change()
+            except BaseException:
+                self.restore(before)
+                raise
+            made = self.snapshot()
+        try:
+            yield made
+        finally:
+            with self.lock:
+                if not keep_others:
+                    self.restore(before)
+                else:
+                    now = self.snapshot()
+                    target = dict(now)
+                    for key in before.keys() | made.keys():
+                        if before.get(key) != made.get(key) and now.get(key) == made.get(key):
+                            if key in before:
+                                target[key] = before[key]
+                            else:
+                                target.pop(key, None)
+                    self.restore(target)
 
     def forwards(self, name: str, path: str) -> tuple[Any, Any, bool]:
         """(what the instance runs now, its PyTorch forward, whether the former is a kernel).
@@ -353,17 +351,3 @@ class Switchboard:
                     else:
                         found.append(RunningNow(layer, path, *described))
         return found
-
-
-def _model_device(model: nn.Module) -> str:
-    for tensor in model.parameters():
-        return "rocm" if tensor.device.type == "cuda" and _is_rocm() else tensor.device.type
-    for tensor in model.buffers():
-        return tensor.device.type
-    return "cpu"
-
-
-def _is_rocm() -> bool:
-    import torch
-
-    return torch.version.hip is not None

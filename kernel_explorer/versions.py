@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from kernel_explorer._backend.transformers_window import kernels_window
 from kernel_explorer.errors import IncompatibleVersionsError
 
 # The window this project is tested with; used to name the fix when the pair is incompatible.
@@ -39,17 +41,6 @@ def _installed(name: str) -> str | None:
         return None
 
 
-def _transformers_window() -> tuple[str | None, str | None]:
-    try:
-        from transformers.utils import import_utils
-    except ImportError:
-        return None, None
-    return (
-        getattr(import_utils, "KERNELS_MIN_VERSION", None),
-        getattr(import_utils, "KERNELS_MAX_VERSION", None),
-    )
-
-
 def check_compatibility(
     kernels_version: str | None = None,
     transformers_version: str | None = None,
@@ -61,8 +52,27 @@ def check_compatibility(
     """
     kv = kernels_version if kernels_version is not None else _installed("kernels")
     tv = transformers_version if transformers_version is not None else _installed("transformers")
-    lo, hi = window if window is not None else _transformers_window()
     fix = f"pip install 'kernels{SUPPORTED_KERNELS}' 'transformers{SUPPORTED_TRANSFORMERS}'"
+    if window is not None:
+        lo, hi = window
+    else:
+        installed = kernels_window()
+        lo, hi = (None, None) if installed is None else (installed.minimum, installed.maximum)
+        if installed is not None and not installed.readable and tv is not None and kv is not None:
+            # Transformers moved the names that declare its window: say so, never a silent "ok".
+            ok = Version(tv) in SpecifierSet(SUPPORTED_TRANSFORMERS) and Version(kv) in SpecifierSet(
+                SUPPORTED_KERNELS
+            )
+            return Compatibility(
+                kv,
+                tv,
+                None,
+                None,
+                ok,
+                f"could not read the kernels version window from Transformers {tv} "
+                "(KERNELS_MIN_VERSION/KERNELS_MAX_VERSION moved); "
+                + ("the pair is inside the window this project is tested with" if ok else f"fix: {fix}"),
+            )
     if kv is None:
         return Compatibility(kv, tv, lo, hi, False, f"`kernels` is not installed; fix: {fix}")
     if tv is None:

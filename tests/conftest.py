@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 The whole session shares one fresh cache root (so the bundled hub is built once per run, from
-source, like a user's first run); tests that need their own cache set KERNEL_EXPLORER_CACHE
+source, like a user's `make setup`); tests that need their own cache set KERNEL_EXPLORER_CACHE
 themselves.
 """
 
@@ -34,9 +34,13 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def hub(session_cache: Path) -> dict:
-    """The bundled repositories, built (once per session) and loaded through kernels' loader."""
+    """The bundled repositories, built (once per session) and loaded through kernels' loader.
+
+    Autouse: `Explorer()` never builds, so every test finds the bundled hub built, as a user does
+    after `make setup`.
+    """
     from kernels import get_local_kernel
 
     from kernel_explorer.builder import build_hub

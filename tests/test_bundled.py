@@ -7,7 +7,7 @@ import torch
 from kernels import Mode, kernelize, use_kernel_mapping
 
 from kernel_explorer.bundled import BUNDLED_LAYERS, bundled_mapping
-from kernel_explorer.inventory import find_kernel_layers
+from kernel_explorer.layer_groups import find_kernel_layers
 from kernel_explorer.models import tiny_gpt2, tiny_llama
 
 

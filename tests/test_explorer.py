@@ -43,3 +43,13 @@ def test_training_mode_by_default(hub: dict) -> None:
     running = explorer.on("RMSNorm")
     assert not any(now.is_kernel for now in running)
     assert explorer.inventory().mode == "training"
+
+
+def test_the_constructor_never_builds_and_says_how_to(fresh_cache) -> None:  # type: ignore[no-untyped-def]
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    assert not (fresh_cache / "hub").exists()  # nothing compiled, nothing written
+    found = explorer.inventory().row("RMSNorm").candidates[0][1]
+    assert found.state.value == "no build for this machine" and "kernel-explorer build-hub" in found.reason
+    (now, *_) = explorer.on("RMSNorm")
+    assert not now.is_kernel and "kernel-explorer build-hub" in now.reason
+    assert not (fresh_cache / "hub").exists()

@@ -23,7 +23,7 @@ PRELUDE = """
 import json, sys, time
 from kernels import LayerRepository
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.kernels_bridge import parse_mode
+from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.models import tiny_llama
 
 def hub_mapping(repo_id, layer="RMSNorm"):

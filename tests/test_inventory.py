@@ -1,48 +1,65 @@
-"""Finding kernel layers the way kernelize does, on real Transformers models."""
+"""The inventory table: candidates with availability, what runs now, rendering and export."""
 
 from __future__ import annotations
 
-from torch import nn
+import pytest
 
-from kernel_explorer.inventory import find_kernel_layers
-from kernel_explorer.models import tiny_gpt2, tiny_llama
-
-
-def _by_name(model: nn.Module) -> dict:
-    return {g.name: g for g in find_kernel_layers(model)}
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.models import tiny_llama
 
 
-def test_tiny_llama_layers() -> None:
-    groups = _by_name(tiny_llama(num_layers=3))
-    assert len(groups["RMSNorm"]) == 2 * 3 + 1  # two per block + the final norm
-    assert len(groups["SiLU"]) == 3
-    rotary = groups["rotary_pos_emb"]
-    assert rotary.kind == "function" and rotary.original.endswith("apply_rotary_pos_emb")
-    assert rotary.instances == tuple(f"model.layers.{i}.self_attn" for i in range(3))
+@pytest.fixture
+def explorer(hub: dict) -> Explorer:
+    found = Explorer(tiny_llama())
+    yield found
+    found.reset()
 
 
-def test_tiny_gpt2_gelu() -> None:
-    groups = _by_name(tiny_gpt2(num_layers=2))
-    assert set(groups) == {"NewGELU"}
-    assert groups["NewGELU"].original.endswith("NewGELUActivation")
+def test_rows_follow_the_switches(explorer: Explorer) -> None:
+    before = explorer.inventory()
+    assert [row.group.name for row in before.rows] == ["rotary_pos_emb", "SiLU", "RMSNorm"]
+    assert before.row("RMSNorm").running_summary == "PyTorch x5"
+    explorer.on("RMSNorm", "model.norm")
+    after = explorer.inventory().row("RMSNorm")
+    kernel_id = explorer.running("RMSNorm")[-1].kernel_id
+    assert after.running_summary == f"PyTorch x4, kernel {kernel_id} x1"
+    assert after.best[0].source == "bundled" and after.status.startswith("ready")
 
 
-def test_plain_module_without_marks_has_no_layers() -> None:
-    assert find_kernel_layers(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == []
+def test_text_and_html(explorer: Explorer) -> None:
+    inventory = explorer.inventory()
+    text = str(inventory)
+    assert "RMSNorm" in text and "bundled/rmsnorm:RMSNorm (cpu, any mode)" in text
+    assert "Not kernelizable (class declares no kernel layer name): Linear x15" in text
+    html = inventory._repr_html_()
+    assert html.count("<tr>") == 1 + 3  # header + one row per layer name
+    assert 'title="no mapping for this device or mode: mapped for cuda' in html  # reason on hover
+    assert ">ready</span>" in html
 
 
-def test_kernel_condition_false_is_skipped() -> None:
-    from kernels import use_kernel_forward_from_hub
+def test_pandas_export(explorer: Explorer) -> None:
+    explorer.on("SiLU")
+    inventory = explorer.inventory()
+    instances = inventory.to_pandas()
+    assert len(instances) == 2 + 2 + 5
+    silu = instances[instances.layer == "SiLU"]
+    assert set(silu.runs) == {"kernel"} and silu.kernel_id.notna().all()
+    candidates = inventory.to_pandas("candidates")
+    assert {"layer", "candidate", "source", "state", "reason"} <= set(candidates.columns)
+    assert (candidates[candidates.source == "bundled"].state == "ready").all()
+    with pytest.raises(ValueError, match="level must be"):
+        inventory.to_pandas("rows")
 
-    @use_kernel_forward_from_hub("Doubler", condition=lambda m: m.enabled)
-    class Doubler(nn.Module):
-        def __init__(self, enabled: bool) -> None:
-            super().__init__()
-            self.enabled = enabled
 
-        def forward(self, x):
-            return 2 * x
+@pytest.mark.slow
+def test_smollm2_inventory(hub: dict) -> None:
+    from kernel_explorer.models import load_default_model
 
-    model = nn.Sequential(Doubler(True), Doubler(False))
-    (group,) = find_kernel_layers(model)
-    assert group.instances == ("0",)
+    model, _ = load_default_model(progress=False)
+    inventory = Explorer(model).inventory()
+    counts = {row.group.name: len(row.group) for row in inventory.rows}
+    assert counts == {"RMSNorm": 61, "rotary_pos_emb": 30, "SiLU": 30}
+    for row in inventory.rows:
+        assert row.best[0].source == "bundled" and row.status.startswith("ready"), row.status
+        others = [found for c, found in row.candidates if c.source == "transformers"]
+        assert others and all(f.state.value == "no mapping for this device or mode" for f in others)

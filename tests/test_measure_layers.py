@@ -24,18 +24,16 @@ def test_compare_streams_divergence_then_interleaved_pairs(explorer: Explorer) -
     divergence = explorer.results.records("layer_divergence")
     latency = explorer.results.records("layer_latency")
     assert len(divergence) == 5 and len(latency) == 5 * 3
-    assert all(r.values["kernel_on"] for r in divergence + latency)
+    assert all(r.values.kernel_on for r in divergence + latency)
     for record in divergence:
         values = record.values
-        assert values["dtype"] == "float32" and values["allclose"] is True
+        assert values.dtype == "float32" and values.allclose is True
         # the kernel sums in another order: a few ULP at most, and as close to float64 as PyTorch
-        assert values["max_ulp"] <= 8
-        assert values["kernel_err64"] <= 4 * values["pytorch_err64"] + 1e-7
+        assert values.max_ulp <= 8
+        assert values.kernel_err64 <= 4 * values.pytorch_err64 + 1e-7
     for record in latency:
-        assert record.values["pytorch_s"] > 0 and record.values["kernel_s"] > 0
-        assert record.values["speedup"] == pytest.approx(
-            record.values["pytorch_s"] / record.values["kernel_s"]
-        )
+        assert record.values.pytorch_s > 0 and record.values.kernel_s > 0
+        assert record.values.speedup == pytest.approx(record.values.pytorch_s / record.values.kernel_s)
     assert not any(now.is_kernel for now in explorer.running())  # switched on for the run only
 
 
@@ -56,7 +54,7 @@ def test_determinism_of_the_bundled_kernels(explorer: Explorer) -> None:
     records = explorer.results.records("layer_determinism")
     assert len(records) == 2 + 2
     for record in records:
-        assert record.values["runs"] == 4
-        assert record.values["kernel_identical"] == 1.0
-        assert record.values["pytorch_deterministic_identical"] == 1.0
+        assert record.values.runs == 4
+        assert record.values.kernel_identical == 1.0
+        assert record.values.pytorch_deterministic_identical == 1.0
     assert not torch.are_deterministic_algorithms_enabled()

@@ -25,18 +25,18 @@ def test_model_comparison_records_and_state(explorer: Explorer) -> None:
     assert handle.outcome == "finished", handle.error
     (agreement,) = explorer.results.records("model_agreement")
     values = agreement.values
-    assert 0 < values["logits_max_abs"] < 1e-3  # RMSNorm's kernel rounds differently, a little
-    assert 0 <= values["kl"] < 1e-9 and values["top1_agreement"] == 1.0
-    assert values["first_divergence"] is None and values["greedy_tokens"] == 24
+    assert 0 < values.logits_max_abs < 1e-3  # RMSNorm's kernel rounds differently, a little
+    assert 0 <= values.kl < 1e-9 and values.top1_agreement == 1.0
+    assert values.first_divergence is None and values.greedy_tokens == 24
     prefill = explorer.results.records("model_prefill")
-    assert [r.values["tokens"] for r in prefill] == [8, 16, 8, 16]
-    assert all(r.values["pytorch_s"] > 0 and r.values["kernel_s"] > 0 for r in prefill)
+    assert [r.values.tokens for r in prefill] == [8, 16, 8, 16]
+    assert all(r.values.pytorch_s > 0 and r.values.kernel_s > 0 for r in prefill)
     decode = explorer.results.records("model_decode")
-    assert len(decode) == 2 and all(r.values["kernel_tok_s"] > 0 for r in decode)
+    assert len(decode) == 2 and all(r.values.kernel_tok_s > 0 for r in decode)
     assert {now.instance: now.kernel_id for now in explorer.running()} == before
 
 
 def test_all_pytorch_against_itself_is_identical(explorer: Explorer) -> None:
     explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=1)
     (agreement,) = explorer.results.records("model_agreement")
-    assert agreement.values["logits_max_abs"] == 0.0 and agreement.values["kl"] == 0.0
+    assert agreement.values.logits_max_abs == 0.0 and agreement.values.kl == 0.0

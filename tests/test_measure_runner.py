@@ -73,7 +73,7 @@ def test_keyboard_interrupt_in_a_foreground_run_puts_the_state_back(explorer: Ex
     with pytest.raises(KeyboardInterrupt):
         explorer.compare("SiLU", "RMSNorm", pairs=50)
     assert _state(explorer) == before
-    assert explorer.results.records("run")[-1].values["event"] == "cancelled"
+    assert explorer.results.records("run")[-1].values.event == "cancelled"
 
 
 def test_a_failing_measurement_is_reported_and_cleaned_up(explorer: Explorer) -> None:
@@ -91,7 +91,7 @@ def test_a_failing_measurement_is_reported_and_cleaned_up(explorer: Explorer) ->
     handle = explorer.run([broken], background=True)
     assert handle.wait(10)
     assert handle.outcome == "failed" and isinstance(handle.error, RuntimeError)
-    assert "injected failure mid-run" in explorer.results.records("run")[-1].values["detail"]
+    assert "injected failure mid-run" in explorer.results.records("run")[-1].values.detail
     assert _state(explorer) == before
 
 
@@ -112,7 +112,7 @@ def test_a_switch_mid_run_shows_in_the_next_sample(explorer: Explorer) -> None:
     time.sleep(0.05)
     handle.cancel()
     assert handle.wait(10)
-    states = [r.values["kernel_on"] for r in explorer.results.records("layer_latency")]
+    states = [r.values.kernel_on for r in explorer.results.records("layer_latency")]
     assert states[:6] == [True] * 6 and states[-1] is False
     assert not any(now.is_kernel for now in explorer.running())  # the user's off is kept, also model.norm
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from test_results import _log
 
+from kernel_explorer.report import write_report
+
 
 def test_html_report_is_self_contained(tmp_path: Path) -> None:
-    path = _log().to_html(tmp_path / "report.html", title="Report <test>")
+    path = write_report(_log(), tmp_path / "report.html", title="Report <test>")
     text = path.read_text()
     assert "<title>Report &lt;test&gt;</title>" in text
     assert "speedup_median" in text and "Layer speedup" in text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel_explorer.results import Record, ResultLog
+from kernel_explorer.records import LayerDivergence, LayerLatency, Record, RunEvent
+from kernel_explorer.results import ResultLog
 
 
 def _log() -> ResultLog:
@@ -12,26 +13,24 @@ def _log() -> ResultLog:
     for i, speedup in enumerate([2.0, 3.0, 4.0]):
         log.append(
             Record(
-                "layer_latency",
-                "run-1",
-                "RMSNorm",
-                f"n{i}",
-                {"pytorch_s": speedup, "kernel_s": 1.0, "speedup": speedup},
+                "run-1", LayerLatency(pytorch_s=speedup, kernel_s=1.0, speedup=speedup), "RMSNorm", f"n{i}"
             )
         )
     log.append(
         Record(
-            "layer_divergence",
             "run-1",
+            LayerDivergence(
+                dtype="float32",
+                elements=4,
+                bitwise_equal=0.5,
+                allclose=True,
+                max_abs=1e-7,
+                max_ulp=2,
+                kernel_err64=2e-7,
+                pytorch_err64=1e-7,
+            ),
             "RMSNorm",
             "n0",
-            {
-                "max_abs": 1e-7,
-                "max_ulp": 2,
-                "bitwise_equal": 0.5,
-                "kernel_err64": 2e-7,
-                "pytorch_err64": 1e-7,
-            },
         )
     )
     return log
@@ -42,9 +41,9 @@ def test_subscribers_get_every_record_and_their_errors_do_not_stop_it() -> None:
     seen: list[str] = []
     unsubscribe = log.subscribe(lambda r: seen.append(r.kind))
     log.subscribe(lambda r: 1 / 0)
-    log.append(Record("run", "run-1", values={"event": "started"}))
+    log.append(Record("run-1", RunEvent("started")))
     unsubscribe()
-    log.append(Record("run", "run-1", values={"event": "finished"}))
+    log.append(Record("run-1", RunEvent("finished")))
     assert seen == ["run"] and len(log) == 2
     assert len(log.subscriber_errors) == 2 and isinstance(log.subscriber_errors[0], ZeroDivisionError)
 

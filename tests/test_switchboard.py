@@ -343,3 +343,21 @@ def test_any_switch_sequence_then_all_off_is_bitwise_the_untouched_model(hub: di
         explorer.reset()
     assert_untouched(explorer.model)
     assert torch.equal(logits(explorer.model), _shared["reference"])
+
+
+def test_holding_puts_back_the_state_before_and_can_leave_others_switches(explorer: Explorer) -> None:
+    board = explorer.switchboard
+    explorer.on("RMSNorm", "model.norm")
+    before = board.snapshot()
+    with board.holding(board.reset):
+        assert not any(now.is_kernel for now in board.running())
+        explorer.on("SiLU")
+    assert board.snapshot() == before  # the block's own switch is undone too
+    with board.holding(lambda: board.on("SiLU"), keep_others=True) as made:
+        assert all(now.is_kernel for now in board.running("SiLU")) and len(made) > len(before)
+        explorer.on("RMSNorm")  # a user's switch while a measurement holds its own
+        explorer.off("SiLU", "model.layers.0.mlp.act_fn")
+    running = {(n.layer_name, n.instance): n.is_kernel for n in board.running()}
+    assert all(on for (layer, _), on in running.items() if layer == "RMSNorm")  # the user's stays
+    assert not any(on for (layer, _), on in running.items() if layer == "SiLU")  # the change's undone
+    explorer.reset()

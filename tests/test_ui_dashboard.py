@@ -14,7 +14,7 @@ from kernel_explorer.ui.layer_table import table_rows
 
 @pytest.fixture
 def dashboard(hub: dict) -> Dashboard:
-    found = Explorer(tiny_llama(), include_transformers=False).dashboard()
+    found = Dashboard(Explorer(tiny_llama(), include_transformers=False))
     yield found
     found.close()
     found.explorer.reset()
@@ -68,3 +68,15 @@ def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
     assert "<table>" in bundle["text/html"] and "Plotly.newPlot" not in bundle["text/html"]
     dashboard.explorer.compare("SiLU", pairs=1)
     assert "Plotly.newPlot" in dashboard.static_html()
+
+
+def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashboard) -> None:
+    from kernel_explorer.availability import State
+
+    rows = dashboard.table.rows
+    assert {row["state_key"] for row in rows} <= {state.key for state in State}
+    assert rows[0]["state_key"] == "ready"
+    for state in State:
+        assert f".kx-state-{state.key} {{ background: {state.colour}; }}" in dashboard.table._css
+    script = dashboard.table._esm
+    assert "kx-state-${row.state_key}" in script and "no build for this machine" not in script

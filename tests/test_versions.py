@@ -38,3 +38,15 @@ def test_require_compatible_raises_one_line(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(IncompatibleVersionsError) as info:
         require_compatible()
     assert "\n" not in str(info.value)
+
+
+def test_a_window_transformers_no_longer_declares_is_not_a_silent_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers.utils.import_utils as iu
+
+    monkeypatch.delattr(iu, "KERNELS_MIN_VERSION")
+    monkeypatch.delattr(iu, "KERNELS_MAX_VERSION")
+    compat = check_compatibility()
+    assert "could not read the kernels version window" in compat.message
+    assert compat.ok  # the installed pair is the tested one, and it says so
+    moved = check_compatibility(transformers_version="5.30.0")
+    assert not moved.ok and "pip install" in moved.message

@@ -1,13 +1,7 @@
 // The layer table: one anywidget for all layers (a switch per layer name, expandable instances
 // with their own switches, an availability badge with the reason on hover, what runs now).
 // State comes from Python in `rows`; clicks go back as messages, Python switches and sends new rows.
-
-const BADGE = {
-  "ready": "kx-ready", "downloadable": "kx-downloadable", "checking": "kx-checking",
-  "no build for this machine": "kx-warn", "publisher not trusted": "kx-warn",
-  "offline and not cached": "kx-warn", "no mapping for this device or mode": "kx-muted",
-  "failed to load": "kx-failed",
-};
+// A badge's class is its state's key (`kx-state-ready`, ...); the colours come from Python.
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -48,7 +42,7 @@ function render({ model, el: root }) {
         open.has(row.name) ? open.delete(row.name) : open.add(row.name);
         draw();
       });
-      const badge = el("span", { class: `kx-badge ${BADGE[row.state] || "kx-muted"}`, title: row.reason, text: row.state });
+      const badge = el("span", { class: `kx-badge kx-state-${row.state_key}`, title: row.reason, text: row.state });
       body.append(el("tr", { class: "kx-row", "data-layer": row.name },
         el("td", {}, switchBox),
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.original })),

@@ -17,7 +17,7 @@ from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
 from kernel_explorer.measure.divergence import divergence, float64_reference
 from kernel_explorer.measure.timing import Clock, interleaved_pair
-from kernel_explorer.results import Record
+from kernel_explorer.records import LayerDeterminism, LayerDivergence, LayerLatency, Record
 
 if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
@@ -26,21 +26,9 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[None]:
     """Switch `paths` of `name` on for the block where they are off; switch back only those after."""
-    before = {now.instance for now in board.running(name, paths) if now.is_kernel}
-    off = [p for p in paths if p not in before]
-    turned_on: dict[str, Any] = {}
-    if off:
-        board.on(name, off)
-        snapshot = board.snapshot()
-        turned_on = {p: snapshot.get((name, p)) for p in off if (name, p) in snapshot}
-    try:
+    off = [now.instance for now in board.running(name, paths) if not now.is_kernel]
+    with board.holding((lambda: board.on(name, off)) if off else None, keep_others=True):
         yield
-    finally:
-        with board.lock:
-            still = board.snapshot()
-            mine = [p for p, state in turned_on.items() if still.get((name, p)) == state]
-            if mine:
-                board.off(name, mine)
 
 
 def _calls(captured: CapturedInputs, name: str, paths: list[str]) -> list[tuple[str, tuple, dict]]:
@@ -94,7 +82,7 @@ def compare_layer(
             if kernel_out is None or pytorch_out is None:
                 continue
             values = divergence(kernel_out, pytorch_out, ref)
-            yield Record("layer_divergence", run_id, name, path, {**values, "kernel_on": on})
+            yield Record(run_id, LayerDivergence(**values, kernel_on=on), name, path)
         repeats: dict[str, int] = {}
         for round_index in range(pairs):
             for path, args, kwargs in calls:
@@ -112,19 +100,8 @@ def compare_layer(
                     t_pytorch, t_kernel = interleaved_pair(
                         clock, run_pytorch, run_kernel, repeats[path], b_first=round_index % 2 == 1
                     )
-                yield Record(
-                    "layer_latency",
-                    run_id,
-                    name,
-                    path,
-                    {
-                        "pytorch_s": t_pytorch,
-                        "kernel_s": t_kernel,
-                        "speedup": t_pytorch / t_kernel,
-                        "kernel_on": on,
-                        "repeat": repeats[path],
-                    },
-                )
+                values = LayerLatency(t_pytorch, t_kernel, t_pytorch / t_kernel, on, repeats[path])
+                yield Record(run_id, values, name, path)
 
 
 def determinism(
@@ -159,16 +136,5 @@ def determinism(
                     deterministic_rate = identical_rate(pytorch, args, kwargs)
                 finally:
                     torch.use_deterministic_algorithms(was)
-            yield Record(
-                "layer_determinism",
-                run_id,
-                name,
-                path,
-                {
-                    "runs": runs,
-                    "kernel_identical": kernel_rate,
-                    "pytorch_identical": pytorch_rate,
-                    "pytorch_deterministic_identical": deterministic_rate,
-                    "kernel_on": on,
-                },
-            )
+            values = LayerDeterminism(runs, kernel_rate, pytorch_rate, deterministic_rate, on)
+            yield Record(run_id, values, name, path)

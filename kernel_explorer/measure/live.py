@@ -7,13 +7,13 @@ dashboard while it runs show up in the next cycle.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import CapturedInputs, run_model
 from kernel_explorer.measure.layers import compare_layer
-from kernel_explorer.results import Record
+from kernel_explorer.measure.timing import Clock
+from kernel_explorer.records import ModelThroughput, Record
 
 if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
@@ -36,6 +36,7 @@ def live_cycles(
     cycles: int | None = None,
 ) -> Iterator[Record]:
     """Cycle over the layers (and the model's throughput) until cancelled, or `cycles` times."""
+    clock = Clock(board.device)
     cycle = 0
     while cycles is None or cycle < cycles:
         for name in board.groups:
@@ -45,9 +46,7 @@ def live_cycles(
             )
         tokens = int(model_kwargs["input_ids"].numel())
         with board.lock:
-            start = time.perf_counter()
-            run_model(board.model, model_kwargs)
-            seconds = time.perf_counter() - start
+            seconds = clock.per_call(lambda: run_model(board.model, model_kwargs), 1)
         on = sum(now.is_kernel for now in board.running())
-        yield Record("model_throughput", run_id, values={"tokens_s": tokens / seconds, "instances_on": on})
+        yield Record(run_id, ModelThroughput(tokens / seconds, on))
         cycle += 1

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.timing import Clock
-from kernel_explorer.results import Record
+from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, Record
 
 if TYPE_CHECKING:
     import torch
@@ -23,13 +23,8 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def all_pytorch(board: Switchboard) -> Iterator[None]:
     """Every layer on PyTorch for the block; the switch state before comes back after."""
-    with board.lock:
-        state = board.snapshot()
-        board.reset()
-        try:
-            yield
-        finally:
-            board.restore(state)
+    with board.lock, board.holding(board.reset):
+        yield
 
 
 def _token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -66,16 +61,7 @@ def compare_prefill(
                 with all_pytorch(board):
                     pytorch_s = _timed(clock, board, forward)
                 kernel_s = _timed(clock, board, forward)
-            yield Record(
-                "model_prefill",
-                run_id,
-                values={
-                    "tokens": length,
-                    "pytorch_s": pytorch_s,
-                    "kernel_s": kernel_s,
-                    "speedup": pytorch_s / kernel_s,
-                },
-            )
+            yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s))
 
 
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
@@ -99,16 +85,13 @@ def compare_decode(
         for pytorch_side in order:
             with all_pytorch(board) if pytorch_side else contextlib.nullcontext():
                 seconds[pytorch_side] = clock.per_call(lambda: _generate(board, kwargs, new_tokens), 1)
-        yield Record(
-            "model_decode",
-            run_id,
-            values={
-                "tokens": new_tokens,
-                "pytorch_tok_s": new_tokens / seconds[True],
-                "kernel_tok_s": new_tokens / seconds[False],
-                "speedup": seconds[True] / seconds[False],
-            },
+        values = ModelDecode(
+            tokens=new_tokens,
+            pytorch_tok_s=new_tokens / seconds[True],
+            kernel_tok_s=new_tokens / seconds[False],
+            speedup=seconds[True] / seconds[False],
         )
+        yield Record(run_id, values)
 
 
 def compare_outputs(
@@ -130,14 +113,11 @@ def compare_outputs(
         pytorch_tokens = _generate(board, kwargs, new_tokens)
     start = kwargs["input_ids"].shape[-1]
     differs = (kernel_tokens[0, start:] != pytorch_tokens[0, start:]).nonzero()
-    yield Record(
-        "model_agreement",
-        run_id,
-        values={
-            "logits_max_abs": (kernel_logits - pytorch_logits).abs().max().item(),
-            "kl": kl,
-            "top1_agreement": top1,
-            "greedy_tokens": new_tokens,
-            "first_divergence": None if len(differs) == 0 else int(differs[0, 0]),
-        },
+    values = ModelAgreement(
+        logits_max_abs=(kernel_logits - pytorch_logits).abs().max().item(),
+        kl=kl,
+        top1_agreement=top1,
+        greedy_tokens=new_tokens,
+        first_divergence=None if len(differs) == 0 else int(differs[0, 0]),
     )
+    yield Record(run_id, values)

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kernel_explorer.results import Record, ResultLog
+from kernel_explorer.records import Record, RunEvent
+from kernel_explorer.results import ResultLog
 
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
 
@@ -72,7 +73,7 @@ class Runner:
         return handle
 
     def _run(self, handle: RunHandle, measurements: list[Measurement]) -> None:
-        self.log.append(Record("run", handle.run_id, values={"event": "started", "detail": ""}))
+        self.log.append(Record(handle.run_id, RunEvent("started")))
         try:
             for measurement in measurements:
                 records = measurement(handle.run_id)
@@ -93,5 +94,5 @@ class Runner:
             handle.error = error
             handle.outcome = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
             detail = f"{type(error).__name__}: {error}"
-        self.log.append(Record("run", handle.run_id, values={"event": handle.outcome, "detail": detail}))
+        self.log.append(Record(handle.run_id, RunEvent(handle.outcome, detail)))
         handle._done.set()

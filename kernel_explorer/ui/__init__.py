@@ -2,3 +2,7 @@
 
 Everything here talks to an `Explorer` and renders `results`; nothing below the explorer imports it.
 """
+
+from kernel_explorer.ui.dashboard import Dashboard
+
+__all__ = ["Dashboard"]

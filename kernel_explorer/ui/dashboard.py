@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from kernel_explorer.records import RunEvent
 from kernel_explorer.ui.layer_table import LayerTable
 from kernel_explorer.ui.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.measure.runner import RunHandle
-    from kernel_explorer.results import Record
+    from kernel_explorer.records import Record
 
 
 class Dashboard:
@@ -62,19 +63,10 @@ class Dashboard:
 
     def run(self) -> None:
         """Start a live run on the worker thread: every layer, as switched now, until Stop."""
-        from kernel_explorer.measure.capture import model_inputs
-        from kernel_explorer.measure.live import live_cycles
-
         if self.handle is not None and not self.handle.done:
             return
-        explorer = self.explorer
-        captured = explorer._captured_inputs()
-        kwargs = model_inputs(explorer.model, None, explorer.tokenizer)
         self.progress.value, self.progress.max = 0, 1
-        self.handle = explorer.run(
-            [lambda run_id: live_cycles(explorer.switchboard, lambda: captured, kwargs, run_id=run_id)],
-            background=True,
-        )
+        self.handle = self.explorer.run_live()
         self.run_button.disabled, self.stop_button.disabled = True, False
         self.status.value = f"Running ({self.handle.run_id}): switches take effect at the next sample."
 
@@ -94,9 +86,9 @@ class Dashboard:
     def _on_record(self, record: Record) -> None:
         if self.handle is None or record.run_id != self.handle.run_id:
             return
-        if record.kind == "run" and record.values.get("event") != "started":
+        if isinstance(record.values, RunEvent) and record.values.event != "started":
             self.run_button.disabled, self.stop_button.disabled = False, True
-            event, detail = record.values["event"], record.values.get("detail")
+            event, detail = record.values.event, record.values.detail
             if event == "failed":
                 self.show_error(detail or "the run failed")
             else:

@@ -9,12 +9,21 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from kernel_explorer.availability import State
+
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
 
 
 def _asset(name: str) -> str:
     return resources.files("kernel_explorer.widgets").joinpath(name).read_text()
+
+
+def _state_css() -> str:
+    """Badge colours per state, from the one table in `availability` (the CSS file has the rest)."""
+    return "\n".join(
+        f".kx-layer-table .kx-state-{state.key} {{ background: {state.colour}; }}" for state in State
+    )
 
 
 def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
@@ -40,6 +49,7 @@ def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
                 "on_count": sum(i["on"] for i in instances),
                 "usable": bool(best and best[1].state.usable),
                 "state": best[1].state.value if best else "no mapping",
+                "state_key": best[1].state.key if best else State.NO_MAPPING.key,
                 "reason": best[1].details if best else "no mapping from any source",
                 "candidate": best[0].label if best else "",
                 "runs": row.running_summary,
@@ -53,7 +63,7 @@ class LayerTable(anywidget.AnyWidget):
     """Switches for every kernel layer; clicks switch through the explorer, then the rows refresh."""
 
     _esm = _asset("layer_table.js")
-    _css = _asset("layer_table.css")
+    _css = _asset("layer_table.css") + "\n" + _state_css()
     rows = traitlets.List([]).tag(sync=True)
 
     def __init__(self, explorer: Explorer, on_error: Any = None, output: Any = None, **kwargs: Any) -> None:

@@ -12,7 +12,8 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from kernel_explorer.results import Record, ResultLog
+from kernel_explorer.records import LayerDivergence, LayerLatency, ModelThroughput, Record
+from kernel_explorer.results import ResultLog
 
 
 def _layout(title: str, *, width: int, **extra: Any) -> dict[str, Any]:
@@ -104,25 +105,31 @@ class LivePlots:
     def _draw(self, record: Record) -> None:
         seconds = record.time - (self._start or record.time)
         values = record.values
-        if record.kind == "layer_latency" and record.layer:
+        if isinstance(values, LayerLatency) and record.layer:
             trace = self._trace(record.layer)
             trace.x = (*trace.x, seconds)
-            trace.y = (*trace.y, values["speedup"])
+            trace.y = (*trace.y, values.speedup)
             trace.marker.symbol = (
                 *(trace.marker.symbol or ()),
-                "circle" if values.get("kernel_on") else "circle-open",
+                "circle" if values.kernel_on else "circle-open",
             )
-            if values.get("kernel_on"):
-                self._speedups[record.layer].append(values["speedup"])
-        elif record.kind == "model_throughput":
+            if values.kernel_on:
+                self._speedups[record.layer].append(values.speedup)
+        elif isinstance(values, ModelThroughput):
             line = self.throughput.data[0]
             line.x = (*line.x, seconds)
-            line.y = (*line.y, values["tokens_s"])
-        elif record.kind == "layer_divergence" and record.layer:
+            line.y = (*line.y, values.tokens_s)
+        elif isinstance(values, LayerDivergence) and record.layer:
             worst = self._worst[record.layer]
-            for key in ("kernel_err64", "pytorch_err64", "max_ulp", "max_abs"):
-                if values.get(key) is not None:
-                    worst[key] = max(worst.get(key, 0.0), float(values[key]))
+            measured = {
+                "kernel_err64": values.kernel_err64,
+                "pytorch_err64": values.pytorch_err64,
+                "max_ulp": values.max_ulp,
+                "max_abs": values.max_abs,
+            }
+            for key, value in measured.items():
+                if value is not None:
+                    worst[key] = max(worst.get(key, 0.0), float(value))
             layers = list(self._worst)
             kernel, pytorch = self.divergence.data
             kernel.x = pytorch.x = layers

@@ -7,7 +7,7 @@
 3. SmolLM2 with every bundled kernel on, against all-PyTorch: prefill at 128 and 512 tokens,
    decode tokens/s, logits KL, top-1 and greedy agreement.
 
-    python bench/measure.py [--skip-model]
+    python bench/engine_check.py [--skip-model]
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ def repeatability() -> None:
         for run in range(5):
             records = compare_layer(board, captured, "RMSNorm", run_id=f"r{run}", pairs=31, reference=False)
             latency = [r.values for r in records if r.kind == "layer_latency"]
-            speedups.append(statistics.median(v["speedup"] for v in latency))
-            pytorch_us.append(statistics.median(v["pytorch_s"] for v in latency) * 1e6)
-            kernel_us.append(statistics.median(v["kernel_s"] for v in latency) * 1e6)
+            speedups.append(statistics.median(v.speedup for v in latency))
+            pytorch_us.append(statistics.median(v.pytorch_s for v in latency) * 1e6)
+            kernel_us.append(statistics.median(v.kernel_s for v in latency) * 1e6)
         spread = relative_spread(speedups)
         verdict = "ok" if spread <= REPEAT_TOLERANCE else f"SHORT (outside +-{REPEAT_TOLERANCE:.0%})"
         name = str(dtype).removeprefix("torch.")
@@ -122,23 +122,23 @@ def smollm2() -> None:
         raise handle.error
     log = explorer.results
     for length in (128, 512):
-        rows = [r.values for r in log.records("model_prefill") if r.values["tokens"] == length]
-        speedup = statistics.median(v["speedup"] for v in rows)
-        pytorch_ms = statistics.median(v["pytorch_s"] for v in rows) * 1e3
-        kernel_ms = statistics.median(v["kernel_s"] for v in rows) * 1e3
+        rows = [r.values for r in log.records("model_prefill") if r.values.tokens == length]
+        speedup = statistics.median(v.speedup for v in rows)
+        pytorch_ms = statistics.median(v.pytorch_s for v in rows) * 1e3
+        kernel_ms = statistics.median(v.kernel_s for v in rows) * 1e3
         times = f"PyTorch {pytorch_ms:7.1f} ms  kernels {kernel_ms:7.1f} ms"
         print(f"   prefill {length:>3} tokens: {times}  speedup {speedup:.2f}x")
     decode = [r.values for r in log.records("model_decode")]
     print(
-        f"   decode 32 tokens: PyTorch {statistics.median(v['pytorch_tok_s'] for v in decode):.1f} tok/s  "
-        f"kernels {statistics.median(v['kernel_tok_s'] for v in decode):.1f} tok/s  "
-        f"speedup {statistics.median(v['speedup'] for v in decode):.2f}x"
+        f"   decode 32 tokens: PyTorch {statistics.median(v.pytorch_tok_s for v in decode):.1f} tok/s  "
+        f"kernels {statistics.median(v.kernel_tok_s for v in decode):.1f} tok/s  "
+        f"speedup {statistics.median(v.speedup for v in decode):.2f}x"
     )
     (agreement,) = [r.values for r in log.records("model_agreement")]
-    first = agreement["first_divergence"]
+    first = agreement.first_divergence
     print(
-        f"   logits max |diff| {agreement['logits_max_abs']:.3g}  KL {agreement['kl']:.3g}  "
-        f"top-1 agreement {agreement['top1_agreement']:.1%}  greedy {agreement['greedy_tokens']} tokens: "
+        f"   logits max |diff| {agreement.logits_max_abs:.3g}  KL {agreement.kl:.3g}  "
+        f"top-1 agreement {agreement.top1_agreement:.1%}  greedy {agreement.greedy_tokens} tokens: "
         + ("identical" if first is None else f"first differs at token {first}")
     )
 

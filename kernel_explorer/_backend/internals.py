@@ -1,0 +1,68 @@
+"""Every internal of `kernels` and Transformers this package relies on, checked in one place.
+
+The versions below are the ones the explorer is tested with; when an upgrade moves one of these
+names, `missing_internals()` says which one and against which installed version, instead of an
+`AttributeError` deep inside a switch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+# (distribution, module, attribute): the names the _backend modules import or read
+INTERNALS: tuple[tuple[str, str, str], ...] = (
+    ("kernels", "kernels.layer.repos", "_MODE_FALLBACK_PRIORITY"),
+    ("kernels", "kernels.layer.globals", "_KERNEL_MAPPING"),
+    ("kernels", "kernels.layer.layer", "kernelize_layer"),
+    ("kernels", "kernels.layer.kernelize", "_find_device"),
+    ("kernels", "kernels.hf_hub", "_get_hf_api"),
+    ("kernels", "kernels.backends", "_select_backend"),
+    ("kernels", "kernels.variants", "get_variants"),
+    ("kernels", "kernels.variants", "get_variants_local"),
+    ("kernels", "kernels.variants", "resolve_variant"),
+    ("kernels", "kernels.variants", "resolve_variants"),
+    ("kernels", "kernels.variants", "parse_variant"),
+    ("kernels", "kernels.variants", "variants_trace_str"),
+    ("kernels", "kernels.variants", "VariantAccepted"),
+    ("kernels", "kernels.resolver", "resolve_local_kernel"),
+    ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
+    ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
+    ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
+)
+
+# Private attributes read off objects of those libraries (checked by the tests on real objects).
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "kernels.LayerRepository": ("_repo_id", "_revision", "_version", "_trust_remote_code"),
+    "kernels.LocalLayerRepository": ("_repo_path",),
+    "use_kernelized_func holders": ("_kernel_funcs",),
+}
+
+TESTED_WITH: dict[str, str] = {"kernels": "0.17.2", "transformers": "5.22.2"}
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def missing_internals() -> list[str]:
+    """One line per internal that is not where this package expects it (empty when all are)."""
+    missing = []
+    for distribution, module_name, attribute in INTERNALS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            found = f"module missing ({error})"
+        else:
+            if hasattr(module, attribute):
+                continue
+            found = "name missing"
+        missing.append(
+            f"{module_name}.{attribute}: {found} in {distribution} {_version(distribution)} "
+            f"(kernel_explorer is tested with {distribution} {TESTED_WITH[distribution]}); "
+            "update kernel_explorer/_backend for this version"
+        )
+    return missing

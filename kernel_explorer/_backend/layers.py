@@ -1,0 +1,80 @@
+"""Swapping one layer's forward the way `kernelize` does, and telling which kernel a forward is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MethodType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer._backend.mappings import MappingEntry
+
+
+def kernelize_each(
+    modules: list[nn.Module], entry: MappingEntry, mode: Mode
+) -> Iterator[tuple[nn.Module, Exception | None]]:
+    """Run `kernelize`'s per-layer step on each module, with exactly one candidate mapped.
+
+    `kernelize` itself walks every submodule and would reset layers of other names to their class
+    forward; the per-layer step it calls touches only the module it is given. Loading errors are
+    yielded (no `CANNOT_LOAD` fallback), so the caller can show the reason; the mapping context is
+    entered once for all modules, which keeps switching 100+ instances within milliseconds.
+    """
+    from kernels import Device, KernelizeFallback, use_kernel_mapping
+    from kernels.layer.layer import kernelize_layer
+
+    mapping = {entry.layer_name: {entry.device: {entry.mode: entry.repository}}}
+    device = Device(type=entry.device)
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        for module in modules:
+            try:
+                kernelize_layer(module, mode=mode, device_type=device, use_fallback=KernelizeFallback.DEFAULT)
+            except Exception as error:
+                yield module, error
+            else:
+                yield module, None
+
+
+@dataclass(frozen=True)
+class KernelOrigin:
+    """Where a loaded kernel came from: its metadata id, build variant and repository."""
+
+    kernel_id: str
+    variant: str
+    repository: str  # Hub repo id, or the local repository folder
+
+
+def kernel_origin(function: Any) -> KernelOrigin | None:
+    """The loaded kernel a layer forward belongs to, or None for code that is not a kernel."""
+    from kernels import get_loaded_kernels
+
+    package = getattr(function, "__module__", "") or ""
+    kernel_id = package.split(".", 1)[0]
+    for loaded in get_loaded_kernels():
+        if loaded.metadata.id == kernel_id:
+            variant_dir = Path(loaded.module.__file__ or ".").parent
+            repo = loaded.repo_info.repo_id if loaded.repo_info else str(variant_dir.parent.parent)
+            return KernelOrigin(kernel_id, variant_dir.name, repo)
+    return None
+
+
+def bound_function(forward: Any) -> Any:
+    """The plain function behind a bound forward (`MethodType`), or the object itself."""
+    return forward.__func__ if isinstance(forward, MethodType) else forward
+
+
+def model_device(model: nn.Module) -> str:
+    """The device type `kernelize` would choose kernels for (ROCm told apart from CUDA)."""
+    from kernels.layer.kernelize import _find_device
+
+    try:
+        return _find_device(model).type
+    except ValueError:  # no parameters: buffers tell, else the CPU
+        for tensor in model.buffers():
+            return tensor.device.type
+        return "cpu"

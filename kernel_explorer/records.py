@@ -1,0 +1,171 @@
+"""Measurement records: one typed value class per kind, so a renamed field fails loudly.
+
+A measurement emits one `Record` per completed sample. What the sample holds is a frozen dataclass
+(`LayerLatency`, `LayerDivergence`, ...) whose class names the kind; every consumer (the summary,
+the plots, the report, the magics) reads attributes, so renaming a field fails type checking and
+the tests instead of leaving a plot silently empty.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class LayerLatency:
+    """One interleaved pair of timings of an instance: PyTorch against what runs now."""
+
+    kind: ClassVar[str] = "layer_latency"
+    pytorch_s: float
+    kernel_s: float
+    speedup: float  # pytorch_s / kernel_s, of this one pair
+    kernel_on: bool = True  # False: the instance ran PyTorch (a PyTorch-vs-PyTorch pair)
+    repeat: int = 1  # calls per timed block
+
+
+@dataclass(frozen=True)
+class LayerDivergence:
+    """How an instance's kernel output differs from PyTorch's, and each against float64."""
+
+    kind: ClassVar[str] = "layer_divergence"
+    dtype: str
+    elements: int
+    bitwise_equal: float  # share of output elements that are bitwise equal
+    allclose: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mean_abs: float | None = None
+    max_ulp: int | None = None
+    mean_ulp: float | None = None
+    kernel_err64: float | None = None  # max abs error of the kernel against float64
+    pytorch_err64: float | None = None  # max abs error of PyTorch against float64
+    kernel_on: bool = True
+
+
+@dataclass(frozen=True)
+class LayerDeterminism:
+    """How often repeated calls give bitwise the same output."""
+
+    kind: ClassVar[str] = "layer_determinism"
+    runs: int
+    kernel_identical: float
+    pytorch_identical: float
+    pytorch_deterministic_identical: float
+    kernel_on: bool = True
+
+
+@dataclass(frozen=True)
+class ModelPrefill:
+    """One interleaved pair of prefill timings: the model as switched against all-PyTorch."""
+
+    kind: ClassVar[str] = "model_prefill"
+    tokens: int
+    pytorch_s: float
+    kernel_s: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class ModelDecode:
+    """One interleaved pair of greedy decode speeds."""
+
+    kind: ClassVar[str] = "model_decode"
+    tokens: int
+    pytorch_tok_s: float
+    kernel_tok_s: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class ModelAgreement:
+    """Logits and greedy generation of the model as switched against all-PyTorch."""
+
+    kind: ClassVar[str] = "model_agreement"
+    logits_max_abs: float
+    kl: float
+    top1_agreement: float
+    greedy_tokens: int
+    first_divergence: int | None  # first generated position that differs; None: identical
+
+
+@dataclass(frozen=True)
+class ModelThroughput:
+    """Tokens per second of one forward over the captured prompt, as switched now."""
+
+    kind: ClassVar[str] = "model_throughput"
+    tokens_s: float
+    instances_on: int
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A run started, finished, was cancelled or failed."""
+
+    kind: ClassVar[str] = "run"
+    event: str  # started, finished, cancelled, failed
+    detail: str = ""
+
+
+Values = (
+    LayerLatency
+    | LayerDivergence
+    | LayerDeterminism
+    | ModelPrefill
+    | ModelDecode
+    | ModelAgreement
+    | ModelThroughput
+    | RunEvent
+)
+
+#: kind name -> value class
+VALUE_TYPES: dict[str, type[Values]] = {
+    cls.kind: cls
+    for cls in (
+        LayerLatency,
+        LayerDivergence,
+        LayerDeterminism,
+        ModelPrefill,
+        ModelDecode,
+        ModelAgreement,
+        ModelThroughput,
+        RunEvent,
+    )
+}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One completed sample (or a run event) of one run, for one layer instance or the model."""
+
+    run_id: str
+    values: Values
+    layer: str | None = None
+    instance: str | None = None
+    time: float = field(default_factory=time.time)
+
+    @property
+    def kind(self) -> str:
+        """The value class's kind name ("layer_latency", ...)."""
+        return self.values.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat, JSON-ready dict (the JSON lines format): kind, ids, and the values as a dict."""
+        return {
+            "kind": self.kind,
+            "run_id": self.run_id,
+            "layer": self.layer,
+            "instance": self.instance,
+            "values": asdict(self.values),
+            "time": self.time,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        """The inverse of `to_dict`; an unknown kind or field raises with the name."""
+        kind = data["kind"]
+        if kind not in VALUE_TYPES:
+            raise ValueError(f"unknown record kind {kind!r}; known: {', '.join(VALUE_TYPES)}")
+        values = VALUE_TYPES[kind](**data["values"])
+        return cls(data["run_id"], values, data.get("layer"), data.get("instance"), data["time"])

@@ -1,0 +1,133 @@
+"""The package's public face: `__all__` pinned, cheap import, no import cycles, small modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import kernel_explorer
+
+PACKAGE = Path(kernel_explorer.__file__).parent
+
+PUBLIC = {
+    "Accelerator", "Availability", "BuiltRepo", "CacheDirError", "Candidate", "Compatibility", "CpuInfo",
+    "DefaultModelMissingError", "Explorer", "HardwareSnapshot", "IncompatibleVersionsError", "Inventory",
+    "InventoryRow", "KernelExplorerError", "KernelSwitchError", "LayerDeterminism", "LayerDivergence",
+    "LayerGroup", "LayerLatency", "ModelAgreement", "ModelDecode", "ModelPrefill", "ModelThroughput",
+    "NoUsableKernelError", "Record", "ResultLog", "RunEvent", "RunHandle", "RunningNow", "State",
+    "__version__", "build_hub", "check_compatibility", "detect_hardware", "find_kernel_layers",
+    "load_default_model", "tiny_gpt2", "tiny_llama",
+}  # fmt: skip
+
+
+def test_all_is_the_public_surface() -> None:
+    assert set(kernel_explorer.__all__) == PUBLIC
+    assert all(hasattr(kernel_explorer, name) for name in kernel_explorer.__all__)
+    public_attributes = {
+        name
+        for name, value in vars(kernel_explorer).items()
+        if not name.startswith("_") and not isinstance(value, type(kernel_explorer))
+    }
+    extension_hooks = {"load_ipython_extension", "unload_ipython_extension"}
+    assert public_attributes - extension_hooks == PUBLIC - {"__version__"}
+
+
+def test_what_explorer_returns_is_public() -> None:
+    from kernel_explorer import Explorer
+
+    hints = {
+        Explorer.compare: "RunHandle",
+        Explorer.running: "RunningNow",
+        Explorer.inventory: "Inventory",
+        Explorer.captured_inputs: "CapturedInputs",
+    }
+    for method, name in hints.items():
+        assert name in str(method.__annotations__["return"])
+    assert "RunHandle" in PUBLIC and "ResultLog" in PUBLIC and "Record" in PUBLIC
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, kernel_explorer; "
+        "print(sorted(m for m in ('torch', 'transformers', 'kernels', 'plotly', 'ipywidgets') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Package modules `path` imports anywhere (functions included), except under TYPE_CHECKING."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(child) for child in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(name.split(".")[: -node.level] + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}")
+                found.add(base)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {m for m in found if m.startswith("kernel_explorer.")}
+
+
+def test_no_import_cycles() -> None:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "hub" not in p.relative_to(PACKAGE).parts}
+    graph = {
+        name: {m for m in _imports(path, name) if m in modules and m != name}
+        for name, path in modules.items()
+        if name != "kernel_explorer"  # the package face imports everything it re-exports
+    }
+    cycles = []
+
+    def visit(node: str, stack: list[str], done: set[str]) -> None:
+        if node in stack:
+            cycles.append(" -> ".join([*stack[stack.index(node) :], node]))
+            return
+        if node in done:
+            return
+        for child in sorted(graph.get(node, ())):
+            visit(child, [*stack, node], done)
+        done.add(node)
+
+    finished: set[str] = set()
+    for start in sorted(graph):
+        visit(start, [], finished)
+    assert cycles == []
+
+
+def test_nothing_below_the_explorer_imports_the_views() -> None:
+    views = ("kernel_explorer.ui", "kernel_explorer.magics", "kernel_explorer.cli", "kernel_explorer.report")
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        if name.startswith(views) or name == "kernel_explorer" or "hub" in path.relative_to(PACKAGE).parts:
+            continue
+        imported = _imports(path, name)
+        below_explorer_import_views = [m for m in imported if m.startswith(views)]
+        if name == "kernel_explorer.explorer":  # report() writes through report.py, lazily
+            below_explorer_import_views = [m for m in below_explorer_import_views if "report" not in m]
+        assert below_explorer_import_views == [], name
+
+
+def test_every_module_is_under_400_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) >= 400
+    }
+    assert long == {}

@@ -1,0 +1,50 @@
+"""Typed records: every kind has its value class, and the dict form round-trips or fails by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kernel_explorer.records import VALUE_TYPES, LayerLatency, Record, RunEvent
+from kernel_explorer.results import ResultLog
+
+
+def test_every_kind_is_one_value_class() -> None:
+    assert set(VALUE_TYPES) == {
+        "layer_latency",
+        "layer_divergence",
+        "layer_determinism",
+        "model_prefill",
+        "model_decode",
+        "model_agreement",
+        "model_throughput",
+        "run",
+    }
+    assert all(cls.kind == kind for kind, cls in VALUE_TYPES.items())
+
+
+def test_round_trip_through_the_dict_form() -> None:
+    record = Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=False), "RMSNorm", "model.norm")
+    data = record.to_dict()
+    assert data["kind"] == "layer_latency" and data["values"]["speedup"] == 2.0
+    assert Record.from_dict(data) == record
+
+
+def test_a_renamed_field_fails_by_name_not_silently() -> None:
+    data = Record("run-1", RunEvent("started")).to_dict()
+    data["values"] = {"what": "started"}
+    with pytest.raises(TypeError, match="what"):
+        Record.from_dict(data)
+    data["kind"] = "layer_speed"
+    with pytest.raises(ValueError, match="unknown record kind 'layer_speed'"):
+        Record.from_dict(data)
+    with pytest.raises(AttributeError):
+        _ = Record("run-1", RunEvent("started")).values.speedup  # type: ignore[union-attr]
+
+
+def test_pandas_columns_are_the_value_fields() -> None:
+    log = ResultLog([Record("run-1", LayerLatency(2e-6, 1e-6, 2.0), "RMSNorm", "model.norm")])
+    frame = log.to_pandas("layer_latency")
+    fields = [f.name for f in dataclasses.fields(LayerLatency)]
+    assert list(frame.columns) == ["kind", "run_id", "layer", "instance", "time", *fields]
