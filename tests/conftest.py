@@ -16,7 +16,9 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("kx-cache")
+    # KERNEL_EXPLORER_TEST_CACHE: a folder to reuse across local runs (the hub builds once there)
+    reuse = os.environ.get("KERNEL_EXPLORER_TEST_CACHE")
+    root = Path(reuse) if reuse else tmp_path_factory.mktemp("kx-cache")
     old = os.environ.get("KERNEL_EXPLORER_CACHE")
     os.environ["KERNEL_EXPLORER_CACHE"] = str(root)
     yield root

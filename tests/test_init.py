@@ -131,3 +131,17 @@ def test_every_module_is_under_400_lines() -> None:
         if (n := len(p.read_text().splitlines())) >= 400
     }
     assert long == {}
+
+
+def test_every_subpackage_is_packaged() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    packaged = set(config["tool"]["setuptools"]["packages"])
+    found = {
+        _module_name(p) for p in PACKAGE.rglob("__init__.py") if "hub" not in p.relative_to(PACKAGE).parts
+    }
+    assert found <= packaged  # a plain (non-editable) install, as Binder makes, must carry them all
