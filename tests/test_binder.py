@@ -146,9 +146,9 @@ class BinderReplay:
         self.env.pop("VIRTUAL_ENV", None)
         self.steps: dict[str, tuple[float, int]] = {}  # name -> (seconds, peak bytes)
 
-    def run(self, name: str, *command: str) -> str:
+    def run(self, name: str, *command: str, extra_env: dict[str, str] | None = None) -> str:
         """Run one build or notebook step, metered; its stdout, or a failure with both streams' ends."""
-        done = run_metered(list(command), cwd=ROOT, env=self.env, timeout=1500)
+        done = run_metered(list(command), cwd=ROOT, env={**self.env, **(extra_env or {})}, timeout=1500)
         assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         self.steps[name] = (done.seconds, done.peak_bytes)
         return done.stdout
@@ -195,20 +195,11 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> BinderReplay:
     replay = BinderReplay(tmp_path_factory.mktemp("binder"))
     subprocess.run([sys.executable, "-m", "venv", str(replay.venv)], check=True)
     # The same file repo2docker installs. PyTorch's index cannot answer here: pip goes on with the
-    # other indexes, and no retries with a short timeout keep that from costing minutes.
+    # other indexes. No retries and a short timeout keep that from costing minutes; set through the
+    # environment, not flags, so they also reach the pip that installs the package's build backend.
+    fail_fast = {"PIP_RETRIES": "0", "PIP_TIMEOUT": "3", "PIP_DEFAULT_TIMEOUT": "3"}
     pip = str(replay.venv / "bin" / "pip")
-    replay.run(
-        "pip install",
-        pip,
-        "install",
-        "-q",
-        "--retries",
-        "0",
-        "--timeout",
-        "3",
-        "-r",
-        "binder/requirements.txt",
-    )
+    replay.run("pip install", pip, "install", "-q", "-r", "binder/requirements.txt", extra_env=fail_fast)
     return replay
 
 
