@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kernel-explorer-setup
 
-.PHONY: setup browser lab demo test test-fast bench lint clean
+.PHONY: setup browser lab demo test test-fast bench lint binder-badge clean
 
 # The kernel hub build is cached by source hash: after the first build this takes ~2 s.
 setup: $(STAMP)
@@ -48,6 +48,10 @@ bench: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The README's Binder badge names the repository set in pyproject.toml ([project.urls] Repository).
+binder-badge:
+	$(PYTHON) binder/badge.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache
