@@ -19,6 +19,7 @@ from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, det
 from kernel_explorer.inventory import Inventory, InventoryRow
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 from kernel_explorer.measure.runner import RunHandle
+from kernel_explorer.measure.stats import NoisyMachineWarning
 from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
 from kernel_explorer.records import (
     LayerDeterminism,
@@ -77,6 +78,7 @@ __all__ = [
     "ModelPrefill",
     "ModelThroughput",
     "NoUsableKernelError",
+    "NoisyMachineWarning",
     "Record",
     "ResultLog",
     "RunEvent",

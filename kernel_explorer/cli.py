@@ -75,6 +75,44 @@ def _demo_explorer(model: object, tokenizer: object) -> None:
     print(f"After the block: {explorer!r}")
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """Every bundled kernel (or the named layers) of the default model against PyTorch, with intervals."""
+    import warnings
+
+    from kernel_explorer.builder import build_hub
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.measure.stats import NoisyMachineWarning, check_sampling, noise_warning
+    from kernel_explorer.models import load_default_model
+
+    check_sampling(args.pairs, args.precision, args.budget)  # before minutes of loading
+    build_hub(progress=False)
+    model, tokenizer = load_default_model(progress=False)
+    explorer = Explorer(model, tokenizer=tokenizer)
+    layers = args.layers or explorer.layers
+    print(f"Comparing {', '.join(layers)} on the default model (captured activations, interleaved pairs)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoisyMachineWarning)  # printed below, once, as a line
+        handle = explorer.compare(*layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
+    if handle.error is not None:
+        raise handle.error
+    verdicts = explorer.results.records("layer_verdict")
+    width = max((len(r.layer or "") for r in verdicts), default=5)
+    print(f"  {'layer':<{width}}  speedup [95% interval] verdict")
+    for record in verdicts:
+        v = record.values
+        print(f"  {record.layer:<{width}}  {v.summary}")
+        print(
+            f"  {'':<{width}}    {v.pairs} pairs ({v.stopped_by}), noise floor {v.noise_floor:.1%}, "
+            f"PyTorch {v.pytorch_s * 1e6:.1f} us, kernel {v.kernel_s * 1e6:.1f} us; {v.accuracy}"
+        )
+        for note in v.notes:
+            print(f"  {'':<{width}}    look twice: {note}")
+    warning = noise_warning(max((r.values.noise_floor for r in verdicts), default=0.0))
+    if warning:
+        print(warning)
+    return 0
+
+
 def _cmd_build_hub(args: argparse.Namespace) -> int:
     from kernel_explorer.builder import build_hub
 
@@ -98,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     hub.set_defaults(func=_cmd_build_hub)
     demo = sub.add_parser("demo", help="the headless main job on the default model")
     demo.set_defaults(func=_cmd_demo)
+    compare = sub.add_parser(
+        "compare", help="each kernel layer of the default model against PyTorch, with 95%% intervals"
+    )
+    compare.add_argument("layers", nargs="*", help="kernel layer names (default: all)")
+    compare.add_argument("--pairs", type=int, default=None, help="fixed rounds of pairs (default: adaptive)")
+    compare.add_argument(
+        "--precision", type=float, default=0.05, help="stop when the interval is within this share (0.05)"
+    )
+    compare.add_argument("--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)")
+    compare.set_defaults(func=_cmd_compare)
     return parser
 
 

@@ -15,7 +15,15 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.layers import CALIBRATION_PAIRS
 from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    NoisyMachineWarning,
+    check_sampling,
+    noise_warning,
+)
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
 
@@ -106,11 +114,16 @@ class Explorer:
         return list(self.switchboard.groups)
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
-        """The model's kernel layers, their candidates here and what runs now."""
+        """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
         from kernel_explorer.inventory import build_inventory
 
         return build_inventory(
-            self.model, self.catalog, self.switchboard, mode=self.mode, query_hub=query_hub
+            self.model,
+            self.catalog,
+            self.switchboard,
+            mode=self.mode,
+            query_hub=query_hub,
+            measured=self.results.latest_verdicts(),
         )
 
     def on(
@@ -175,17 +188,30 @@ class Explorer:
         self,
         *names: str,
         instances: str | list[str] | None = None,
-        pairs: int = 7,
+        pairs: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        calibration_pairs: int = CALIBRATION_PAIRS,
         determinism_runs: int = 0,
         background: bool = False,
     ) -> RunHandle:
         """Kernel against PyTorch on captured activations, per layer name (all when none is given).
 
-        Records stream into `explorer.results`: divergence per instance, then `pairs` interleaved
-        latency pairs per instance, then (with `determinism_runs`) repeat-run identity.
+        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
+        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
+        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
+        we can detect here", accuracy against float64, notes to look twice), then (with
+        `determinism_runs`) repeat-run identity.
+
+        Args:
+            pairs: rounds of latency pairs over the instances; None (default): until the interval's
+                half-width is within `precision` of the median, or `budget_s` seconds per layer.
+            precision: target half-width of the interval, relative (0.05: +-5%).
+            budget_s: the most seconds of latency pairs per layer, whatever else stops it.
         """
         from kernel_explorer.measure.layers import compare_layer, determinism
 
+        check_sampling(pairs, precision, budget_s)
         for name in names:
             self.switchboard.group(name)  # unknown names fail here, before anything runs
         chosen = list(names or self.layers)
@@ -194,7 +220,15 @@ class Explorer:
         for name in chosen:
             measurements.append(
                 lambda run_id, n=name: compare_layer(
-                    board, self.captured_inputs(), n, run_id=run_id, instances=instances, pairs=pairs
+                    board,
+                    self.captured_inputs(),
+                    n,
+                    run_id=run_id,
+                    instances=instances,
+                    pairs=pairs,
+                    precision=precision,
+                    budget_s=budget_s,
+                    calibration_pairs=calibration_pairs,
                 )
             )
             if determinism_runs:
@@ -208,7 +242,19 @@ class Explorer:
                         runs=determinism_runs,
                     )
                 )
-        return self.run(measurements, background=background)
+        handle = self.run(measurements, background=background)
+        if not background:
+            self._warn_if_noisy(handle.run_id)
+        return handle
+
+    def _warn_if_noisy(self, run_id: str) -> None:
+        """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
+        import warnings
+
+        floors = [r.values.noise_floor for r in self.results.records("layer_verdict", run_id)]
+        warning = noise_warning(max(floors, default=0.0))
+        if warning:
+            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
 
     def compare_model(
         self,
@@ -216,13 +262,21 @@ class Explorer:
         inputs: Any = None,
         lengths: tuple[int, ...] = (128, 512),
         decode_tokens: int = 32,
-        pairs: int = 3,
+        pairs: int = 7,
+        decode_pairs: int = 3,
         background: bool = False,
     ) -> RunHandle:
-        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement."""
+        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
+
+        Prefill runs an A/A calibration and `pairs` interleaved pairs per length, decode
+        `decode_pairs` pairs (each a whole generation); each closes with a `ModelVerdict` whose
+        interval says how sure it is (three decode pairs cover the median with 75%, and say so).
+        """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
         from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
 
+        check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_runnable(self.model)
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
         vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
@@ -235,7 +289,15 @@ class Explorer:
                 board, run_id=run_id, lengths=lengths, pairs=pairs, vocab_size=vocab
             ),
             lambda run_id: compare_decode(
-                board, kwargs, run_id=run_id, new_tokens=decode_tokens, pairs=pairs
+                board,
+                kwargs,
+                run_id=run_id,
+                new_tokens=decode_tokens,
+                pairs=decode_pairs,
+                noise_floor_hint=max(
+                    (r.values.noise_floor for r in self.results.records("model_verdict", run_id)),
+                    default=0.0,
+                ),
             ),
         ]
         return self.run(measurements, background=background)

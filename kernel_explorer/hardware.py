@@ -175,6 +175,11 @@ def _read_text(path: str) -> str:
         return ""
 
 
+def cpu_model() -> str:
+    """The CPU's model name (what a record's provenance names)."""
+    return _cpu_model_and_flags()[0] or platform.processor() or platform.machine()
+
+
 def _cpu_model_and_flags() -> tuple[str, set[str]]:
     """CPU model name and feature flags, from /proc/cpuinfo where there is one."""
     text = _read_text("/proc/cpuinfo")

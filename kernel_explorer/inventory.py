@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from kernel_explorer.catalog import Candidate, Catalog
     from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.records import LayerVerdict
     from kernel_explorer.switchboard import RunningNow, Switchboard
 
 
@@ -32,6 +33,12 @@ class InventoryRow:
     group: LayerGroup
     candidates: tuple[tuple[Candidate, Availability], ...]
     running: tuple[RunningNow, ...]
+    measured: LayerVerdict | None = None  # the last comparison's verdict, when there was one
+
+    @property
+    def measured_summary(self) -> str:
+        """The last comparison in one phrase (`3.21x [3.10, 3.35] faster`), or "not measured"."""
+        return "not measured" if self.measured is None else self.measured.summary
 
     @property
     def best(self) -> tuple[Candidate, Availability] | None:
@@ -71,7 +78,15 @@ class Inventory:
         raise KeyError(name)
 
     def __str__(self) -> str:
-        header = ("layer", "kind", "n", "runs now", "best candidate", "availability")
+        header = (
+            "layer",
+            "kind",
+            "n",
+            "runs now",
+            "measured speedup [95%]",
+            "best candidate",
+            "availability",
+        )
         lines = [header]
         for row in self.rows:
             best = row.best
@@ -81,6 +96,7 @@ class Inventory:
                     row.group.kind,
                     str(len(row.group)),
                     row.running_summary,
+                    row.measured_summary,
                     best[0].label if best else "-",
                     row.status,
                 )
@@ -118,7 +134,8 @@ class Inventory:
                 "<tr>"
                 f"<td><b>{html.escape(row.group.name)}</b><br><small>{html.escape(row.group.original)}</small></td>"
                 f"<td>{row.group.kind}</td><td>{len(row.group)}</td>"
-                f"<td>{html.escape(row.running_summary)}</td><td>{options}</td>"
+                f"<td>{html.escape(row.running_summary)}</td>"
+                f"<td>{html.escape(row.measured_summary)}</td><td>{options}</td>"
                 "</tr>"
             )
         others = ""
@@ -128,6 +145,7 @@ class Inventory:
         return (
             f"<div><b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
             "<table><thead><tr><th>layer</th><th>kind</th><th>instances</th><th>runs now</th>"
+            "<th>measured speedup [95%]</th>"
             f"<th>candidates</th></tr></thead><tbody>{''.join(body)}</tbody></table>{others}</div>"
         )
 
@@ -173,7 +191,13 @@ class Inventory:
 
 
 def build_inventory(
-    model: nn.Module, catalog: Catalog, board: Switchboard, *, mode: Mode, query_hub: bool = False
+    model: nn.Module,
+    catalog: Catalog,
+    board: Switchboard,
+    *,
+    mode: Mode,
+    query_hub: bool = False,
+    measured: dict[str, LayerVerdict] | None = None,
 ) -> Inventory:
     """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
     rows = []
@@ -183,7 +207,8 @@ def build_inventory(
             (c, catalog.availability(c, device=board.device, mode=mode, query_hub=query_hub))
             for c in catalog.candidates(name)
         )
-        rows.append(InventoryRow(group, found, tuple(r for r in running if r.layer_name == name)))
+        now = tuple(r for r in running if r.layer_name == name)
+        rows.append(InventoryRow(group, found, now, (measured or {}).get(name)))
     kernel_paths = {
         path for group in board.groups.values() if group.kind == "module" for path in group.instances
     }

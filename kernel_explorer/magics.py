@@ -150,7 +150,7 @@ class KernelsMagic:
 
     def _do_bench(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        explorer.compare_model(lengths=(128,), decode_tokens=16, pairs=2)
+        explorer.compare_model(lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2)
         return explorer.results.to_pandas("model_prefill").tail(2)
 
     def _do_report(self, args: argparse.Namespace) -> Any:

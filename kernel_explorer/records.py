@@ -26,6 +26,55 @@ class LayerLatency:
 
 
 @dataclass(frozen=True)
+class LayerCalibration:
+    """One A/A pair: PyTorch against PyTorch, timed exactly like a kernel pair (the noise floor)."""
+
+    kind: ClassVar[str] = "layer_calibration"
+    first_s: float
+    second_s: float
+    ratio: float  # first_s / second_s: 1.0 when nothing changed, give or take the machine's noise
+    repeat: int = 1
+
+
+class _SpeedupSummary:
+    """One line for a verdict: `3.21x [3.10, 3.35] faster` (what tables and the CLI print)."""
+
+    speedup: float
+    speedup_low: float
+    speedup_high: float
+    confidence: float
+    verdict: str
+
+    @property
+    def summary(self) -> str:
+        text = f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}] {self.verdict}"
+        if self.confidence < 0.95 - 1e-9:
+            text += f" (only {self.confidence:.0%} sure: too few pairs)"
+        return text
+
+
+@dataclass(frozen=True)
+class LayerVerdict(_SpeedupSummary):
+    """What a layer comparison concluded: the speedup's interval, the noise floor, the verdicts."""
+
+    kind: ClassVar[str] = "layer_verdict"
+    pairs: int
+    instances: int
+    speedup: float  # median of the per-pair speedups
+    speedup_low: float  # 95% interval of that median (see measure/stats.py)
+    speedup_high: float
+    confidence: float  # the interval's real coverage (below 0.95 with fewer than 6 pairs)
+    noise_floor: float  # relative: PyTorch against itself moved this much (A/A)
+    verdict: str  # faster, slower, no difference we can detect here
+    accuracy: str  # bitwise equal, rounds differently (as accurate...), less accurate, ...
+    stopped_by: str  # pairs (the count asked for), precision (the interval), budget (the time)
+    pytorch_s: float = 0.0  # median seconds per call of PyTorch, over the pairs
+    kernel_s: float = 0.0  # median seconds per call of the other side
+    kernel_on: bool = True  # False: the instances ran PyTorch, the pairs were A/A
+    notes: tuple[str, ...] = ()  # plausibility: look twice
+
+
+@dataclass(frozen=True)
 class LayerDivergence:
     """How an instance's kernel output differs from PyTorch's, and each against float64."""
 
@@ -41,6 +90,7 @@ class LayerDivergence:
     mean_ulp: float | None = None
     kernel_err64: float | None = None  # max abs error of the kernel against float64
     pytorch_err64: float | None = None  # max abs error of PyTorch against float64
+    reference_max_abs: float | None = None  # largest magnitude of the float64 output (sets 1 ULP)
     kernel_on: bool = True
 
 
@@ -79,6 +129,22 @@ class ModelDecode:
 
 
 @dataclass(frozen=True)
+class ModelVerdict(_SpeedupSummary):
+    """What a model comparison concluded for one measure (prefill at a length, or decode)."""
+
+    kind: ClassVar[str] = "model_verdict"
+    measure: str  # "prefill" or "decode"
+    tokens: int
+    pairs: int
+    speedup: float  # median of the per-pair speedups
+    speedup_low: float
+    speedup_high: float
+    confidence: float
+    noise_floor: float
+    verdict: str
+
+
+@dataclass(frozen=True)
 class ModelAgreement:
     """Logits and greedy generation of the model as switched against all-PyTorch."""
 
@@ -110,10 +176,13 @@ class RunEvent:
 
 Values = (
     LayerLatency
+    | LayerCalibration
+    | LayerVerdict
     | LayerDivergence
     | LayerDeterminism
     | ModelPrefill
     | ModelDecode
+    | ModelVerdict
     | ModelAgreement
     | ModelThroughput
     | RunEvent
@@ -124,15 +193,33 @@ VALUE_TYPES: dict[str, type[Values]] = {
     cls.kind: cls
     for cls in (
         LayerLatency,
+        LayerCalibration,
+        LayerVerdict,
         LayerDivergence,
         LayerDeterminism,
         ModelPrefill,
         ModelDecode,
+        ModelVerdict,
         ModelAgreement,
         ModelThroughput,
         RunEvent,
     )
 }
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a number comes from: what ran, on what, with which versions. Exported with the data."""
+
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None  # of the first tensor input
+    threads: int = 0
+    isa: str | None = None  # the kernel's code path (bundled kernels: avx512bf16, avx512, avx2, ...)
+    kernel_id: str | None = None
+    variant: str | None = None
+    torch: str = ""
+    kernels: str = ""
+    machine: str = ""  # CPU model (and accelerator, where one is used)
 
 
 @dataclass(frozen=True)
@@ -144,6 +231,7 @@ class Record:
     layer: str | None = None
     instance: str | None = None
     time: float = field(default_factory=time.time)
+    provenance: Provenance | None = None
 
     @property
     def kind(self) -> str:
@@ -159,6 +247,7 @@ class Record:
             "instance": self.instance,
             "values": asdict(self.values),
             "time": self.time,
+            "provenance": None if self.provenance is None else asdict(self.provenance),
         }
 
     @classmethod
@@ -167,5 +256,12 @@ class Record:
         kind = data["kind"]
         if kind not in VALUE_TYPES:
             raise ValueError(f"unknown record kind {kind!r}; known: {', '.join(VALUE_TYPES)}")
-        values = VALUE_TYPES[kind](**data["values"])
-        return cls(data["run_id"], values, data.get("layer"), data.get("instance"), data["time"])
+        fields = dict(data["values"])
+        if "notes" in fields:
+            fields["notes"] = tuple(fields["notes"])
+        values = VALUE_TYPES[kind](**fields)
+        provenance = data.get("provenance")
+        if provenance is not None:
+            shape = provenance.get("shape")
+            provenance = Provenance(**{**provenance, "shape": None if shape is None else tuple(shape)})
+        return cls(data["run_id"], values, data.get("layer"), data.get("instance"), data["time"], provenance)

@@ -9,6 +9,8 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.measure.stats import noise_warning
+
 if TYPE_CHECKING:
     from kernel_explorer.results import ResultLog
 
@@ -25,7 +27,9 @@ def figures(log: ResultLog) -> list[Any]:
             fig.add_trace(go.Box(y=group["speedup"], name=str(layer), boxmean=True))
         fig.add_hline(y=1.0, line_dash="dot")
         fig.update_layout(
-            title="Layer speedup (PyTorch time / kernel time, per interleaved pair)", yaxis_title="x"
+            title="Layer speedup per interleaved pair (PyTorch time / kernel time)",
+            yaxis_title="speedup (x, log scale)",
+            yaxis_type="log",
         )
         found.append(fig)
     summary = log.layer_summary()
@@ -60,7 +64,19 @@ def write_report(log: ResultLog, path: Path, *, title: str) -> Path:
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>{len(log)} records.</p>"]
     summary = log.layer_summary()
     if not summary.empty:
-        parts += ["<h2>Layers</h2>", summary.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
+        parts += [
+            "<h2>Layers</h2>",
+            "<p>speedup_low / speedup_high: the 95% interval of the median speedup; noise_floor: how far "
+            "PyTorch against itself moved (A/A); a verdict needs the interval to clear it.</p>",
+        ]
+        if "noise_floor" in summary.columns:
+            warning = noise_warning(float(summary["noise_floor"].max()))
+            if warning:
+                parts.append(f"<p><b>{html.escape(warning)}</b></p>")
+        parts.append(summary.to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+    models = log.model_summary()
+    if not models.empty:
+        parts += ["<h2>Model</h2>", models.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
     for kind in ("model_prefill", "model_decode", "model_agreement"):
         frame = log.to_pandas(kind)
         if not frame.empty:

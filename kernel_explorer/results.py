@@ -8,13 +8,21 @@ is `report.write_report`'s.
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernel_explorer.records import Record
+from kernel_explorer.records import (
+    LayerCalibration,
+    LayerDivergence,
+    LayerLatency,
+    LayerVerdict,
+    ModelVerdict,
+    Record,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,54 +81,114 @@ class ResultLog:
         return iter(self.records())
 
     def to_pandas(self, kind: str | None = None) -> pd.DataFrame:
-        """One row per record; `values` become columns."""
+        """One row per record; `values` become columns, then the provenance (dtype, threads, ISA...)."""
         import pandas as pd
 
-        rows = [
-            {
+        rows = []
+        for r in self.records(kind):
+            values = asdict(r.values)
+            origin = asdict(r.provenance) if r.provenance is not None else {}
+            row = {
                 "kind": r.kind,
                 "run_id": r.run_id,
                 "layer": r.layer,
                 "instance": r.instance,
                 "time": r.time,
-                **asdict(r.values),
             }
-            for r in self.records(kind)
-        ]
+            rows.append(row | values | {k: v for k, v in origin.items() if k not in values})
         return pd.DataFrame.from_records(rows)
 
     def layer_summary(self) -> pd.DataFrame:
-        """Per layer: median of per-pair speedups with quartiles, and the worst divergence seen."""
+        """Per run and layer: the speedup's median with its 95% interval, the A/A noise floor, the
+        verdicts, and the worst divergence seen.
+
+        Only pairs where the instance ran a kernel count toward its speedup; a layer measured only
+        with its kernel off reads "PyTorch against PyTorch (kernel off)", never as a speedup.
+        """
         import pandas as pd
 
-        latency = self.to_pandas("layer_latency")
+        from kernel_explorer.measure.divergence import accuracy_verdict
+        from kernel_explorer.measure.stats import noise_floor, speed_verdict, speedup_interval
+
+        grouped: dict[tuple[str, str], dict[str, list[Record]]] = {}
+        for record in self.records():
+            if record.layer is not None and record.kind.startswith("layer_"):
+                kinds = grouped.setdefault((record.run_id, record.layer), {})
+                kinds.setdefault(record.kind, []).append(record)
         rows = []
-        if not latency.empty:
-            for layer, group in latency.groupby("layer", sort=False):
-                speedup = group["speedup"]
-                rows.append(
-                    {
-                        "layer": layer,
-                        "pairs": len(group),
-                        "speedup_median": speedup.median(),
-                        "speedup_q1": speedup.quantile(0.25),
-                        "speedup_q3": speedup.quantile(0.75),
-                        "pytorch_us_median": group["pytorch_s"].median() * 1e6,
-                        "kernel_us_median": group["kernel_s"].median() * 1e6,
-                    }
-                )
-        summary = pd.DataFrame.from_records(rows, columns=["layer"] if not rows else None)
-        divergence = self.to_pandas("layer_divergence")
-        if not divergence.empty:
-            worst = divergence.groupby("layer", sort=False).agg(
-                max_abs=("max_abs", "max"),
-                max_ulp=("max_ulp", "max"),
-                bitwise_equal=("bitwise_equal", "mean"),
-                kernel_err64=("kernel_err64", "max"),
-                pytorch_err64=("pytorch_err64", "max"),
-            )
-            summary = summary.merge(worst.reset_index(), on="layer", how="outer")
-        return summary
+        for (run_id, layer), kinds in grouped.items():
+            latency = [r.values for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
+            on = [v for v in latency if v.kernel_on]
+            used = on or latency
+            aa = [
+                r.values.ratio
+                for r in kinds.get("layer_calibration", [])
+                if isinstance(r.values, LayerCalibration)
+            ]
+            divergence = [
+                r.values for r in kinds.get("layer_divergence", []) if isinstance(r.values, LayerDivergence)
+            ]
+            verdicts = [
+                r.values for r in kinds.get("layer_verdict", []) if isinstance(r.values, LayerVerdict)
+            ]
+            row: dict[str, object] = {
+                "run_id": run_id,
+                "layer": layer,
+                "pairs": len(used),
+                "aa_pairs": len(aa),
+            }
+            if used:
+                speedups = [v.speedup for v in used]
+                interval = speedup_interval(speedups)
+                floor = noise_floor(aa) if aa else 0.0
+                series = pd.Series(speedups)
+                row |= {
+                    "speedup_median": interval.median,
+                    "speedup_low": interval.low,
+                    "speedup_high": interval.high,
+                    "confidence": interval.confidence,
+                    "speedup_q1": series.quantile(0.25),
+                    "speedup_q3": series.quantile(0.75),
+                    "noise_floor": floor,
+                    "verdict": speed_verdict(interval, floor)
+                    if on
+                    else "PyTorch against PyTorch (kernel off)",
+                    "pytorch_us_median": statistics.median(v.pytorch_s for v in used) * 1e6,
+                    "kernel_us_median": statistics.median(v.kernel_s for v in used) * 1e6,
+                }
+            if divergence:
+                row |= {
+                    "accuracy": accuracy_verdict(divergence),
+                    "max_abs": max((d.max_abs or 0.0) for d in divergence),
+                    "max_ulp": max((d.max_ulp or 0) for d in divergence),
+                    "bitwise_equal": statistics.fmean(d.bitwise_equal for d in divergence),
+                    "kernel_err64": max((d.kernel_err64 or 0.0) for d in divergence),
+                    "pytorch_err64": max((d.pytorch_err64 or 0.0) for d in divergence),
+                }
+            if verdicts:
+                row |= {"stopped_by": verdicts[-1].stopped_by, "notes": "; ".join(verdicts[-1].notes)}
+            rows.append(row)
+        _mark_runs_that_disagree(rows)
+        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
+
+    def latest_verdicts(self) -> dict[str, LayerVerdict]:
+        """The last verdict per layer name (what the inventory shows as measured)."""
+        return {
+            r.layer: r.values
+            for r in self.records("layer_verdict")
+            if r.layer is not None and isinstance(r.values, LayerVerdict)
+        }
+
+    def model_summary(self) -> pd.DataFrame:
+        """Per run and measure (prefill at each length, decode): speedup, interval, floor, verdict."""
+        import pandas as pd
+
+        rows = [
+            {"run_id": r.run_id, **asdict(r.values)}
+            for r in self.records("model_verdict")
+            if isinstance(r.values, ModelVerdict)
+        ]
+        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
 
     def to_jsonl(self, path: str | Path) -> Path:
         path = Path(path)
@@ -133,3 +201,24 @@ class ResultLog:
     def from_jsonl(cls, path: str | Path) -> ResultLog:
         lines = Path(path).read_text().splitlines()
         return cls([Record.from_dict(json.loads(line)) for line in lines if line.strip()])
+
+
+def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
+    """`runs_agree` per row: False where another run of the same layer has an interval that does not
+    overlap this one (the machine changed state between the runs: each interval holds for its own
+    run only); None with a single run."""
+    by_layer: dict[object, list[dict[str, object]]] = {}
+    for row in rows:
+        if "speedup_low" in row and row.get("verdict") != "PyTorch against PyTorch (kernel off)":
+            by_layer.setdefault(row["layer"], []).append(row)
+    for runs in by_layer.values():
+        for row in runs:
+            others = [o for o in runs if o is not row]
+            row["runs_agree"] = (
+                None
+                if not others
+                else all(
+                    o["speedup_low"] <= row["speedup_high"] and row["speedup_low"] <= o["speedup_high"]  # type: ignore[operator]
+                    for o in others
+                )
+            )

@@ -69,3 +69,18 @@ def test_demo_with_incompatible_pair_is_one_line(monkeypatch, capsys) -> None:
     assert main(["demo"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "pip install" in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_compare_prints_each_layer_with_its_interval_and_verdict() -> None:
+    done = _run("compare", "RMSNorm", "--precision", "0.2", "--budget", "3")
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("RMSNorm"))
+    assert "x [" in line and line.rstrip().endswith(("faster", "slower", "no difference we can detect here"))
+    assert "noise floor" in done.stdout and "pairs (" in done.stdout
+
+
+def test_compare_bad_precision_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "--precision", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: precision must be between 0 and 1") and err.count("\n") == 1

@@ -16,7 +16,8 @@ PUBLIC = {
     "DefaultModelMissingError", "Explorer", "HardwareSnapshot", "IncompatibleVersionsError", "Inventory",
     "InventoryRow", "KernelExplorerError", "KernelSwitchError", "LayerDeterminism", "LayerDivergence",
     "LayerGroup", "LayerLatency", "ModelAgreement", "ModelDecode", "ModelPrefill", "ModelThroughput",
-    "NoUsableKernelError", "Record", "ResultLog", "RunEvent", "RunHandle", "RunningNow", "State",
+    "NoUsableKernelError", "NoisyMachineWarning", "Record", "ResultLog", "RunEvent", "RunHandle",
+    "RunningNow", "State",
     "__version__", "build_hub", "check_compatibility", "detect_hardware", "find_kernel_layers",
     "load_default_model", "tiny_gpt2", "tiny_llama",
 }  # fmt: skip

@@ -63,3 +63,21 @@ def test_smollm2_inventory(hub: dict) -> None:
         assert row.best[0].source == "bundled" and row.status.startswith("ready"), row.status
         others = [found for c, found in row.candidates if c.source == "transformers"]
         assert others and all(f.state.value == "no mapping for this device or mode" for f in others)
+
+
+def test_the_inventory_shows_the_last_measured_speedup_with_its_interval(hub: dict) -> None:
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import tiny_llama
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    assert explorer.inventory().row("RMSNorm").measured_summary == "not measured"
+    explorer.compare("RMSNorm", pairs=6)
+    row = explorer.inventory().row("RMSNorm")
+    (verdict,) = explorer.results.records("layer_verdict")
+    assert row.measured == verdict.values and row.measured_summary.startswith(
+        f"{verdict.values.speedup:.2f}x ["
+    )
+    assert (
+        row.measured_summary in str(explorer.inventory())
+        and "measured speedup" in explorer.inventory()._repr_html_()
+    )

@@ -58,3 +58,89 @@ def test_determinism_of_the_bundled_kernels(explorer: Explorer) -> None:
         assert record.values.kernel_identical == 1.0
         assert record.values.pytorch_deterministic_identical == 1.0
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def _rmsnorm_board(rows: int, on: bool):  # type: ignore[no-untyped-def]
+    """One 4096-wide RMSNorm (the bundled kernel on or off) and a captured input of `rows` rows."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from kernel_explorer.catalog import Catalog
+    from kernel_explorer.measure.capture import CapturedInputs
+    from kernel_explorer.switchboard import Switchboard
+
+    board = Switchboard(torch.nn.Sequential(LlamaRMSNorm(4096)), Catalog(include_transformers=False))
+    if on:
+        board.on("RMSNorm")
+    x = torch.randn(rows, 4096, generator=torch.Generator().manual_seed(0))
+    return board, CapturedInputs(calls={("RMSNorm", "0"): [((x,), {})]})
+
+
+def test_a_verdict_closes_each_layer_with_interval_floor_and_provenance(explorer: Explorer) -> None:
+    explorer.compare("RMSNorm", pairs=4, calibration_pairs=5)
+    (verdict,) = explorer.results.records("layer_verdict")
+    v = verdict.values
+    assert v.pairs == 5 * 4 and v.instances == 5 and v.stopped_by == "pairs" and v.kernel_on
+    assert v.speedup_low <= v.speedup <= v.speedup_high and v.confidence >= 0.95
+    assert v.noise_floor >= 0 and v.verdict in ("faster", "slower", "no difference we can detect here")
+    assert v.accuracy.startswith(("bitwise equal", "rounds differently", "less accurate"))
+    assert len(explorer.results.records("layer_calibration")) == 5
+    origin = explorer.results.records("layer_latency")[0].provenance
+    assert origin is not None and origin.dtype == "float32" and origin.shape == (1, 12, 64)
+    assert origin.threads == torch.get_num_threads() and origin.isa in (
+        "avx512bf16",
+        "avx512",
+        "avx2",
+        "portable",
+    )
+    assert origin.kernel_id and origin.variant == "torch213-cxx11-cpu-x86_64-linux"
+    assert origin.torch == torch.__version__ and origin.kernels.startswith("0.17") and origin.machine
+    frame = explorer.results.to_pandas("layer_latency")
+    assert {"isa", "threads", "kernel_id", "machine"} <= set(frame.columns)  # exported with the data
+    (row,) = explorer.results.layer_summary().to_dict("records")
+    assert row["speedup_low"] == v.speedup_low and row["verdict"] == v.verdict and row["aa_pairs"] == 5
+
+
+def test_pytorch_against_itself_is_no_difference_in_at_least_38_of_40(hub: dict) -> None:
+    from kernel_explorer.measure.layers import compare_layer
+    from kernel_explorer.measure.stats import NO_DIFFERENCE
+
+    board, captured = _rmsnorm_board(16, on=False)  # the "kernel" side is PyTorch: a known-equal pair
+    wrong = 0
+    for index in range(40):
+        records = list(
+            compare_layer(board, captured, "RMSNorm", run_id=f"aa{index}", pairs=7, switch_on=False)
+        )
+        verdict = records[-1].values
+        assert not verdict.kernel_on
+        wrong += verdict.verdict != NO_DIFFERENCE
+    assert wrong <= 2
+
+
+def test_adaptive_sampling_stops_on_precision_or_budget_and_says_which(hub: dict) -> None:
+    from kernel_explorer.measure.layers import compare_layer
+    from kernel_explorer.measure.stats import FASTER
+
+    board, captured = _rmsnorm_board(64, on=True)
+    records = list(compare_layer(board, captured, "RMSNorm", run_id="r", precision=0.25, budget_s=5.0))
+    verdict = records[-1].values
+    latency = [r for r in records if r.kind == "layer_latency"]
+    assert verdict.stopped_by in ("precision", "budget") and verdict.pairs == len(latency) >= 6
+    if verdict.stopped_by == "precision":
+        assert (verdict.speedup_high - verdict.speedup_low) / 2 / verdict.speedup <= 0.25
+    assert verdict.verdict == FASTER  # the bundled RMSNorm is several times eager's speed
+    records = list(compare_layer(board, captured, "RMSNorm", run_id="b", precision=1e-6, budget_s=0.2))
+    assert records[-1].values.stopped_by == "budget"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pairs": 0}, "pairs must be a positive"),
+        ({"precision": 1.5}, "precision must be between 0 and 1"),
+        ({"budget_s": -1}, "budget_s must be a positive"),
+    ],
+)
+def test_bad_sampling_input_runs_nothing(explorer: Explorer, kwargs: dict, message: str) -> None:
+    with pytest.raises(KernelExplorerError, match=message):
+        explorer.compare("RMSNorm", **kwargs)
+    assert len(explorer.results) == 0

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from kernel_explorer.records import VALUE_TYPES, LayerLatency, Record, RunEvent
+from kernel_explorer.records import VALUE_TYPES, LayerLatency, Provenance, Record, RunEvent
 from kernel_explorer.results import ResultLog
 
 
 def test_every_kind_is_one_value_class() -> None:
     assert set(VALUE_TYPES) == {
         "layer_latency",
+        "layer_calibration",
+        "layer_verdict",
         "layer_divergence",
         "layer_determinism",
         "model_prefill",
         "model_decode",
+        "model_verdict",
         "model_agreement",
         "model_throughput",
         "run",
@@ -25,10 +29,13 @@ def test_every_kind_is_one_value_class() -> None:
 
 
 def test_round_trip_through_the_dict_form() -> None:
-    record = Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=False), "RMSNorm", "model.norm")
+    origin = Provenance(dtype="bfloat16", shape=(1, 7, 576), threads=2, isa="avx2", torch="2.13.0")
+    record = Record(
+        "run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=False), "RMSNorm", "model.norm", provenance=origin
+    )
     data = record.to_dict()
     assert data["kind"] == "layer_latency" and data["values"]["speedup"] == 2.0
-    assert Record.from_dict(data) == record
+    assert Record.from_dict(json.loads(json.dumps(data))) == record  # through JSON: tuples come back
 
 
 def test_a_renamed_field_fails_by_name_not_silently() -> None:

@@ -61,3 +61,25 @@ def test_pandas_and_summary() -> None:
     (row,) = log.layer_summary().to_dict("records")
     assert row["layer"] == "RMSNorm" and row["pairs"] == 3 and row["speedup_median"] == 3.0
     assert row["speedup_q1"] == 2.5 and row["max_ulp"] == 2 and row["kernel_err64"] == 2e-7
+
+
+def test_summary_per_run_keeps_pytorch_against_pytorch_apart_and_flags_runs_that_disagree() -> None:
+    from kernel_explorer.records import LayerCalibration
+
+    log = ResultLog()
+    for run, speedups in (
+        ("run-1", [3.0, 3.1, 2.9, 3.0, 3.05, 2.95, 3.0]),
+        ("run-2", [2.0, 2.1, 1.9, 2.0, 2.0, 2.05, 1.95]),
+    ):
+        for s in speedups:
+            log.append(Record(run, LayerLatency(s * 1e-6, 1e-6, s), "RMSNorm", "n0"))
+        for r in (1.0, 1.01, 0.99, 1.0, 1.02):
+            log.append(Record(run, LayerCalibration(r * 1e-6, 1e-6, r), "RMSNorm", "n0"))
+    for s in (1.0, 1.02, 0.98):
+        log.append(Record("run-3", LayerLatency(s * 1e-6, 1e-6, s, kernel_on=False), "SiLU", "n1"))
+    rows = {(r["run_id"], r["layer"]): r for r in log.layer_summary().to_dict("records")}
+    first, second, off = rows[("run-1", "RMSNorm")], rows[("run-2", "RMSNorm")], rows[("run-3", "SiLU")]
+    assert first["verdict"] == "faster" and first["speedup_low"] <= 3.0 <= first["speedup_high"]
+    assert first["aa_pairs"] == 5 and 0 < first["noise_floor"] < 0.05
+    assert first["runs_agree"] is False and second["runs_agree"] is False  # 3x and 2x do not overlap
+    assert off["verdict"] == "PyTorch against PyTorch (kernel off)" and off["pairs"] == 3

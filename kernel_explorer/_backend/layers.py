@@ -78,3 +78,13 @@ def model_device(model: nn.Module) -> str:
         for tensor in model.buffers():
             return tensor.device.type
         return "cpu"
+
+
+def kernel_module(kernel_id: str) -> Any | None:
+    """The loaded kernel module with metadata id `kernel_id`, or None."""
+    from kernels import get_loaded_kernels
+
+    for loaded in get_loaded_kernels():
+        if loaded.metadata.id == kernel_id:
+            return loaded.module
+    return None

@@ -7,11 +7,14 @@ less accurate than PyTorch or only rounds differently (same error, other bits).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from kernel_explorer.records import LayerDivergence
 
 _INT_VIEW = {4: "int32", 2: "int16"}
 
@@ -74,7 +77,40 @@ def divergence(kernel: torch.Tensor, pytorch: torch.Tensor, reference: torch.Ten
         ref = reference.detach().double()
         values["kernel_err64"] = (k.double() - ref).abs().max().item()
         values["pytorch_err64"] = (p.double() - ref).abs().max().item()
+        values["reference_max_abs"] = ref.abs().max().item()
     return values
+
+
+BITWISE_EQUAL = "bitwise equal"
+AS_ACCURATE = "rounds differently (as accurate as PyTorch against float64)"
+
+
+def accuracy_verdict(found: Sequence[LayerDivergence]) -> str:
+    """One phrase for a layer's divergence records, judged against float64, never against PyTorch alone.
+
+    "As accurate" allows the kernel's worst error against float64 to exceed PyTorch's by at most one
+    unit in the last place of the output's largest value (a different rounding of the same
+    result); beyond that it is "less accurate", with the factor.
+    """
+    import torch
+
+    if not found:
+        return "not measured"
+    if all(d.bitwise_equal == 1.0 for d in found):
+        return BITWISE_EQUAL
+    measured = [d for d in found if d.kernel_err64 is not None and d.pytorch_err64 is not None]
+    if not measured:
+        return "differs from PyTorch (no float64 reference to judge accuracy)"
+    worst = 1.0
+    for d in measured:
+        dtype = getattr(torch, d.dtype, None)
+        eps = torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) and dtype.is_floating_point else 0.0
+        one_ulp = eps * (d.reference_max_abs or 0.0)
+        if d.kernel_err64 > d.pytorch_err64 + one_ulp:  # type: ignore[operator]
+            worst = max(worst, d.kernel_err64 / max(d.pytorch_err64, 1e-300))  # type: ignore[operator]
+    if worst == 1.0:
+        return AS_ACCURATE
+    return f"less accurate ({worst:.1f}x PyTorch's error against float64)"
 
 
 def _to_float64(value: Any) -> Any:

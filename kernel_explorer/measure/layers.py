@@ -1,4 +1,5 @@
-"""Layer comparison on captured activations: latency, divergence and determinism, one record per sample.
+"""Layer comparison on captured activations: latency, divergence and determinism, one record per sample,
+and for each compared layer a verdict with its interval, noise floor and plausibility notes.
 
 Each sample reads what the instance runs *now* (under the switchboard lock, which is held only
 around the forward calls), so a switch made while a run is going shows up in the next sample.
@@ -10,14 +11,38 @@ meantime are left as the user made them.
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
-from kernel_explorer.measure.divergence import divergence, float64_reference
+from kernel_explorer.measure.divergence import accuracy_verdict, divergence, float64_reference
+from kernel_explorer.measure.plausibility import ignores_its_input, plausibility_notes, tensor_bytes
+from kernel_explorer.measure.provenance import provenance
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    MIN_PAIRS,
+    MIN_SECONDS,
+    check_sampling,
+    noise_floor,
+    speed_verdict,
+    speedup_interval,
+)
 from kernel_explorer.measure.timing import Clock, interleaved_pair
-from kernel_explorer.records import LayerDeterminism, LayerDivergence, LayerLatency, Record
+from kernel_explorer.records import (
+    LayerCalibration,
+    LayerDeterminism,
+    LayerDivergence,
+    LayerLatency,
+    LayerVerdict,
+    Record,
+)
+
+CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
+Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
@@ -31,7 +56,7 @@ def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[
         yield
 
 
-def _calls(captured: CapturedInputs, name: str, paths: list[str]) -> list[tuple[str, tuple, dict]]:
+def _calls(captured: CapturedInputs, name: str, paths: list[str]) -> list[Call]:
     by_path = captured.for_layer(name)
     calls = [(path, args, kwargs) for path in paths for args, kwargs in by_path.get(path, [])[:1]]
     if not calls:
@@ -46,6 +71,32 @@ def _calls(captured: CapturedInputs, name: str, paths: list[str]) -> list[tuple[
     return calls
 
 
+def _pair(
+    clock: Clock, board: Switchboard, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
+) -> tuple[float, float, bool, int]:
+    """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat), under the lock.
+
+    The other side is what the instance runs now, or PyTorch again for an A/A pair. Both sides use
+    the same repeat, sized once per instance on the slower-to-resolve of the two.
+    """
+    path, args, kwargs = call
+    with board.lock:
+        current, pytorch, on = board.forwards(name, path)
+
+        def run_pytorch() -> Any:
+            return pytorch(*args, **kwargs)
+
+        def run_other() -> Any:
+            return (pytorch if aa else current)(*args, **kwargs)
+
+        if path not in repeats:
+            repeats[path] = max(clock.calibrate(run_pytorch), clock.calibrate(run_other))
+        t_pytorch, t_other = interleaved_pair(
+            clock, run_pytorch, run_other, repeats[path], b_first=index % 2 == 1
+        )
+    return t_pytorch, t_other, on and not aa, repeats[path]
+
+
 def compare_layer(
     board: Switchboard,
     captured: CapturedInputs,
@@ -53,27 +104,43 @@ def compare_layer(
     *,
     run_id: str,
     instances: list[str] | None = None,
-    pairs: int = 7,
+    pairs: int | None = None,
+    precision: float = DEFAULT_PRECISION,
+    budget_s: float = DEFAULT_BUDGET_S,
+    calibration_pairs: int = CALIBRATION_PAIRS,
     reference: bool = True,
     switch_on: bool = True,
+    conclude: bool = True,
 ) -> Iterator[Record]:
-    """Divergence once per instance, then `pairs` interleaved latency pairs per instance, round-robin.
+    """Divergence per instance, an A/A calibration, latency pairs round-robin, then a verdict.
 
-    With `switch_on=False` nothing is switched: instances on PyTorch are measured as they are
-    (their records say `kernel_on: False`); this is what a live dashboard run does.
+    Latency pairs run `pairs` rounds over the instances when given; otherwise until the 95%
+    interval of the median speedup is within `precision` of it (after at least `MIN_PAIRS` pairs
+    and `MIN_SECONDS`), and in either case no longer than `budget_s` seconds. The A/A pairs
+    (PyTorch against PyTorch, the same way, on the same inputs) give the noise floor the verdict
+    must clear. The last record is a
+    `LayerVerdict` (unless `conclude=False`). With `switch_on=False` nothing is switched: instances
+    on PyTorch are measured as they are (their records say `kernel_on=False`); this is what a live
+    dashboard run does.
     """
     import torch
 
+    check_sampling(pairs, precision, budget_s)
     paths = board.select(name, instances)
     calls = _calls(captured, name, paths)
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
     with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
+        origin = {path: provenance(board, name, path, args, kwargs) for path, args, kwargs in calls}
+        divergences: list[LayerDivergence] = []
+        ignores_input = False
         for path, args, kwargs in calls:
             with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)
                 kernel_out = first_tensor(current(*args, **kwargs))
                 pytorch_out = first_tensor(pytorch(*args, **kwargs))
+                if on and kernel_out is not None and not ignores_input:
+                    ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
             ref = None
             if reference:
                 target = pytorch.__self__
@@ -81,27 +148,89 @@ def compare_layer(
                     ref = first_tensor(float64_reference(target, args, kwargs))
             if kernel_out is None or pytorch_out is None:
                 continue
-            values = divergence(kernel_out, pytorch_out, ref)
-            yield Record(run_id, LayerDivergence(**values, kernel_on=on), name, path)
+            found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
+            divergences.append(found)
+            yield Record(run_id, found, name, path, provenance=origin[path])
         repeats: dict[str, int] = {}
-        for round_index in range(pairs):
-            for path, args, kwargs in calls:
-                with board.lock:
-                    current, pytorch, on = board.forwards(name, path)
+        aa_ratios: list[float] = []
+        for index in range(calibration_pairs):
+            call = calls[index % len(calls)]
+            first, second, _, repeat = _pair(clock, board, name, call, repeats, index, aa=True)
+            aa_ratios.append(first / second)
+            yield Record(
+                run_id,
+                LayerCalibration(first, second, first / second, repeat),
+                name,
+                call[0],
+                provenance=origin[call[0]],
+            )
+        samples: list[LayerLatency] = []
+        start, rounds = time.perf_counter(), 0
+        while True:
+            for call in calls:
+                t_pytorch, t_other, on, repeat = _pair(clock, board, name, call, repeats, rounds, aa=False)
+                sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
+                samples.append(sample)
+                yield Record(run_id, sample, name, call[0], provenance=origin[call[0]])
+            rounds += 1
+            if pairs is not None and rounds >= pairs:
+                stopped_by = "pairs"
+                break
+            elapsed = time.perf_counter() - start
+            narrow = pairs is None and len(samples) >= MIN_PAIRS and elapsed >= MIN_SECONDS
+            if narrow and speedup_interval([s.speedup for s in samples]).half_width <= precision:
+                stopped_by = "precision"
+                break
+            if time.perf_counter() - start >= budget_s:
+                stopped_by = "budget"
+                break
+        if not conclude:
+            return
+        yield Record(
+            run_id,
+            _verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
+            name,
+            provenance=origin[calls[0][0]],
+        )
 
-                    def run_kernel(f=current, a=args, k=kwargs):  # type: ignore[no-untyped-def]
-                        return f(*a, **k)
 
-                    def run_pytorch(f=pytorch, a=args, k=kwargs):  # type: ignore[no-untyped-def]
-                        return f(*a, **k)
-
-                    if path not in repeats:  # same repeat for both, sized on the faster call
-                        repeats[path] = max(clock.calibrate(run_pytorch), clock.calibrate(run_kernel))
-                    t_pytorch, t_kernel = interleaved_pair(
-                        clock, run_pytorch, run_kernel, repeats[path], b_first=round_index % 2 == 1
-                    )
-                values = LayerLatency(t_pytorch, t_kernel, t_pytorch / t_kernel, on, repeats[path])
-                yield Record(run_id, values, name, path)
+def _verdict(
+    samples: list[LayerLatency],
+    aa_ratios: list[float],
+    divergences: list[LayerDivergence],
+    calls: list[Call],
+    ignores_input: bool,
+    stopped_by: str,
+) -> LayerVerdict:
+    """The layer's conclusion from its samples: pairs on a kernel when there are any, else A/A."""
+    on = [s for s in samples if s.kernel_on]
+    used = on or samples
+    interval = speedup_interval([s.speedup for s in used])
+    floor = noise_floor(aa_ratios) if aa_ratios else 0.0
+    _, args, kwargs = calls[0]
+    kernel_s = statistics.median(s.kernel_s for s in used)
+    notes = plausibility_notes(
+        interval if on else None,
+        kernel_s=kernel_s if on else None,
+        bytes_moved=2 * tensor_bytes(args, kwargs),  # inputs read, and an output at least that large
+        ignores_input=ignores_input,
+    )
+    return LayerVerdict(
+        pairs=len(used),
+        instances=len(calls),
+        speedup=interval.median,
+        speedup_low=interval.low,
+        speedup_high=interval.high,
+        confidence=interval.confidence,
+        noise_floor=floor,
+        verdict=speed_verdict(interval, floor),
+        accuracy=accuracy_verdict(divergences),
+        stopped_by=stopped_by,
+        pytorch_s=statistics.median(s.pytorch_s for s in used),
+        kernel_s=kernel_s,
+        kernel_on=bool(on),
+        notes=notes,
+    )
 
 
 def determinism(

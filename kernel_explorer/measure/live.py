@@ -42,7 +42,15 @@ def live_cycles(
         for name in board.groups:
             path = _instance_to_measure(board, name)
             yield from compare_layer(
-                board, captured(), name, run_id=run_id, instances=[path], pairs=1, switch_on=False
+                board,
+                captured(),
+                name,
+                run_id=run_id,
+                instances=[path],
+                pairs=1,
+                calibration_pairs=0,
+                switch_on=False,
+                conclude=False,
             )
         tokens = int(model_kwargs["input_ids"].numel())
         with board.lock:

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
+from kernel_explorer.measure.stats import noise_floor, speed_verdict, speedup_interval
 from kernel_explorer.measure.timing import Clock
-from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, Record
+from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
 
 if TYPE_CHECKING:
     import torch
@@ -39,14 +40,52 @@ def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
         return clock.per_call(fn, 1)
 
 
+def _model_verdict(measure: str, tokens: int, speedups: list[float], floor: float) -> ModelVerdict:
+    interval = speedup_interval(speedups)
+    return ModelVerdict(
+        measure=measure,
+        tokens=tokens,
+        pairs=interval.n,
+        speedup=interval.median,
+        speedup_low=interval.low,
+        speedup_high=interval.high,
+        confidence=interval.confidence,
+        noise_floor=floor,
+        verdict=speed_verdict(interval, floor),
+    )
+
+
 def compare_prefill(
-    board: Switchboard, *, run_id: str, lengths: tuple[int, ...] = (128, 512), pairs: int = 5, vocab_size: int
+    board: Switchboard,
+    *,
+    run_id: str,
+    lengths: tuple[int, ...] = (128, 512),
+    pairs: int = 7,
+    vocab_size: int,
+    calibration_pairs: int = 3,
 ) -> Iterator[Record]:
-    """Prefill latency (one forward over `length` tokens), kernels as switched vs all-PyTorch."""
+    """Prefill latency (one forward over `length` tokens), kernels as switched vs all-PyTorch.
+
+    First `calibration_pairs` A/A pairs per length (all-PyTorch twice: the noise floor), then
+    `pairs` interleaved pairs; a `ModelVerdict` per length closes the measurement.
+    """
     clock = Clock(board.device)
     inputs = {length: {"input_ids": _token_ids(vocab_size, length)} for length in lengths}
     for length in lengths:
         run_model(board.model, inputs[length])  # warm-up, also checks the model accepts them
+    floors: dict[int, float] = {}
+    for length in lengths:
+
+        def forward(kwargs: dict[str, Any] = inputs[length]) -> None:
+            run_model(board.model, kwargs)
+
+        with all_pytorch(board):
+            ratios = [
+                _timed(clock, board, forward) / _timed(clock, board, forward)
+                for _ in range(calibration_pairs)
+            ]
+        floors[length] = noise_floor(ratios) if ratios else 0.0
+    speedups: dict[int, list[float]] = {length: [] for length in lengths}
     for index in range(pairs):
         for length in lengths:
 
@@ -61,7 +100,11 @@ def compare_prefill(
                 with all_pytorch(board):
                     pytorch_s = _timed(clock, board, forward)
                 kernel_s = _timed(clock, board, forward)
+            speedups[length].append(pytorch_s / kernel_s)
             yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s))
+    for length in lengths:
+        if speedups[length]:
+            yield Record(run_id, _model_verdict("prefill", length, speedups[length], floors[length]))
 
 
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
@@ -74,11 +117,22 @@ def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> to
 
 
 def compare_decode(
-    board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 32, pairs: int = 3
+    board: Switchboard,
+    kwargs: dict[str, Any],
+    *,
+    run_id: str,
+    new_tokens: int = 32,
+    pairs: int = 3,
+    noise_floor_hint: float = 0.0,
 ) -> Iterator[Record]:
-    """Greedy decode speed in tokens/s, kernels as switched vs all-PyTorch."""
+    """Greedy decode speed in tokens/s, kernels as switched vs all-PyTorch, then a `ModelVerdict`.
+
+    Its noise floor is `noise_floor_hint` (a decode A/A would double the longest measurement; the
+    prefill floor of the same model on the same machine stands in for it).
+    """
     clock = Clock(board.device)
     _generate(board, kwargs, 2)  # warm-up
+    speedups: list[float] = []
     for index in range(pairs):
         order = (False, True) if index % 2 else (True, False)
         seconds = {}
@@ -91,7 +145,10 @@ def compare_decode(
             kernel_tok_s=new_tokens / seconds[False],
             speedup=seconds[True] / seconds[False],
         )
+        speedups.append(values.speedup)
         yield Record(run_id, values)
+    if speedups:
+        yield Record(run_id, _model_verdict("decode", new_tokens, speedups, noise_floor_hint))
 
 
 def compare_outputs(

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.records import RunEvent
+from kernel_explorer.measure.stats import noise_warning
+from kernel_explorer.records import LayerVerdict, RunEvent
 from kernel_explorer.ui.layer_table import LayerTable
 from kernel_explorer.ui.plots import LivePlots, static_html
 
@@ -84,6 +85,10 @@ class Dashboard:
             self.show_error(f"{type(error).__name__}: {error}")
 
     def _on_record(self, record: Record) -> None:
+        if isinstance(record.values, LayerVerdict):
+            warning = noise_warning(record.values.noise_floor)
+            if warning:
+                self.status.value = f"<span style='color:#9a6700'>{html.escape(warning)}</span>"
         if self.handle is None or record.run_id != self.handle.run_id:
             return
         if isinstance(record.values, RunEvent) and record.values.event != "started":

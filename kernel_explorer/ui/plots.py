@@ -7,13 +7,27 @@ one `batch_update`, so the browser gets one message per batch instead of one per
 from __future__ import annotations
 
 import contextlib
-import statistics
 import threading
 from collections import defaultdict
 from typing import Any
 
+from kernel_explorer.measure.stats import speedup_interval
 from kernel_explorer.records import LayerDivergence, LayerLatency, ModelThroughput, Record
 from kernel_explorer.results import ResultLog
+
+
+def _one_x_line() -> dict[str, Any]:
+    """A dotted line at 1x across the plot: above it the kernel is faster, below it slower."""
+    return {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "yref": "y",
+        "y0": 1,
+        "y1": 1,
+        "line": {"dash": "dot", "color": "#6e7781"},
+    }
 
 
 def _layout(title: str, *, width: int, **extra: Any) -> dict[str, Any]:
@@ -32,15 +46,33 @@ class LivePlots:
         self.interval = interval
         self.latency = go.FigureWidget(
             layout=_layout(
-                "Speedup per sample (PyTorch time / time of what runs now)",
+                "Speedup per pair (PyTorch time / time of what runs now)",
                 width=600,
-                xaxis_title="seconds",
-                yaxis_title="x",
+                xaxis_title="seconds into the run",
+                yaxis_title="speedup (x, log scale)",
+                yaxis_type="log",
+                shapes=[_one_x_line()],
             )
         )
         self.speedup = go.FigureWidget(
-            [go.Bar(x=[], y=[], name="median speedup", text=[], textposition="outside")],
-            layout=_layout("Median speedup per layer (samples on a kernel)", width=420, yaxis_title="x"),
+            [
+                go.Bar(
+                    x=[],
+                    y=[],
+                    name="median speedup",
+                    text=[],
+                    textposition="outside",
+                    error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": []},
+                    hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
+                )
+            ],
+            layout=_layout(
+                "Median speedup per layer, 95% interval (pairs on a kernel)",
+                width=420,
+                yaxis_title="speedup (x, log scale)",
+                yaxis_type="log",
+                shapes=[_one_x_line()],
+            ),
         )
         self._speedups: dict[str, list[float]] = defaultdict(list)
         self.throughput = go.FigureWidget(
@@ -90,10 +122,20 @@ class LivePlots:
 
     def _draw_speedup_bars(self) -> None:
         layers = [name for name, values in self._speedups.items() if values]
-        medians = [statistics.median(self._speedups[name]) for name in layers]
+        intervals = [speedup_interval(self._speedups[name]) for name in layers]
         bars = self.speedup.data[0]
-        bars.x, bars.y = layers, medians
-        bars.text = [f"{m:.2f}x" for m in medians]
+        bars.x, bars.y = layers, [i.median for i in intervals]
+        bars.error_y.array = [i.high - i.median for i in intervals]
+        bars.error_y.arrayminus = [i.median - i.low for i in intervals]
+        bars.text = [f"{i.median:.2f}x" for i in intervals]
+        bars.customdata = [
+            f"95% interval {i.low:.2f}x to {i.high:.2f}x, {i.n} pairs"
+            + (f" (only {i.confidence:.0%} sure)" if i.too_few else "")
+            for i in intervals
+        ]
+        bars.marker.color = [
+            "#1a7f37" if i.low > 1 else "#cf222e" if i.high < 1 else "#6e7781" for i in intervals
+        ]
 
     def _trace(self, layer: str) -> Any:
         for trace in self.latency.data:

@@ -1,0 +1,65 @@
+"""The provenance each record carries: dtype, shape, threads, the kernel's code path and build,
+the versions and the machine. Read once per instance and run, never inside a timed block."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.layers import kernel_module
+from kernel_explorer.records import Provenance
+
+if TYPE_CHECKING:
+    from kernel_explorer.switchboard import Switchboard
+
+
+@functools.cache
+def _machine() -> tuple[str, str, str]:
+    """(torch version, kernels version, CPU model): fixed for the process."""
+    import torch
+
+    from kernel_explorer.hardware import cpu_model
+
+    try:
+        kernels = importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        kernels = "not installed"
+    return torch.__version__, kernels, cpu_model()
+
+
+def _isa(kernel_id: str | None) -> str | None:
+    """The code path a kernel reports (`isa()` of the bundled kernels); None when it does not say."""
+    if kernel_id is None:
+        return None
+    module = kernel_module(kernel_id)
+    report = getattr(module, "isa", None)
+    if not callable(report):
+        return None
+    with contextlib.suppress(Exception):
+        return str(report())
+    return None
+
+
+def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: dict[str, Any]) -> Provenance:
+    """What `path` of layer `name` runs now, on which inputs and machine."""
+    import torch
+    from torch.utils import _pytree
+
+    first = next((t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)), None)
+    (now,) = board.running(name, [path])
+    torch_version, kernels_version, machine = _machine()
+    if board.device in ("cuda", "rocm") and torch.cuda.is_available():
+        machine = f"{machine}; {torch.cuda.get_device_name()}"
+    return Provenance(
+        dtype=None if first is None else str(first.dtype).removeprefix("torch."),
+        shape=None if first is None else tuple(first.shape),
+        threads=torch.get_num_threads(),
+        isa=_isa(now.kernel_id),
+        kernel_id=now.kernel_id,
+        variant=now.variant,
+        torch=torch_version,
+        kernels=kernels_version,
+        machine=machine,
+    )

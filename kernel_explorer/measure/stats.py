@@ -1,0 +1,161 @@
+"""How sure a measurement is: intervals on ratios, the machine's noise floor, and verdicts.
+
+A ratio here is PyTorch's time over the other side's, one per interleaved pair. Its interval is
+the distribution-free confidence interval of the median from order statistics: for n pairs, the
+k-th smallest and k-th largest ratios, with k the largest index such that a Binomial(n, 1/2) falls
+below k with probability at most (1 - confidence) / 2. Why this method and not a bootstrap or a
+t-interval: it is exact for independent samples from any continuous distribution (timings have
+heavy right tails: a preempted sample is 5x slower, which skews a mean and its t-interval), it
+needs no random resampling (the same samples always give the same interval), and it costs a sort.
+Interleaving with alternating order (A B, then B A) keeps slow drift from biasing the pairs; it
+does not make them independent of a machine that changes state for seconds (on these shared hosts
+eager's time moves 10-30% between windows, and a kernel's speedup with it). So a speedup's interval
+is taken over batch medians (the batch-means method of simulation output analysis, with medians):
+the pairs, in time order, are cut into at most `BATCHES` consecutive batches, and the interval is
+the order-statistic interval of the batches' medians. Pairs within a window then count as one
+observation of that window, and an adaptive run must also last `MIN_SECONDS` to see more than one.
+A verdict also needs the A/A noise floor: PyTorch against PyTorch, measured the same way, on the
+same inputs, tells how far from 1x "no difference" reads here.
+
+Five or fewer pairs cannot reach 95% (the widest interval, min to max, covers 1 - 2 / 2^n); the
+interval is then min to max with its real coverage in `confidence`, and `Interval.too_few` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.95
+MIN_PAIRS = 12  # an adaptive run takes at least this many pairs (one per batch) ...
+MIN_SECONDS = 1.0  # ... and at least this long, before its interval may stop it
+BATCHES = 12  # a speedup's interval is over at most this many batch medians
+DEFAULT_PRECISION = 0.05  # adaptive runs stop once the interval's half-width is below 5% of the ratio
+DEFAULT_BUDGET_S = 10.0  # ... or after this many seconds per layer
+HIGH_NOISE = 0.10  # an A/A floor above 10% gets a one-line warning
+IMPLAUSIBLE_SPEEDUP = 10.0
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_DIFFERENCE = "no difference we can detect here"
+
+
+def _binomial_cdf(k: int, n: int) -> float:
+    """P(Binomial(n, 1/2) <= k)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A median with its confidence interval, from `n` samples."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    confidence: float  # the interval's real coverage (below the target when n is small)
+
+    @property
+    def too_few(self) -> bool:
+        """Whether there were too few samples to reach the target confidence."""
+        return self.confidence < CONFIDENCE - 1e-12
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width relative to the median (0.05: +-5%)."""
+        return (self.high - self.low) / 2 / self.median if self.median else math.inf
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The median of `values` and its distribution-free confidence interval (see the module doc)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    alpha = (1 - confidence) / 2
+    k = 0  # samples left out on each side: the interval is ordered[k] .. ordered[n - 1 - k]
+    while k + 1 <= (n - 1) // 2 and _binomial_cdf(k + 1, n) <= alpha:
+        k += 1
+    coverage = 1 - 2 * _binomial_cdf(k, n)
+    return Interval(median, ordered[k], ordered[n - 1 - k], n, coverage)
+
+
+def batch_medians(values: Sequence[float], batches: int = BATCHES) -> list[float]:
+    """Medians of `values` (in time order) cut into at most `batches` consecutive, near-equal batches."""
+    n = len(values)
+    count = min(n, batches)
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    return [statistics.median(values[bounds[i] : bounds[i + 1]]) for i in range(count)]
+
+
+def speedup_interval(speedups: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The median of per-pair speedups (in time order) and its interval over batch medians."""
+    over_batches = median_interval(batch_medians(speedups), confidence)
+    median = statistics.median(speedups)
+    return Interval(
+        median,
+        min(over_batches.low, median),
+        max(over_batches.high, median),
+        len(speedups),
+        over_batches.confidence,
+    )
+
+
+def noise_floor(aa_ratios: Sequence[float]) -> float:
+    """How far from 1x PyTorch against itself reads here: the margin a real difference must clear.
+
+    The A/A median's distance from 1 (a bias: one side of a pair systematically luckier) plus two
+    standard errors of that median, estimated from the median absolute deviation, so a minority of
+    pairs caught in another machine state does not inflate it the way a rank interval of a few
+    pairs would.
+    """
+    median = statistics.median(aa_ratios)
+    mad = statistics.median(abs(r - median) for r in aa_ratios)
+    standard_error = 1.2533 * 1.4826 * mad / math.sqrt(len(aa_ratios))
+    return abs(median - 1.0) + 2 * standard_error / median
+
+
+def speed_verdict(interval: Interval, floor: float) -> str:
+    """Faster, slower, or no difference we can detect: the interval must clear the noise floor."""
+    if interval.low > 1.0 + floor:
+        return FASTER
+    if interval.high < 1.0 / (1.0 + floor):
+        return SLOWER
+    return NO_DIFFERENCE
+
+
+class NoisyMachineWarning(UserWarning):
+    """PyTorch against itself moved more than `HIGH_NOISE` here: small differences are not findings."""
+
+
+def noise_warning(floor: float) -> str | None:
+    """One line when the A/A floor is high, else None."""
+    if floor <= HIGH_NOISE:
+        return None
+    return (
+        f"This machine is noisy: PyTorch against itself moves {floor:.0%}; only differences larger "
+        "than that are called faster or slower (close other work, or measure longer)."
+    )
+
+
+def check_sampling(pairs: int | None, precision: float, budget_s: float) -> None:
+    """One-line errors for sampling settings that cannot work, before anything runs."""
+    from kernel_explorer.errors import KernelExplorerError
+
+    if pairs is not None and (not isinstance(pairs, int) or pairs <= 0):
+        raise KernelExplorerError(f"pairs must be a positive whole number, got {pairs!r}.")
+    if not 0 < precision < 1:
+        raise KernelExplorerError(
+            f"precision must be between 0 and 1 (0.05: stop at +-5% of the ratio), got {precision!r}."
+        )
+    if not budget_s > 0:
+        raise KernelExplorerError(f"budget_s must be a positive number of seconds, got {budget_s!r}.")
