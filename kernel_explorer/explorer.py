@@ -7,6 +7,7 @@ snapshot, and hands out inventories. It works the same without Jupyter.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog import Candidate
     from kernel_explorer.hardware import HardwareSnapshot
     from kernel_explorer.inventory import Inventory
+
+
+# model -> its latest explorer (weak both ways: the explorer holds the model, so a strong value
+# would keep both alive for ever)
+_latest: weakref.WeakKeyDictionary[nn.Module, weakref.ref[Explorer]] = weakref.WeakKeyDictionary()
 
 
 class Explorer:
@@ -101,6 +107,20 @@ class Explorer:
         self.results = ResultLog()
         self._runner = Runner(self.results)
         self._captured: CapturedInputs | None = None
+        _latest[model] = weakref.ref(self)
+
+    @classmethod
+    def of(cls, model: nn.Module, **kwargs: Any) -> Explorer:
+        """The explorer last made for `model`, or a new one (with `kwargs`) when it has none.
+
+        What the magics use, so `%kernels explore model` twice, or after `Explorer(model)` in a
+        cell, shows the same switches and results instead of a second, diverging copy.
+        """
+        ref = _latest.get(model)
+        found = ref() if ref is not None else None
+        if found is not None:
+            return found
+        return cls(model, **kwargs)
 
     @cached_property
     def hardware(self) -> HardwareSnapshot:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer import function_routes
+from kernel_explorer import function_routes, switch_events
 from kernel_explorer._backend.functions import function_key, kernel_functions
 from kernel_explorer._backend.hub import hub_session
 from kernel_explorer._backend.layers import bound_function, kernel_origin, kernelize_each, model_device
@@ -93,6 +94,17 @@ def _describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
     if origin is None:
         return (f"custom:{getattr(function, '__qualname__', function)}", "-", "unknown")
     return origin.kernel_id, origin.variant, origin.repository
+
+
+def _announced(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a switching method inside `switch_events.changing`, so every view of the model hears of it."""
+
+    @functools.wraps(method)
+    def wrapper(self: Switchboard, *args: Any, **kwargs: Any) -> Any:
+        with switch_events.changing(self.model):
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class Switchboard:
@@ -167,6 +179,7 @@ class Switchboard:
 
     # -- switching -----------------------------------------------------------------------------
 
+    @_announced
     def on(
         self,
         name: str,
@@ -223,6 +236,7 @@ class Switchboard:
         self._on[(name, path)] = (chosen, mode)
         self._reasons.pop((name, path), None)
 
+    @_announced
     def _kernel_raised(self, name: str, chosen: Candidate, error: Exception) -> None:
         reason = f"{chosen.repo_label} raised when run: {type(error).__name__}: {error}"
         with self.lock:
@@ -247,6 +261,7 @@ class Switchboard:
         else:
             function_routes.detach(module, self.function_key(module, name))
 
+    @_announced
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
         """Switch `name` back to PyTorch on all or some instances."""
         paths = self.select(name, instances)
@@ -255,6 +270,7 @@ class Switchboard:
                 self._to_pytorch(name, path)
             return self.running(name, paths)
 
+    @_announced
     def reset(self) -> None:
         """Every layer back to PyTorch."""
         with self.lock:
@@ -262,11 +278,16 @@ class Switchboard:
                 for path in group.instances:
                     self._to_pytorch(name, path)
 
+    def subscribe(self, observer: Callable[[], None]) -> Callable[[], None]:
+        """Call `observer()` after any change of this model's switches (from any switchboard)."""
+        return switch_events.subscribe(self.model, observer)
+
     def snapshot(self) -> SwitchState:
         """The switches that are on, to hand back to `restore`."""
         with self.lock:
             return dict(self._on)
 
+    @_announced
     def restore(self, state: SwitchState) -> None:
         """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
         with self.lock:

@@ -361,3 +361,26 @@ def test_holding_puts_back_the_state_before_and_can_leave_others_switches(explor
     assert all(on for (layer, _), on in running.items() if layer == "RMSNorm")  # the user's stays
     assert not any(on for (layer, _), on in running.items() if layer == "SiLU")  # the change's undone
     explorer.reset()
+
+
+def test_every_view_of_a_model_hears_of_each_change_once(explorer: Explorer) -> None:
+    heard: list[int] = []
+    unsubscribe = explorer.switchboard.subscribe(lambda: heard.append(1))
+    other = Explorer(explorer.model, include_transformers=False)  # a second explorer on the same model
+    explorer.on("RMSNorm")
+    other.off("RMSNorm", "model.norm")
+    before = explorer.switchboard.snapshot()
+    explorer.reset()
+    explorer.switchboard.restore(before)  # switches many instances: one notification
+    assert len(heard) == 4
+    unsubscribe()
+    explorer.reset()
+    assert len(heard) == 4
+
+
+def test_explorer_of_reuses_the_latest_explorer_of_a_model(hub: dict) -> None:
+    model = tiny_llama()
+    first = Explorer.of(model, include_transformers=False)
+    assert Explorer.of(model) is first
+    second = Explorer(model, include_transformers=False)
+    assert Explorer.of(model) is second and Explorer.of(tiny_llama()) is not second

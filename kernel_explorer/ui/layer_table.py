@@ -72,7 +72,13 @@ class LayerTable(anywidget.AnyWidget):
         self.on_error = on_error
         self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
+        # any switch of the model, from Python, a magic, a run or another view, redraws the rows
+        self._unsubscribe = explorer.switchboard.subscribe(self.refresh)
         self.refresh()
+
+    def close(self) -> None:
+        self._unsubscribe()
+        super().close()
 
     def refresh(self) -> None:
         self.rows = table_rows(self.explorer)
