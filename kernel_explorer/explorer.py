@@ -326,20 +326,37 @@ class Explorer:
         """Start measurements (generators of records) on the worker thread, or here."""
         return self._runner.start(measurements, background=background)
 
-    def run_live(self, *, cycles: int | None = None) -> RunHandle:
-        """On the worker thread: measure every layer as switched now, cycle after cycle, until cancelled.
+    def run_live(
+        self,
+        *,
+        cycles: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+    ) -> RunHandle:
+        """On the worker thread: `compare` every layer as switched now, cycle after cycle, until cancelled.
 
-        Nothing is switched by the run; a switch made while it runs shows in the next cycle. This is
-        what the dashboard's Run button starts.
+        The same measurement and statistics as `compare`, so the two agree within their intervals;
+        nothing is switched by the run, and a switch made while it runs shows in the next pair.
+        This is what the dashboard's Run button starts; it returns at once (inputs are captured on
+        the run's thread when none are yet).
         """
         from kernel_explorer.measure.capture import model_inputs
         from kernel_explorer.measure.live import live_cycles
 
-        captured = self.captured_inputs()
-        kwargs = model_inputs(self.model, None, self.tokenizer)
+        check_sampling(None, precision, budget_s)
         board = self.switchboard
         return self.run(
-            [lambda run_id: live_cycles(board, lambda: captured, kwargs, run_id=run_id, cycles=cycles)],
+            [
+                lambda run_id: live_cycles(
+                    board,
+                    self.captured_inputs,
+                    lambda: model_inputs(self.model, None, self.tokenizer),
+                    run_id=run_id,
+                    cycles=cycles,
+                    precision=precision,
+                    budget_s=budget_s,
+                )
+            ],
             background=True,
         )
 

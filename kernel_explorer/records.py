@@ -48,6 +48,8 @@ class _SpeedupSummary:
     @property
     def summary(self) -> str:
         text = f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}] {self.verdict}"
+        if not getattr(self, "kernel_on", True):
+            text = f"kernel off: PyTorch against itself {text}"
         if self.confidence < 0.95 - 1e-9:
             text += f" (only {self.confidence:.0%} sure: too few pairs)"
         return text

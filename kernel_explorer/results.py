@@ -172,11 +172,15 @@ class ResultLog:
         return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
 
     def latest_verdicts(self) -> dict[str, LayerVerdict]:
-        """The last verdict per layer name (what the inventory shows as measured)."""
+        """The last verdict per layer name measured on a kernel (what the inventory shows as measured).
+
+        A layer measured only while its kernel was off compared PyTorch with itself: that is no
+        measured speedup, so it does not count here.
+        """
         return {
             r.layer: r.values
             for r in self.records("layer_verdict")
-            if r.layer is not None and isinstance(r.values, LayerVerdict)
+            if r.layer is not None and isinstance(r.values, LayerVerdict) and r.values.kernel_on
         }
 
     def model_summary(self) -> pd.DataFrame:

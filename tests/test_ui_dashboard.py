@@ -40,26 +40,51 @@ def test_a_failing_callback_shows_in_the_status_line(dashboard: Dashboard) -> No
     assert "ZeroDivisionError" in dashboard.status.value
 
 
-def test_run_streams_points_and_a_switch_mid_run_shows(dashboard: Dashboard) -> None:
+def _wait(condition, seconds: float = 40.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.time() + seconds
+    while not condition() and time.time() < deadline:
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def _rmsnorm_pairs(dashboard: Dashboard, kernel_on: bool) -> int:
+    return sum(
+        r.layer == "RMSNorm" and r.values.kernel_on == kernel_on
+        for r in dashboard.explorer.results.records("layer_latency")
+    )
+
+
+def test_run_is_compare_per_cycle_and_a_switch_mid_run_shows_apart(dashboard: Dashboard) -> None:
     dashboard.explorer.on("RMSNorm")
-    dashboard.run()
-    deadline = time.time() + 20
-    while dashboard.plots.points() < 6 and time.time() < deadline:
-        time.sleep(0.1)
-    assert dashboard.plots.points() >= 6
+    dashboard.run()  # answers at once: capture happens on the run's thread
+    assert dashboard.run_button.disabled and "Running" in dashboard.status.value
+    assert _wait(lambda: _rmsnorm_pairs(dashboard, True) >= 6)
     dashboard.table._handle_message(None, {"type": "toggle", "layer": "RMSNorm", "on": False}, None)
-    before = len(dashboard.explorer.results.records("layer_latency"))
-    while len(dashboard.explorer.results.records("layer_latency")) < before + 6 and time.time() < deadline:
-        time.sleep(0.1)
+    assert _wait(lambda: _rmsnorm_pairs(dashboard, False) >= 6)
+    assert _wait(lambda: len(dashboard.explorer.results.records("layer_verdict")) >= 3)
     dashboard.stop()
-    assert dashboard.handle.wait(10) and dashboard.handle.outcome == "cancelled"
+    assert dashboard.handle.wait(15) and dashboard.handle.outcome == "cancelled"
     dashboard.plots.flush()
-    rms = next(t for t in dashboard.plots.latency.data if t.name == "RMSNorm")
-    assert "circle" in rms.marker.symbol and rms.marker.symbol[-1] == "circle-open"  # on, then off
+    names = {t.name for t in dashboard.plots.latency.data}
+    assert {"RMSNorm", "RMSNorm: kernel off (PyTorch vs PyTorch)"} <= names  # never mixed
+    assert len(dashboard.plots.latency.layout.shapes) >= 2  # the 1x line and the switch's marker
     assert len(dashboard.plots.throughput.data[0].x) >= 1
     bars = dashboard.plots.speedup.data[0]
-    assert "RMSNorm" in bars.x and all(y > 0 for y in bars.y)  # medians of samples on a kernel
+    assert "RMSNorm" in bars.x and all(y > 0 for y in bars.y)
+    assert all(low >= 0 for low in bars.error_y.arrayminus)  # intervals around the medians
+    verdicts = dashboard.explorer.results.records("layer_verdict")
+    assert {r.run_id for r in verdicts} == {dashboard.handle.run_id}
+    assert dashboard.progress.value >= 1 and dashboard.progress.description.startswith("cycle")
     assert dashboard.run_button.disabled is False and "cancelled" in dashboard.status.value
+
+
+def test_a_new_run_clears_the_plots(dashboard: Dashboard) -> None:
+    dashboard.explorer.compare("SiLU", pairs=2)
+    dashboard.plots.flush()
+    assert dashboard.plots.points() > 0
+    dashboard.explorer.compare("RMSNorm", pairs=2)
+    dashboard.plots.flush()
+    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}  # only the latest run
 
 
 def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
@@ -80,3 +105,13 @@ def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashbo
         assert f".kx-state-{state.key} {{ background: {state.colour}; }}" in dashboard.table._css
     script = dashboard.table._esm
     assert "kx-state-${row.state_key}" in script and "no build for this machine" not in script
+
+
+def test_the_snapshot_carries_switches_and_verdicts_as_plain_html(dashboard: Dashboard) -> None:
+    dashboard.explorer.on("RMSNorm")
+    dashboard.explorer.compare("RMSNorm", pairs=6)
+    html = dashboard.snapshot_html()
+    assert "kx-snapshot" in html and "<script" not in html and "plotly" not in html.lower()
+    (verdict,) = dashboard.explorer.results.records("layer_verdict")
+    assert verdict.values.summary in html and "5/5" in html
+    assert "jupyter-widgets" in html  # the rule that hides the widget's error line when reopened

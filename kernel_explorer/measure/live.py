@@ -1,8 +1,11 @@
-"""The dashboard's Run: measure what runs now, layer after layer, until stopped.
+"""The dashboard's Run: the same measurement as `compare`, cycle after cycle, until stopped.
 
-Nothing is switched by the run itself: each cycle measures every layer name on one instance
-(one that runs a kernel, when there is one) and the model's throughput, so switches made in the
-dashboard while it runs show up in the next cycle.
+Each cycle compares every layer name exactly as `Explorer.compare` does (divergence, an A/A
+calibration, interleaved pairs until the interval is within `precision` or the layer's budget is
+spent, then a `LayerVerdict`), except that nothing is switched: instances are measured as they run
+now, so a switch made while the run goes shows in the next pair, and pairs of instances on PyTorch
+are labelled `kernel_on=False` (PyTorch against PyTorch), never counted as a kernel's speedup.
+After the layers, one forward of the model gives its throughput.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import CapturedInputs, run_model
 from kernel_explorer.measure.layers import compare_layer
+from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION
 from kernel_explorer.measure.timing import Clock
 from kernel_explorer.records import ModelThroughput, Record
 
@@ -19,42 +23,38 @@ if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
 
 
-def _instance_to_measure(board: Switchboard, name: str) -> str:
-    running = board.running(name)
-    for now in running:
-        if now.is_kernel:
-            return now.instance
-    return running[0].instance
-
-
 def live_cycles(
     board: Switchboard,
     captured: Callable[[], CapturedInputs],
-    model_kwargs: dict[str, Any],
+    model_kwargs: Callable[[], dict[str, Any]],
     *,
     run_id: str,
     cycles: int | None = None,
+    precision: float = DEFAULT_PRECISION,
+    budget_s: float = DEFAULT_BUDGET_S,
 ) -> Iterator[Record]:
-    """Cycle over the layers (and the model's throughput) until cancelled, or `cycles` times."""
+    """Cycle over the layers (and the model's throughput) until cancelled, or `cycles` times.
+
+    `captured` and `model_kwargs` are called here, on the run's thread, so starting a run answers
+    at once even when the inputs still have to be captured.
+    """
     clock = Clock(board.device)
+    inputs, kwargs = captured(), model_kwargs()
     cycle = 0
     while cycles is None or cycle < cycles:
         for name in board.groups:
-            path = _instance_to_measure(board, name)
             yield from compare_layer(
                 board,
-                captured(),
+                inputs,
                 name,
                 run_id=run_id,
-                instances=[path],
-                pairs=1,
-                calibration_pairs=0,
+                precision=precision,
+                budget_s=budget_s,
                 switch_on=False,
-                conclude=False,
             )
-        tokens = int(model_kwargs["input_ids"].numel())
+        tokens = int(kwargs["input_ids"].numel())
         with board.lock:
-            seconds = clock.per_call(lambda: run_model(board.model, model_kwargs), 1)
+            seconds = clock.per_call(lambda: run_model(board.model, kwargs), 1)
         on = sum(now.is_kernel for now in board.running())
         yield Record(run_id, ModelThroughput(tokens / seconds, on))
         cycle += 1

@@ -23,6 +23,29 @@ if TYPE_CHECKING:
     from kernel_explorer.records import Record
 
 
+# Two plots side by side while there is room, one under the other when there is not (no overflow
+# with JupyterLab's file browser open); each plot takes half the row and shrinks with it.
+_ROW = {"display": "flex", "flex_flow": "row wrap", "width": "100%"}
+
+# Plotly draws its text and grid with fixed colours; these follow JupyterLab's theme instead (the
+# plots' backgrounds are transparent), so the dashboard reads in the light and the dark theme.
+_THEME_CSS = """
+.kx-dashboard .kx-plot { flex: 1 1 420px; min-width: 320px; max-width: 100%; overflow: hidden; }
+.kx-dashboard .kx-plot .main-svg text { fill: var(--jp-ui-font-color1, #1f2328) !important; }
+.kx-dashboard .kx-plot .gridlayer path, .kx-dashboard .kx-plot .zerolinelayer path {
+  stroke: var(--jp-border-color2, #d0d7de) !important; }
+.kx-dashboard .kx-status { color: var(--jp-ui-font-color1, inherit); }
+"""
+
+
+# The snapshot hides while a live dashboard shares its output area; in a reopened notebook it is
+# the widget's "model not found" line that hides.
+_SNAPSHOT_CSS = """
+.jp-OutputArea:has(.kx-dashboard) .kx-snapshot { display: none; }
+.jp-OutputArea:has(.kx-snapshot) .jupyter-widgets:not(:has(*)) { display: none; }
+"""
+
+
 class Dashboard:
     """Everything about one explorer, live. `display(dashboard)` or leave it last in a cell."""
 
@@ -40,22 +63,29 @@ class Dashboard:
         )
         self.run_button.add_class("kx-run")
         self.stop_button.add_class("kx-stop")
+        # a real measure of progress: layers concluded in this cycle of the run, out of all of them
         self.progress = widgets.IntProgress(
-            value=0, min=0, max=1, description="samples", layout={"width": "320px"}
+            value=0, min=0, max=len(explorer.layers) or 1, description="layers", layout={"width": "320px"}
         )
+        self.progress.add_class("kx-progress")
         self.run_button.on_click(lambda _: self._guarded(self.run))
         self.stop_button.on_click(lambda _: self._guarded(self.stop))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
+        self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
+        self._cycle = 0
         hardware = widgets.HTML(value=explorer.hardware._repr_html_())
+        for figure in (self.plots.latency, self.plots.speedup, self.plots.divergence, self.plots.throughput):
+            figure.add_class("kx-plot")
         self.widget = widgets.VBox(
             [
+                widgets.HTML(value=f"<style>{_THEME_CSS}</style>"),
                 widgets.Accordion(children=[hardware], titles=("Hardware and accepted build variants",)),
                 self.table,
                 self.output,
                 widgets.HBox([self.run_button, self.stop_button, self.progress]),
                 self.status,
-                widgets.HBox([self.plots.latency, self.plots.speedup]),
-                widgets.HBox([self.plots.divergence, self.plots.throughput]),
+                widgets.Box([self.plots.latency, self.plots.speedup], layout=_ROW),
+                widgets.Box([self.plots.divergence, self.plots.throughput], layout=_ROW),
             ]
         )
         self.widget.add_class("kx-dashboard")
@@ -66,10 +96,14 @@ class Dashboard:
         """Start a live run on the worker thread: every layer, as switched now, until Stop."""
         if self.handle is not None and not self.handle.done:
             return
-        self.progress.value, self.progress.max = 0, 1
+        self.progress.value, self._cycle = 0, 1
+        self.progress.description = "cycle 1"
         self.handle = self.explorer.run_live()
         self.run_button.disabled, self.stop_button.disabled = True, False
-        self.status.value = f"Running ({self.handle.run_id}): switches take effect at the next sample."
+        self.status.value = (
+            f"Running {self.handle.run_id}: each layer until its 95% interval is within +-5% (or 10 s), "
+            "then the next; a switch takes effect at the next pair."
+        )
 
     def stop(self) -> None:
         if self.handle is not None:
@@ -84,11 +118,15 @@ class Dashboard:
         except Exception as error:  # a callback error would otherwise vanish into the kernel log
             self.show_error(f"{type(error).__name__}: {error}")
 
+    def _on_switch(self) -> None:
+        """A switch: the snapshot follows; while the dashboard's run goes, a mark on the per-pair plot."""
+        self.refresh_snapshot()
+        if self.handle is not None and not self.handle.done:
+            import time
+
+            self.plots.mark_switch(time.time())
+
     def _on_record(self, record: Record) -> None:
-        if isinstance(record.values, LayerVerdict):
-            warning = noise_warning(record.values.noise_floor)
-            if warning:
-                self.status.value = f"<span style='color:#9a6700'>{html.escape(warning)}</span>"
         if self.handle is None or record.run_id != self.handle.run_id:
             return
         if isinstance(record.values, RunEvent) and record.values.event != "started":
@@ -97,25 +135,85 @@ class Dashboard:
             if event == "failed":
                 self.show_error(detail or "the run failed")
             else:
-                self.status.value = f"Run {record.run_id} {event}; {self.plots.points()} latency points."
+                self.status.value = f"Run {record.run_id} {event}; {self.plots.points()} pairs timed."
             self.table.refresh()
+            self.refresh_snapshot()
             return
-        self.progress.max = max(self.progress.max, self.progress.value + 1)
-        self.progress.value += 1
+        if isinstance(record.values, LayerVerdict):
+            if self.progress.value >= self.progress.max:  # the previous cycle was complete
+                self._cycle += 1
+                self.progress.value = 0
+                self.progress.description = f"cycle {self._cycle}"
+            self.progress.value += 1
+            v = record.values
+            line = html.escape(
+                f"{record.layer}: {v.summary} ({v.pairs} pairs over {v.instances} instances, "
+                f"noise floor {v.noise_floor:.0%}); {v.accuracy}"
+            )
+            warning = noise_warning(v.noise_floor)
+            if warning:
+                line += f"<br><span style='color:#9a6700'>{html.escape(warning)}</span>"
+            self.status.value = line
 
     def close(self) -> None:
         self.stop()
         self._unsubscribe()
+        self._unsubscribe_switches()
+        self.table.close()
         self.plots.close()
         self.widget.close()
 
     # -- display -------------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        """The live widget, plus HTML that static viewers show instead."""
+        """The live widget, plus HTML that static viewers (nbconvert, GitHub) show instead."""
         bundle = self.widget._repr_mimebundle_(**kwargs) or {}
         bundle["text/html"] = self.static_html()
         return bundle
+
+    def _ipython_display_(self) -> None:
+        """In a notebook: the live widget, and under it a snapshot output kept up to date.
+
+        A saved notebook reopened without its kernel cannot show the widget (JupyterLab reads
+        "Error displaying widget: model not found" and does not fall back to other formats), so a
+        second, plain HTML output carries the switch state and the results. While the widget is
+        live a style rule hides the snapshot; in a reopened notebook it hides the widget's error
+        line instead, and the snapshot shows.
+        """
+        from IPython.display import HTML, display
+
+        display(self._repr_mimebundle_(), raw=True)
+        self._snapshot = display(HTML(self.snapshot_html()), display_id=True)
+
+    def refresh_snapshot(self) -> None:
+        """Redraw the snapshot output (after a run ends, a switch, ...); a no-op before display."""
+        handle = getattr(self, "_snapshot", None)
+        if handle is not None:
+            from IPython.display import HTML
+
+            handle.update(HTML(self.snapshot_html()))
+
+    def snapshot_html(self) -> str:
+        """The switch state and the last verdicts as one plain table: what a reopened notebook shows."""
+        cell = "style='text-align:left;padding:2px 10px 2px 0'"
+        rows = "".join(
+            f"<tr><td {cell}><b>{html.escape(row.group.name)}</b></td>"
+            f"<td {cell}>{sum(now.is_kernel for now in row.running)}/{len(row.group)}</td>"
+            f"<td {cell}>{html.escape(row.running_summary)}</td>"
+            f"<td {cell}>{html.escape(row.measured_summary)}</td>"
+            f"<td {cell}>{html.escape(row.measured.accuracy if row.measured else '')}</td></tr>"
+            for row in self.explorer.inventory().rows
+        )
+        head = "".join(
+            f"<th {cell}>{name}</th>"
+            for name in ("layer", "on a kernel", "runs now", "measured speedup [95% interval]", "accuracy")
+        )
+        return (
+            f"<style>{_SNAPSHOT_CSS}</style><div class='kx-snapshot'>"
+            "<p><b>kernel_explorer snapshot</b>: the switches and the last measurements when the notebook "
+            "was saved (the live dashboard needs a running kernel: run the cell again)</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
+        )
 
     def static_html(self) -> str:
         """The dashboard without widgets: hardware, the inventory table, static plots of the results."""

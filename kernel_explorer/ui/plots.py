@@ -1,7 +1,11 @@
-"""Live plots: latency and divergence per layer, model throughput, fed by ResultLog records in batches.
+"""Live plots of the run in progress: speedup per pair, per-layer speedup with its 95% interval,
+model throughput and divergence, fed by ResultLog records in batches.
 
 Records arrive on the measurement thread; they are buffered and drawn every `interval` seconds in
-one `batch_update`, so the browser gets one message per batch instead of one per sample.
+one `batch_update`, so the browser gets one message per batch instead of one per sample. The plots
+follow the latest run: a run's start clears them (its records stay in the log and the report).
+Conventions shared with the report: a log speedup axis with a dotted 1x line, units on every axis
+and hover, pairs of instances on PyTorch drawn apart (open grey markers) and never in a bar.
 """
 
 from __future__ import annotations
@@ -11,12 +15,21 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from kernel_explorer.measure.stats import speedup_interval
-from kernel_explorer.records import LayerDivergence, LayerLatency, ModelThroughput, Record
+from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
+from kernel_explorer.records import (
+    LayerDivergence,
+    LayerLatency,
+    LayerVerdict,
+    ModelThroughput,
+    Record,
+    RunEvent,
+)
 from kernel_explorer.results import ResultLog
 
+FASTER_COLOUR, SLOWER_COLOUR, UNSURE_COLOUR = "#1a7f37", "#cf222e", "#6e7781"
 
-def _one_x_line() -> dict[str, Any]:
+
+def one_x_line() -> dict[str, Any]:
     """A dotted line at 1x across the plot: above it the kernel is faster, below it slower."""
     return {
         "type": "line",
@@ -26,17 +39,35 @@ def _one_x_line() -> dict[str, Any]:
         "yref": "y",
         "y0": 1,
         "y1": 1,
-        "line": {"dash": "dot", "color": "#6e7781"},
+        "line": {"dash": "dot", "color": UNSURE_COLOUR},
     }
 
 
-def _layout(title: str, *, width: int, **extra: Any) -> dict[str, Any]:
-    """One look for every live plot: the same height and margins, its own title and width."""
-    return {"title": title, "height": 300, "width": width, "margin": {"t": 40, "b": 40}, **extra}
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    """One look for every live plot: width follows the page, transparent so the theme shows through."""
+    return {
+        "title": {"text": title, "font": {"size": 13}},
+        "height": 300,
+        "autosize": True,
+        "margin": {"t": 40, "b": 45, "l": 60, "r": 10},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "legend": {"orientation": "h", "y": -0.25},
+        **extra,
+    }
+
+
+def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
+    """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise."""
+    if low > 1 + floor:
+        return FASTER_COLOUR
+    if high < 1 / (1 + floor):
+        return SLOWER_COLOUR
+    return UNSURE_COLOUR
 
 
 class LivePlots:
-    """Three FigureWidgets (latency, throughput, divergence) that follow a ResultLog."""
+    """Four FigureWidgets (speedup per pair, per layer, throughput, divergence) that follow a ResultLog."""
 
     def __init__(self, log: ResultLog, *, interval: float = 0.3) -> None:
         import pandas  # noqa: F401 - plotly imports it lazily; import it here, not in the flush thread
@@ -47,11 +78,10 @@ class LivePlots:
         self.latency = go.FigureWidget(
             layout=_layout(
                 "Speedup per pair (PyTorch time / time of what runs now)",
-                width=600,
                 xaxis_title="seconds into the run",
                 yaxis_title="speedup (x, log scale)",
                 yaxis_type="log",
-                shapes=[_one_x_line()],
+                shapes=[one_x_line()],
             )
         )
         self.speedup = go.FigureWidget(
@@ -67,25 +97,46 @@ class LivePlots:
                 )
             ],
             layout=_layout(
-                "Median speedup per layer, 95% interval (pairs on a kernel)",
-                width=420,
+                "Median speedup per layer with its 95% interval",
                 yaxis_title="speedup (x, log scale)",
                 yaxis_type="log",
-                shapes=[_one_x_line()],
+                shapes=[one_x_line()],
             ),
         )
-        self._speedups: dict[str, list[float]] = defaultdict(list)
         self.throughput = go.FigureWidget(
-            [go.Scatter(x=[], y=[], mode="lines+markers", name="model")],
-            layout=_layout("Model tokens/s (one forward)", width=480, xaxis_title="seconds"),
+            [
+                go.Scatter(
+                    x=[],
+                    y=[],
+                    mode="lines+markers",
+                    name="model",
+                    hovertemplate="%{y:.1f} tokens/s<extra></extra>",
+                )
+            ],
+            layout=_layout(
+                "Model throughput (one forward over the prompt)",
+                xaxis_title="seconds into the run",
+                yaxis_title="tokens/s",
+            ),
         )
         self.divergence = go.FigureWidget(
             [go.Bar(x=[], y=[], name="kernel vs float64"), go.Bar(x=[], y=[], name="PyTorch vs float64")],
-            layout=_layout("Max abs error vs float64 (hover: max ULP)", width=480, yaxis_type="log"),
+            layout=_layout(
+                "Largest error against a float64 run (lower is more accurate)",
+                yaxis_type="log",
+                yaxis_title="max abs error (log scale)",
+            ),
         )
-        self._pending: list[Record] = []
+        for figure in (self.latency, self.speedup, self.throughput, self.divergence):
+            # plotly.js's own responsive mode: each figure refits its box on window resize
+            figure._config = {**figure._config, "responsive": True, "displaylogo": False}
         self._lock = threading.Lock()
+        self._pending: list[Record] = []
+        self._marks: list[float] = []
+        self._run_id: str | None = None
         self._start: float | None = None
+        self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
+        self._verdicts: dict[str, LayerVerdict] = {}
         self._worst: dict[str, dict[str, float]] = defaultdict(dict)
         self._unsubscribe = log.subscribe(self._on_record)
         self._stop = threading.Event()
@@ -100,6 +151,11 @@ class LivePlots:
         with self._lock:
             self._pending.append(record)
 
+    def mark_switch(self, when: float) -> None:
+        """A dashed line on the per-pair plot where a switch happened during the run (time.time())."""
+        with self._lock:  # drawn by the flush thread, like everything else
+            self._marks.append(when)
+
     def _flush_loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.flush()
@@ -108,10 +164,9 @@ class LivePlots:
         """Draw the buffered records now (one batch)."""
         with self._lock:
             batch, self._pending = self._pending, []
-        if not batch:
+            marks, self._marks = self._marks, []
+        if not batch and not marks:
             return
-        if self._start is None:
-            self._start = batch[0].time
         figures = (self.latency, self.speedup, self.throughput, self.divergence)
         with contextlib.ExitStack() as stack:
             for figure in figures:
@@ -119,44 +174,85 @@ class LivePlots:
             for record in batch:
                 self._draw(record)
             self._draw_speedup_bars()
+        for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
+            if self._start is not None:
+                self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)
+
+    def _reset(self, run_id: str, start: float) -> None:
+        """A new run: clear every plot (the log keeps the old run's records)."""
+        self._run_id, self._start = run_id, start
+        self._samples.clear()
+        self._verdicts.clear()
+        self._worst.clear()
+        self.latency.data = ()
+        self.latency.layout.shapes = (one_x_line(),)
+        self.throughput.data[0].x, self.throughput.data[0].y = (), ()
+        for bars in self.divergence.data:
+            bars.x, bars.y = (), ()
 
     def _draw_speedup_bars(self) -> None:
-        layers = [name for name, values in self._speedups.items() if values]
-        intervals = [speedup_interval(self._speedups[name]) for name in layers]
+        layers = list(dict.fromkeys([*self._verdicts, *self._samples]))
+        shown = []
+        for name in layers:
+            samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
+            if len(samples) >= MIN_PAIRS or (samples and verdict is None):
+                found = speedup_interval(samples)
+                shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
+            elif verdict is not None:
+                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
+                shown.append(
+                    (
+                        name,
+                        verdict.speedup,
+                        verdict.speedup_low,
+                        verdict.speedup_high,
+                        verdict.noise_floor,
+                        what,
+                    )
+                )
         bars = self.speedup.data[0]
-        bars.x, bars.y = layers, [i.median for i in intervals]
-        bars.error_y.array = [i.high - i.median for i in intervals]
-        bars.error_y.arrayminus = [i.median - i.low for i in intervals]
-        bars.text = [f"{i.median:.2f}x" for i in intervals]
-        bars.customdata = [
-            f"95% interval {i.low:.2f}x to {i.high:.2f}x, {i.n} pairs"
-            + (f" (only {i.confidence:.0%} sure)" if i.too_few else "")
-            for i in intervals
-        ]
-        bars.marker.color = [
-            "#1a7f37" if i.low > 1 else "#cf222e" if i.high < 1 else "#6e7781" for i in intervals
-        ]
+        bars.x = [s[0] for s in shown]
+        bars.y = [s[1] for s in shown]
+        bars.error_y.array = [s[3] - s[1] for s in shown]
+        bars.error_y.arrayminus = [s[1] - s[2] for s in shown]
+        bars.text = [f"{s[1]:.2f}x" for s in shown]
+        bars.customdata = [f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown]
+        bars.marker.color = [verdict_colour(s[2], s[3], s[4]) for s in shown]
 
-    def _trace(self, layer: str) -> Any:
+    def _trace(self, layer: str, kernel_on: bool) -> Any:
+        name = layer if kernel_on else f"{layer}: kernel off (PyTorch vs PyTorch)"
         for trace in self.latency.data:
-            if trace.name == layer:
+            if trace.name == name:
                 return trace
-        self.latency.add_scatter(x=[], y=[], mode="markers", name=layer, marker={"symbol": []})
+        marker = {"symbol": "circle"} if kernel_on else {"symbol": "circle-open", "color": UNSURE_COLOUR}
+        self.latency.add_scatter(x=[], y=[], mode="markers", name=name, marker=marker, hovertext=[])
         return self.latency.data[-1]
 
     def _draw(self, record: Record) -> None:
-        seconds = record.time - (self._start or record.time)
         values = record.values
+        if isinstance(values, RunEvent):
+            if values.event == "started":
+                self._reset(record.run_id, record.time)
+            return
+        if self._run_id is None:  # records of a run that started before the plots: follow it
+            self._reset(record.run_id, record.time)
+        if record.run_id != self._run_id:
+            return
+        seconds = record.time - (self._start or record.time)
         if isinstance(values, LayerLatency) and record.layer:
-            trace = self._trace(record.layer)
+            trace = self._trace(record.layer, values.kernel_on)
             trace.x = (*trace.x, seconds)
             trace.y = (*trace.y, values.speedup)
-            trace.marker.symbol = (
-                *(trace.marker.symbol or ()),
-                "circle" if values.kernel_on else "circle-open",
+            trace.hovertext = (
+                *(trace.hovertext or ()),
+                f"{values.speedup:.2f}x: PyTorch {values.pytorch_s * 1e6:.1f} us, "
+                f"{'kernel' if values.kernel_on else 'PyTorch again'} {values.kernel_s * 1e6:.1f} us",
             )
             if values.kernel_on:
-                self._speedups[record.layer].append(values.speedup)
+                self._samples[record.layer].append(values.speedup)
+        elif isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
+            self._verdicts[record.layer] = values
+            self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
         elif isinstance(values, ModelThroughput):
             line = self.throughput.data[0]
             line.x = (*line.x, seconds)
@@ -178,13 +274,18 @@ class LivePlots:
             kernel.y = [max(self._worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
             pytorch.y = [max(self._worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
             kernel.hovertext = [
+                f"kernel: max abs error {self._worst[n].get('kernel_err64', 0.0):.2e} vs float64; "
                 f"vs PyTorch: max abs {self._worst[n].get('max_abs', 0.0):.2e}, "
-                f"max ULP {int(self._worst[n].get('max_ulp', 0))}"
+                f"max {int(self._worst[n].get('max_ulp', 0))} ULP"
+                for n in layers
+            ]
+            pytorch.hovertext = [
+                f"PyTorch: max abs error {self._worst[n].get('pytorch_err64', 0.0):.2e} vs float64"
                 for n in layers
             ]
 
     def points(self) -> int:
-        """Latency points drawn so far (what the browser test waits for)."""
+        """Latency points drawn so far in this run (what the browser test waits for)."""
         return sum(len(trace.x) for trace in self.latency.data)
 
 

@@ -55,6 +55,10 @@ class Lab:
             "nbformat_minor": 5,
         }
         (self.root / name).write_text(json.dumps(notebook))
+        return self.notebook_url(name)
+
+    def notebook_url(self, name: str) -> str:
+        """The URL that opens notebook `name` (already in the lab's folder)."""
         path = "lab/tree" if self.app == "jupyterlab" else "notebooks"
         return f"{self.url}/{path}/{name}?token={self.token}"
 
