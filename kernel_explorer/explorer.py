@@ -214,6 +214,7 @@ class Explorer:
         calibration_pairs: int = CALIBRATION_PAIRS,
         determinism_runs: int = 0,
         background: bool = False,
+        name: str | None = None,
     ) -> RunHandle:
         """Kernel against PyTorch on captured activations, per layer name (all when none is given).
 
@@ -228,18 +229,19 @@ class Explorer:
                 half-width is within `precision` of the median, or `budget_s` seconds per layer.
             precision: target half-width of the interval, relative (0.05: +-5%).
             budget_s: the most seconds of latency pairs per layer, whatever else stops it.
+            name: the run's id in every summary (default: run-N).
         """
         from kernel_explorer.measure.layers import compare_layer, determinism
 
         check_sampling(pairs, precision, budget_s)
-        for name in names:
-            self.switchboard.group(name)  # unknown names fail here, before anything runs
+        for layer in names:
+            self.switchboard.group(layer)  # unknown names fail here, before anything runs
         chosen = list(names or self.layers)
         board = self.switchboard
         measurements: list[Measurement] = []
-        for name in chosen:
+        for layer in chosen:
             measurements.append(
-                lambda run_id, n=name: compare_layer(
+                lambda run_id, n=layer: compare_layer(
                     board,
                     self.captured_inputs(),
                     n,
@@ -253,7 +255,7 @@ class Explorer:
             )
             if determinism_runs:
                 measurements.append(
-                    lambda run_id, n=name: determinism(
+                    lambda run_id, n=layer: determinism(
                         board,
                         self.captured_inputs(),
                         n,
@@ -262,7 +264,7 @@ class Explorer:
                         runs=determinism_runs,
                     )
                 )
-        handle = self.run(measurements, background=background)
+        handle = self.run(measurements, background=background, name=name)
         if not background:
             self._warn_if_noisy(handle.run_id)
         return handle
@@ -285,6 +287,7 @@ class Explorer:
         pairs: int = 7,
         decode_pairs: int = 3,
         background: bool = False,
+        name: str | None = None,
     ) -> RunHandle:
         """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
 
@@ -320,11 +323,13 @@ class Explorer:
                 ),
             ),
         ]
-        return self.run(measurements, background=background)
+        return self.run(measurements, background=background, name=name)
 
-    def run(self, measurements: list[Measurement], *, background: bool = True) -> RunHandle:
+    def run(
+        self, measurements: list[Measurement], *, background: bool = True, name: str | None = None
+    ) -> RunHandle:
         """Start measurements (generators of records) on the worker thread, or here."""
-        return self._runner.start(measurements, background=background)
+        return self._runner.start(measurements, background=background, name=name)
 
     def run_live(
         self,
@@ -332,6 +337,7 @@ class Explorer:
         cycles: int | None = None,
         precision: float = DEFAULT_PRECISION,
         budget_s: float = DEFAULT_BUDGET_S,
+        name: str | None = None,
     ) -> RunHandle:
         """On the worker thread: `compare` every layer as switched now, cycle after cycle, until cancelled.
 
@@ -358,15 +364,26 @@ class Explorer:
                 )
             ],
             background=True,
+            name=name,
         )
 
     def report(self, path: str) -> str:
-        """Write every result so far to one self-contained HTML file; returns its path."""
+        """Write every result so far, with the model, machine, date and switch state, to one
+        self-contained HTML file; returns its path. A path that cannot be written: one line."""
         from pathlib import Path
 
-        from kernel_explorer.report import write_report
+        from kernel_explorer.report import ReportContext, write_report
 
-        return str(write_report(self.results, Path(path), title="kernel_explorer report"))
+        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
+        context = ReportContext(
+            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.switchboard.device})",
+            hardware=tuple(self.hardware.rows()),
+            switches=tuple(
+                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
+            ),
+        )
+        written = write_report(self.results, Path(path), title="kernel_explorer report", context=context)
+        return str(written)
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())

@@ -1,40 +1,111 @@
-"""A `ResultLog` as one self-contained HTML file: summary tables and plots, plotly.js inlined.
+"""A `ResultLog` as one self-contained HTML file: what was measured, on what, and how sure it is.
 
-It renders results (it sits beside the UI, above the core), so nothing in the core imports plotly.
+The report names the model, the machine (the hardware snapshot, versions), the date and the switch
+state, then the verdicts in a styled table and the plots, with the dashboard's conventions: log
+speedup axes with a 1x line, 95% intervals as error bars, units on every axis. plotly.js is
+inlined once, so the file opens offline. It renders results (it sits beside the UI, above the
+core), so nothing in the core imports plotly.
 """
 
 from __future__ import annotations
 
+import datetime
 import html
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
 
 if TYPE_CHECKING:
     from kernel_explorer.results import ResultLog
 
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0d7de; vertical-align: top; }
+th { border-bottom: 2px solid #8c959f; }
+tbody tr:nth-child(even) { background: #f6f8fa; }
+.faster { color: #1a7f37; font-weight: 600; } .slower { color: #cf222e; font-weight: 600; }
+.unsure { color: #6e7781; } .warning { color: #9a6700; font-weight: 600; }
+"""
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    """What the results were measured on: shown above them."""
+
+    model: str = ""
+    hardware: tuple[tuple[str, str], ...] = ()  # (label, value) rows of the hardware snapshot
+    switches: tuple[tuple[str, str, str], ...] = ()  # (layer, runs now, measured) per kernel layer
+    date: str = field(default_factory=lambda: datetime.datetime.now().strftime("%Y-%m-%d %H:%M"))
+
+
+def _speedup_bars(frame: Any, label: str, title: str) -> Any:
+    """Median speedups with their 95% intervals as error bars, on a log axis with a 1x line."""
+    import plotly.graph_objects as go
+
+    from kernel_explorer.ui.plots import verdict_colour
+
+    fig = go.Figure(
+        go.Bar(
+            x=frame[label].astype(str),
+            y=frame["speedup"],
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": frame["speedup_high"] - frame["speedup"],
+                "arrayminus": frame["speedup"] - frame["speedup_low"],
+            },
+            marker_color=[
+                verdict_colour(lo, hi, floor)
+                for lo, hi, floor in zip(
+                    frame["speedup_low"], frame["speedup_high"], frame["noise_floor"], strict=True
+                )
+            ],
+            text=[f"{v:.2f}x" for v in frame["speedup"]],
+            textposition="outside",
+            hovertemplate="%{x}: %{y:.2f}x<extra></extra>",
+        )
+    )
+    fig.add_hline(y=1.0, line_dash="dot")
+    fig.update_layout(title=title, yaxis_title="speedup (x, log scale)", yaxis_type="log")
+    return fig
+
 
 def figures(log: ResultLog) -> list[Any]:
-    """The report's plotly figures: speedup per layer, divergence per layer, model speed."""
+    """The report's plotly figures: speedups with intervals, per-pair spread, divergence, model."""
     import plotly.graph_objects as go
 
     found = []
+    summary = log.layer_summary()
+    if "speedup_median" in summary.columns:
+        on = summary[summary["verdict"] != "PyTorch against PyTorch (kernel off)"].dropna(
+            subset=["speedup_median"]
+        )
+        if not on.empty:
+            frame = on.assign(
+                speedup=on["speedup_median"], label=on["layer"] + " (" + on["run_id"] + ")"
+            ).fillna({"noise_floor": 0.0})
+            found.append(
+                _speedup_bars(frame, "label", "Median speedup per layer and run, with its 95% interval")
+            )
     latency = log.to_pandas("layer_latency")
     if not latency.empty:
         fig = go.Figure()
-        for layer, group in latency.groupby("layer", sort=False):
-            fig.add_trace(go.Box(y=group["speedup"], name=str(layer), boxmean=True))
+        for (layer, on), group in latency.groupby(["layer", "kernel_on"], sort=False):
+            name = str(layer) if on else f"{layer}: kernel off (PyTorch vs PyTorch)"
+            fig.add_trace(go.Box(y=group["speedup"], name=name, boxmean=True))
         fig.add_hline(y=1.0, line_dash="dot")
         fig.update_layout(
-            title="Layer speedup per interleaved pair (PyTorch time / kernel time)",
+            title="Speedup per interleaved pair (PyTorch time / kernel time)",
             yaxis_title="speedup (x, log scale)",
             yaxis_type="log",
         )
         found.append(fig)
-    summary = log.layer_summary()
     if "kernel_err64" in summary.columns:
-        worst = summary.set_index("layer")
+        worst = summary.groupby("layer", sort=False)[["kernel_err64", "pytorch_err64"]].max()
         fig = go.Figure(
             [
                 go.Bar(x=worst.index, y=worst["kernel_err64"], name="kernel vs float64"),
@@ -42,51 +113,100 @@ def figures(log: ResultLog) -> list[Any]:
             ]
         )
         fig.update_layout(
-            title="Max abs error against a float64 run of the original forward", yaxis_type="log"
+            title="Largest error against a float64 run (lower is more accurate)",
+            yaxis_type="log",
+            yaxis_title="max abs error (log scale)",
         )
         found.append(fig)
-    for kind, column, title in (
-        ("model_prefill", "speedup", "Prefill speedup by tokens"),
-        ("model_decode", "kernel_tok_s", "Decode tokens/s with the kernels"),
-    ):
-        frame = log.to_pandas(kind)
-        if not frame.empty:
-            fig = go.Figure(
-                go.Scatter(x=frame["time"] - frame["time"].min(), y=frame[column], mode="markers+lines")
-            )
-            fig.update_layout(title=title, xaxis_title="seconds into the run")
-            found.append(fig)
+    models = log.model_summary()
+    if not models.empty:
+        frame = models.assign(label=models["measure"] + " " + models["tokens"].astype(str) + " tokens")
+        found.append(
+            _speedup_bars(frame, "label", "Model speedup (as switched vs all-PyTorch), 95% interval")
+        )
     return found
 
 
-def write_report(log: ResultLog, path: Path, *, title: str) -> Path:
-    """Write the report; works offline (plotly.js is embedded once)."""
-    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>{len(log)} records.</p>"]
+def _table(rows: list[tuple[str, ...]], head: tuple[str, ...]) -> str:
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _verdict_class(verdict: object) -> str:
+    return {"faster": "faster", "slower": "slower"}.get(str(verdict), "unsure")
+
+
+_SUMMARY_COLUMNS = (
+    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "verdict", "noise_floor", "pairs",
+    "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median", "notes",
+)  # fmt: skip
+
+
+def _summary_table(summary: Any) -> str:
+    """The layer verdicts, one row per run and layer, the verdict coloured."""
+    columns = [c for c in _SUMMARY_COLUMNS if c in summary.columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    rows = []
+    for record in summary[columns].to_dict("records"):
+        cells = []
+        for column in columns:
+            value = record[column]
+            text = f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
+            css = f" class='{_verdict_class(value)}'" if column == "verdict" else ""
+            cells.append(f"<td{css}>{html.escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:
+    """Write the report; works offline (plotly.js is embedded once). Bad paths: one line, no file."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise KernelExplorerError(
+            f"Cannot write the report to {path}: the folder {path.parent} does not exist (create it, or "
+            "choose another path)."
+        )
+    context = context or ReportContext()
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    facts = [("date", context.date), ("records", str(len(log)))]
+    if context.model:
+        facts.insert(0, ("model", context.model))
+    parts.append(_table(facts, ("", "")))
+    if context.hardware:
+        parts += ["<h2>Machine</h2>", _table(list(context.hardware), ("", ""))]
+    if context.switches:
+        parts += [
+            "<h2>Switch state when the report was written</h2>",
+            _table(list(context.switches), ("layer", "runs now", "last measured speedup [95% interval]")),
+        ]
     summary = log.layer_summary()
-    if not summary.empty:
+    if "speedup_median" in summary.columns:
         parts += [
             "<h2>Layers</h2>",
-            "<p>speedup_low / speedup_high: the 95% interval of the median speedup; noise_floor: how far "
-            "PyTorch against itself moved (A/A); a verdict needs the interval to clear it.</p>",
+            "<p>speedup_low and speedup_high bound the 95% interval of the median speedup; noise_floor is "
+            "how far PyTorch against itself moved (A/A): a verdict needs the interval to clear it. "
+            "runs_agree is false where another run's interval does not overlap this one.</p>",
         ]
-        if "noise_floor" in summary.columns:
-            warning = noise_warning(float(summary["noise_floor"].max()))
-            if warning:
-                parts.append(f"<p><b>{html.escape(warning)}</b></p>")
-        parts.append(summary.to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+        warning = noise_warning(float(summary["noise_floor"].max()))
+        if warning:
+            parts.append(f"<p class='warning'>{html.escape(warning)}</p>")
+        parts.append(_summary_table(summary))
     models = log.model_summary()
     if not models.empty:
         parts += ["<h2>Model</h2>", models.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
-    for kind in ("model_prefill", "model_decode", "model_agreement"):
-        frame = log.to_pandas(kind)
-        if not frame.empty:
-            shown = frame.drop(columns=["kind", "run_id", "layer", "instance", "time"])
-            parts += [f"<h2>{kind.replace('_', ' ')}</h2>", shown.to_html(index=False)]
+    agreement = log.to_pandas("model_agreement")
+    if not agreement.empty:
+        shown = agreement.drop(columns=["kind", "layer", "instance", "time"])
+        parts += ["<h2>Model outputs against all-PyTorch</h2>", shown.to_html(index=False)]
     for index, fig in enumerate(figures(log)):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = "\n".join(parts)
-    path.write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
-        f"<body>{body}</body></html>"
-    )
+    try:
+        path.write_text(
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>"
+        )
+    except OSError as error:
+        raise KernelExplorerError(f"Cannot write the report to {path}: {error.strerror or error}.") from None
     return path

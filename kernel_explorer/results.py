@@ -194,6 +194,33 @@ class ResultLog:
         ]
         return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
 
+    def export(self, path: str | Path, kind: str | None = None) -> Path:
+        """Every record (or one kind) as a table file, by suffix: .csv, .parquet or .jsonl.
+
+        Rows are what `to_pandas` gives: the values and the provenance as columns.
+        """
+        from kernel_explorer.errors import KernelExplorerError
+
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in (".csv", ".parquet", ".jsonl"):
+            raise KernelExplorerError(f"Export to .csv, .parquet or .jsonl, not {path.name!r}.")
+        if not path.parent.is_dir():
+            raise KernelExplorerError(f"Cannot export to {path}: the folder {path.parent} does not exist.")
+        if suffix == ".jsonl":
+            return self.to_jsonl(path)
+        frame = self.to_pandas(kind)
+        if suffix == ".csv":
+            frame.to_csv(path, index=False)
+            return path
+        try:
+            frame.to_parquet(path, index=False)
+        except ImportError:
+            raise KernelExplorerError(
+                "Parquet needs pyarrow: pip install pyarrow (or export to .csv)."
+            ) from None
+        return path
+
     def to_jsonl(self, path: str | Path) -> Path:
         path = Path(path)
         with path.open("w") as out:

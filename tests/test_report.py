@@ -13,6 +13,31 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     path = write_report(_log(), tmp_path / "report.html", title="Report <test>")
     text = path.read_text()
     assert "<title>Report &lt;test&gt;</title>" in text
-    assert "speedup_median" in text and "Layer speedup" in text
+    assert "speedup_median" in text and "Median speedup per layer and run, with its 95% interval" in text
+    assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
     assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined
     assert len(text) > 1_000_000
+
+
+def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: dict) -> None:
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import tiny_llama
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    explorer.on("RMSNorm")
+    explorer.compare("RMSNorm", pairs=6)
+    text = Path(explorer.report(str(tmp_path / "r.html"))).read_text()
+    assert "LlamaForCausalLM" in text and "M parameters" in text and "torch" in text
+    assert "Switch state when the report was written" in text and "RMSNorm" in text
+    assert explorer.results.latest_verdicts()["RMSNorm"].summary in text
+    explorer.reset()
+
+
+def test_a_report_to_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    import pytest
+
+    from kernel_explorer.errors import KernelExplorerError
+
+    with pytest.raises(KernelExplorerError, match="does not exist") as info:
+        write_report(_log(), tmp_path / "no" / "such" / "r.html", title="r")
+    assert "\n" not in str(info.value) and not (tmp_path / "no").exists()

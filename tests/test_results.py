@@ -83,3 +83,19 @@ def test_summary_per_run_keeps_pytorch_against_pytorch_apart_and_flags_runs_that
     assert first["aa_pairs"] == 5 and 0 < first["noise_floor"] < 0.05
     assert first["runs_agree"] is False and second["runs_agree"] is False  # 3x and 2x do not overlap
     assert off["verdict"] == "PyTorch against PyTorch (kernel off)" and off["pairs"] == 3
+
+
+def test_export_by_suffix_and_its_errors(tmp_path: Path) -> None:
+    import pandas as pd
+    import pytest
+
+    from kernel_explorer.errors import KernelExplorerError
+
+    log = _log()
+    frame = pd.read_csv(log.export(tmp_path / "r.csv"))
+    assert len(frame) == len(log) and "speedup" in frame.columns
+    assert ResultLog.from_jsonl(log.export(tmp_path / "r.jsonl")).records() == log.records()
+    with pytest.raises(KernelExplorerError, match=r"\.csv, \.parquet or \.jsonl"):
+        log.export(tmp_path / "r.xlsx")
+    with pytest.raises(KernelExplorerError, match="does not exist"):
+        log.export(tmp_path / "missing" / "r.csv")

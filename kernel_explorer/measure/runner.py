@@ -54,10 +54,21 @@ class Runner:
 
     def __init__(self, log: ResultLog) -> None:
         self.log = log
+        self._names: set[str] = set()
 
-    def start(self, measurements: list[Measurement], *, background: bool = True) -> RunHandle:
-        """Run `measurements` in order; on a worker thread unless `background=False`."""
-        handle = RunHandle(run_id=f"run-{next(_run_numbers)}")
+    def start(
+        self, measurements: list[Measurement], *, background: bool = True, name: str | None = None
+    ) -> RunHandle:
+        """Run `measurements` in order; on a worker thread unless `background=False`.
+
+        `name` becomes the run id (with a number added when the name was used before), so runs a
+        user wants to compare later read as "before-fix", "after-fix" in every summary.
+        """
+        run_id = f"run-{next(_run_numbers)}" if not name else str(name).strip()
+        if run_id in self._names:
+            run_id = f"{run_id}-{next(_run_numbers)}"
+        self._names.add(run_id)
+        handle = RunHandle(run_id=run_id)
         if background:
             handle.thread = threading.Thread(
                 target=self._run,

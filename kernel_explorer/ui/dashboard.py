@@ -76,6 +76,8 @@ class Dashboard:
         hardware = widgets.HTML(value=explorer.hardware._repr_html_())
         for figure in (self.plots.latency, self.plots.speedup, self.plots.divergence, self.plots.throughput):
             figure.add_class("kx-plot")
+        self.downloads = widgets.HTML(value="")  # CSV of the records and the summary, after each run
+        self.downloads.add_class("kx-downloads")
         self.widget = widgets.VBox(
             [
                 widgets.HTML(value=f"<style>{_THEME_CSS}</style>"),
@@ -84,6 +86,7 @@ class Dashboard:
                 self.output,
                 widgets.HBox([self.run_button, self.stop_button, self.progress]),
                 self.status,
+                self.downloads,
                 widgets.Box([self.plots.latency, self.plots.speedup], layout=_ROW),
                 widgets.Box([self.plots.divergence, self.plots.throughput], layout=_ROW),
             ]
@@ -138,6 +141,7 @@ class Dashboard:
                 self.status.value = f"Run {record.run_id} {event}; {self.plots.points()} pairs timed."
             self.table.refresh()
             self.refresh_snapshot()
+            self.refresh_downloads()
             return
         if isinstance(record.values, LayerVerdict):
             if self.progress.value >= self.progress.max:  # the previous cycle was complete
@@ -192,6 +196,25 @@ class Dashboard:
             from IPython.display import HTML
 
             handle.update(HTML(self.snapshot_html()))
+
+    def refresh_downloads(self) -> None:
+        """Links that download every record and the per-run summary as CSV (data URIs: no server)."""
+        import base64
+
+        results = self.explorer.results
+        if not len(results):
+            self.downloads.value = ""
+            return
+
+        def link(frame: Any, name: str) -> str:
+            data = base64.b64encode(frame.to_csv(index=False).encode()).decode()
+            return f"<a download='{name}' href='data:text/csv;base64,{data}'>{name}</a>"
+
+        self.downloads.value = (
+            f"Download: {link(results.to_pandas(), 'kernel_explorer_records.csv')} "
+            f"({len(results)} records, with provenance) · "
+            f"{link(results.layer_summary(), 'kernel_explorer_summary.csv')} (per run and layer)"
+        )
 
     def snapshot_html(self) -> str:
         """The switch state and the last verdicts as one plain table: what a reopened notebook shows."""
