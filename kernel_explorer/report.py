@@ -46,7 +46,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     """Median speedups with their 95% intervals as error bars, on a log axis with a 1x line."""
     import plotly.graph_objects as go
 
-    from kernel_explorer.ui.plots import verdict_colour
+    from kernel_explorer.plot_style import verdict_colour
 
     fig = go.Figure(
         go.Bar(

@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
+from kernel_explorer.plot_style import UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
     LayerDivergence,
     LayerLatency,
@@ -25,22 +26,6 @@ from kernel_explorer.records import (
     RunEvent,
 )
 from kernel_explorer.results import ResultLog
-
-FASTER_COLOUR, SLOWER_COLOUR, UNSURE_COLOUR = "#1a7f37", "#cf222e", "#6e7781"
-
-
-def one_x_line() -> dict[str, Any]:
-    """A dotted line at 1x across the plot: above it the kernel is faster, below it slower."""
-    return {
-        "type": "line",
-        "xref": "paper",
-        "x0": 0,
-        "x1": 1,
-        "yref": "y",
-        "y0": 1,
-        "y1": 1,
-        "line": {"dash": "dot", "color": UNSURE_COLOUR},
-    }
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -55,15 +40,6 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "legend": {"orientation": "h", "y": -0.25},
         **extra,
     }
-
-
-def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
-    """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise."""
-    if low > 1 + floor:
-        return FASTER_COLOUR
-    if high < 1 / (1 + floor):
-        return SLOWER_COLOUR
-    return UNSURE_COLOUR
 
 
 class LivePlots:

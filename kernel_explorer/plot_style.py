@@ -1,0 +1,31 @@
+"""The conventions every plot shares (the live dashboard and the HTML report): verdict colours and
+the dotted 1x line of a log speedup axis. Plain data, no plotly import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FASTER_COLOUR, SLOWER_COLOUR, UNSURE_COLOUR = "#1a7f37", "#cf222e", "#6e7781"
+
+
+def one_x_line() -> dict[str, Any]:
+    """A dotted line at 1x across the plot: above it the kernel is faster, below it slower."""
+    return {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "yref": "y",
+        "y0": 1,
+        "y1": 1,
+        "line": {"dash": "dot", "color": UNSURE_COLOUR},
+    }
+
+
+def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
+    """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise."""
+    if low > 1 + floor:
+        return FASTER_COLOUR
+    if high < 1 / (1 + floor):
+        return SLOWER_COLOUR
+    return UNSURE_COLOUR
