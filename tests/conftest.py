@@ -48,3 +48,26 @@ def hub(session_cache: Path) -> dict:
     from kernel_explorer.builder import build_hub
 
     return {built.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}
+
+
+_ISA_NEEDS = {"avx512bf16": "AVX-512-BF16", "avx512": "AVX-512F", "avx2": "AVX2"}
+
+
+def runnable_isas() -> list[str]:
+    """The bundled kernels' compiled code paths that this CPU can run, best first."""
+    from kernel_explorer.builder import isas_for_this_machine
+    from kernel_explorer.hardware import detect_hardware
+
+    isa_flags = detect_hardware().cpu.isa
+    return [isa for isa in isas_for_this_machine() if _ISA_NEEDS.get(isa, "") in (*isa_flags, "")]
+
+
+@pytest.fixture(params=runnable_isas())
+def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
+    """Run the test on one compiled code path of every bundled kernel, then restore the default."""
+    before = {name: module.isa() for name, module in hub.items()}
+    for module in hub.values():
+        module.set_isa(request.param)
+    yield request.param
+    for name, module in hub.items():
+        module.set_isa(before[name])
