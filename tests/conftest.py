@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from isa_paths import runnable_isas
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,18 +49,6 @@ def hub(session_cache: Path) -> dict:
     from kernel_explorer.builder import build_hub
 
     return {built.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}
-
-
-_ISA_NEEDS = {"avx512bf16": "AVX-512-BF16", "avx512": "AVX-512F", "avx2": "AVX2"}
-
-
-def runnable_isas() -> list[str]:
-    """The bundled kernels' compiled code paths that this CPU can run, best first."""
-    from kernel_explorer.builder import isas_for_this_machine
-    from kernel_explorer.hardware import detect_hardware
-
-    isa_flags = detect_hardware().cpu.isa
-    return [isa for isa in isas_for_this_machine() if _ISA_NEEDS.get(isa, "") in (*isa_flags, "")]
 
 
 @pytest.fixture(params=runnable_isas())

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers.activations as A
-from conftest import runnable_isas
+from isa_paths import runnable_isas
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
