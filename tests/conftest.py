@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from isa_paths import runnable_isas
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,3 +49,14 @@ def hub(session_cache: Path) -> dict:
     from kernel_explorer.builder import build_hub
 
     return {built.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}
+
+
+@pytest.fixture(params=runnable_isas())
+def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
+    """Run the test on one compiled code path of every bundled kernel, then restore the default."""
+    before = {name: module.isa() for name, module in hub.items()}
+    for module in hub.values():
+        module.set_isa(request.param)
+    yield request.param
+    for name, module in hub.items():
+        module.set_isa(before[name])

@@ -35,6 +35,12 @@ class RMSNorm(nn.Module):
 '''
 
 
+# SCALED_RMSNORM declaring that it has no backward: kernelize keeps PyTorch for it in training mode.
+NO_BACKWARD_RMSNORM = SCALED_RMSNORM.replace(
+    "    def forward(", "    has_backward = False\n\n    def forward(", 1
+)
+
+
 def write_repo(
     root: Path,
     name: str,

@@ -81,3 +81,79 @@ def test_smollm2_greedy_answer_is_unchanged(mapping: dict) -> None:
     assert switched == 121
     assert torch.equal(kernel, eager), tokenizer.decode(kernel[0])
     assert "Paris" in tokenizer.decode(kernel[0, ids.shape[1] :])
+
+
+TRAINING_AND_COMPILE_MODES = [
+    Mode.TRAINING,
+    Mode.INFERENCE | Mode.TORCH_COMPILE,
+    Mode.TRAINING | Mode.TORCH_COMPILE,
+]
+
+
+def _assert_every_layer_runs_a_kernel(model: torch.nn.Module) -> None:
+    for group in find_kernel_layers(model):
+        for path in group.instances:
+            module = model.get_submodule(path)
+            target = module._kernel_funcs[group.name] if group.kind == "function" else module
+            assert _runs_bundled_kernel(target), f"{group.name} at {path} still runs PyTorch"
+
+
+@pytest.mark.parametrize("mode", TRAINING_AND_COMPILE_MODES, ids=str)
+@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2])
+def test_kernelize_picks_the_bundled_kernels_in_training_and_compile_modes(
+    mapping: dict, factory, mode
+) -> None:
+    """Every bundled layer class declares has_backward and can_torch_compile, so kernels' own
+    mode check keeps the kernel (with either flag missing it silently falls back to PyTorch)."""
+    for name, entry in mapping.items():
+        layer = entry["cpu"].load()  # the layer class, as kernelize loads it
+        assert layer.has_backward is True and layer.can_torch_compile is True, name
+    model = factory()
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=mode, device="cpu")
+    _assert_every_layer_runs_a_kernel(model)
+
+
+def _training_step(model: torch.nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2])
+def test_training_step_with_kernels_matches_pytorch(mapping: dict, factory) -> None:
+    """Mode.TRAINING: the loss and the gradient of every parameter agree with PyTorch's (the
+    models stay in eval() so that dropout does not differ between the two runs)."""
+    ids = torch.randint(0, 256, (2, 13), generator=torch.Generator().manual_seed(0))
+    eager_loss, eager_grads = _training_step(factory(), ids)
+    model = factory()
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=Mode.TRAINING, device="cpu")
+    _assert_every_layer_runs_a_kernel(model)
+    loss, grads = _training_step(model, ids)
+    torch.testing.assert_close(loss, eager_loss)
+    assert grads.keys() == eager_grads.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        torch.testing.assert_close(
+            grad, eager_grads[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+
+def test_compiled_training_step_with_kernels_matches_pytorch(mapping: dict) -> None:
+    """Mode.TRAINING | Mode.TORCH_COMPILE: the kernelized model compiles in one graph
+    (fullgraph=True) and its compiled training step agrees with eager PyTorch's."""
+    ids = torch.randint(0, 256, (2, 13), generator=torch.Generator().manual_seed(0))
+    eager_loss, eager_grads = _training_step(tiny_llama(), ids)
+    model = tiny_llama()
+    with use_kernel_mapping(mapping, inherit_mapping=False):
+        kernelize(model, mode=Mode.TRAINING | Mode.TORCH_COMPILE, device="cpu")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    loss, grads = _training_step(compiled, ids)
+    torch.testing.assert_close(loss, eager_loss)
+    for name, grad in grads.items():
+        name = name.removeprefix("_orig_mod.")
+        torch.testing.assert_close(
+            grad, eager_grads[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )

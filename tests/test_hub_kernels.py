@@ -8,35 +8,17 @@ error against a float64 run of the same formula is never more than twice eager's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 import transformers.activations as A
+from isa_paths import runnable_isas
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from kernel_explorer.builder import isas_for_this_machine
-from kernel_explorer.hardware import detect_hardware
-
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-_ISA_NEEDS = {"avx512bf16": "AVX-512-BF16", "avx512": "AVX-512F", "avx2": "AVX2"}
-
-
-def _runnable_isas() -> list[str]:
-    isa_flags = detect_hardware().cpu.isa
-    return [isa for isa in isas_for_this_machine() if _ISA_NEEDS.get(isa, "") in (*isa_flags, "")]
-
-
-@pytest.fixture(params=_runnable_isas())
-def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
-    """Run the test on one compiled code path of every bundled kernel, then restore the default."""
-    before = {name: module.isa() for name, module in hub.items()}
-    for module in hub.values():
-        module.set_isa(request.param)
-    yield request.param
-    for name, module in hub.items():
-        module.set_isa(before[name])
+# the `isa` fixture (every compiled code path this CPU runs) is in conftest.py
 
 
 def _inputs(shape: tuple[int, ...], dtype: torch.dtype, scale: float = 3.0) -> torch.Tensor:
@@ -302,6 +284,6 @@ def test_c_level_checks_name_the_problem(hub: dict) -> None:
 
 
 def test_isa_choice_is_the_best_this_cpu_has(hub: dict) -> None:
-    best = _runnable_isas()[0]
+    best = runnable_isas()[0]
     assert {module.isa() for module in hub.values()} == {best}
     assert math.isfinite(hub["activation"].silu(torch.ones(1)).item())

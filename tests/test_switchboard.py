@@ -15,7 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_repos import RAISING_RMSNORM, write_repo
+from kernel_repos import NO_BACKWARD_RMSNORM, RAISING_RMSNORM, write_repo
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
@@ -138,9 +138,17 @@ def test_glob_patterns_choose_instances(explorer: Explorer) -> None:
     assert sum(now.is_kernel for now in explorer.running("RMSNorm")) == 2
 
 
-def test_training_mode_keeps_pytorch_and_says_why(explorer: Explorer) -> None:
+def test_training_mode_switches_the_bundled_kernels(explorer: Explorer) -> None:
+    """The bundled layers declare has_backward, so training mode runs them."""
     running = explorer.on("SiLU", mode="training")
-    assert not any(now.is_kernel for now in running)
+    assert running and all(now.is_kernel for now in running)
+    assert_reports_match_counts(explorer)
+
+
+def test_training_mode_keeps_pytorch_for_a_kernel_without_backward_and_says_why(tmp_path: Path) -> None:
+    explorer = _with_fault(tmp_path, layers=NO_BACKWARD_RMSNORM)
+    running = explorer.on("RMSNorm", mode="training")
+    assert running and not any(now.is_kernel for now in running)
     assert all("does not support training" in now.reason for now in running)
     assert_reports_match_counts(explorer)
 

@@ -138,6 +138,28 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
   return out;
 }
 
+at::Tensor silu_and_mul_backward(const at::Tensor& grad, const at::Tensor& x) {
+  int code = kx::dtype_code(x, "silu_and_mul_backward");
+  kx::dtype_code(grad, "silu_and_mul_backward (grad)");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, "silu_and_mul_backward: the last dimension must be even, got ",
+              x.sizes());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() /= 2;
+  TORCH_CHECK(grad.sizes() == at::IntArrayRef(shape) && grad.scalar_type() == x.scalar_type(),
+              "silu_and_mul_backward: grad must be a ", x.scalar_type(), " tensor of shape ", at::IntArrayRef(shape),
+              ", got ", grad.scalar_type(), " ", grad.sizes());
+  at::Tensor dx = kx::empty_output(x.sizes(), x.scalar_type());
+  if (x.numel() == 0) return dx;
+  int64_t d = shape.back();
+  at::Tensor x2 = x.reshape({-1, 2 * d});
+  if (x2.stride(1) != 1) x2 = x2.contiguous();
+  at::Tensor g2 = grad.reshape({-1, d});  // an expanded grad (from .sum()) has row stride 0
+  if (g2.stride(1) != 1) g2 = g2.contiguous();
+  table().silu_and_mul_backward[code](g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0), dx.data_ptr(),
+                                      x2.size(0), d);
+  return dx;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(KX_OPS_NS, m) {
@@ -155,6 +177,7 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("gelu_fast_out(Tensor(a!) out, Tensor x) -> ()");
   m.def("gelu_quick_out(Tensor(a!) out, Tensor x) -> ()");
   m.def("silu_and_mul_out(Tensor(a!) out, Tensor x) -> ()");
+  m.def("silu_and_mul_backward(Tensor grad, Tensor x) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
@@ -174,6 +197,16 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
   m.impl("gelu_fast_out", &unary_out<kx::kGeluFast>);
   m.impl("gelu_quick_out", &unary_out<kx::kGeluQuick>);
   m.impl("silu_and_mul_out", &silu_and_mul_out);
+  m.impl("silu_and_mul_backward", &silu_and_mul_backward);
+}
+
+// The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
+// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= forms have none.
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+  for (const char* name : {"silu_out", "gelu_out", "gelu_tanh_out", "gelu_new_out", "gelu_fast_out",
+                           "gelu_quick_out", "silu_and_mul_out"}) {
+    m.impl(name, kx::out_form_autograd_kernel());
+  }
 }
 
 KX_PYTHON_MODULE(KX_OPS_NS)

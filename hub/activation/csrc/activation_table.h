@@ -10,9 +10,15 @@ using UnaryFn = void (*)(const void* x, void* y, int64_t n);
 using GatedFn = void (*)(const void* x, void* y, int64_t rows, int64_t d, int64_t in_stride,
                          int64_t out_stride);
 
+// The backward of silu_and_mul: dx (rows x 2d, contiguous) from g (rows x d, row stride g_stride)
+// and the forward's input x (rows x 2d, row stride x_stride).
+using GatedBwdFn = void (*)(const void* g, int64_t g_stride, const void* x, int64_t x_stride, void* dx,
+                            int64_t rows, int64_t d);
+
 struct ActivationTable {
   UnaryFn unary[kNumUnary][3];  // [op][dtype: f32, bf16, f16]
   GatedFn silu_and_mul[3];
+  GatedBwdFn silu_and_mul_backward[3];
 };
 
 }  // namespace kx

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/Allocator.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 #include <sys/mman.h>
 
@@ -122,6 +123,38 @@ inline at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
   static HugePageAllocator allocator;
   return at::detail::empty_generic(sizes, &allocator, c10::DispatchKeySet(c10::DispatchKey::CPU), dtype,
                                    c10::MemoryFormat::Contiguous);
+}
+
+// Autograd kernel of the out= forms. They write into the caller's tensor and record no graph, so
+// with an input that requires grad they would leave a result without a gradient path: refuse that
+// call, naming the functional form that has a backward. Otherwise run the op below autograd and
+// bump the version of every tensor it writes, as ATen's own out= ops do (a tensor saved for a
+// backward and then overwritten is caught instead of silently reused).
+inline void out_form_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  auto args = torch::jit::last(*stack, n);
+  if (at::GradMode::is_enabled()) {
+    for (const c10::IValue& arg : args) {
+      TORCH_CHECK(!(arg.isTensor() && arg.toTensor().requires_grad()), schema.name(),
+                  ": the out= form has no backward and an input requires grad; call the functional form "
+                  "(without out=), which has one, or run under torch.no_grad()");
+    }
+  }
+  std::vector<at::Tensor> written;
+  for (size_t i = 0; i < n; ++i) {
+    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
+    if (alias && alias->isWrite() && args[i].isTensor()) written.push_back(args[i].toTensor());
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  for (const at::Tensor& t : written) torch::autograd::impl::bump_version(t);
+}
+
+inline torch::CppFunction out_form_autograd_kernel() {
+  return torch::CppFunction::makeFromBoxedFunction<&out_form_autograd>();
 }
 
 }  // namespace kx

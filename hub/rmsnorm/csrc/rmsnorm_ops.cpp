@@ -1,6 +1,11 @@
 // Registers the RMSNorm ops under the kernel's metadata id and dispatches to the ISA's table.
 #include "kx_dispatch.h"
+#include "kx_limits.h"
 #include "rmsnorm_table.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 
 KX_ISA_TABLE(kx::RmsNormTable, kx_rmsnorm_table)
 
@@ -36,11 +41,57 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return out;
 }
 
+// Rows per partial dw sum: each block of rows sums its share of dw in float32 (a short sequential
+// sum), and ATen's cascade sum adds the blocks' partials, so dw is as accurate as eager's.
+constexpr int64_t kRowsPerPartial = 32;
+
+// The gradients of rms_norm: (dx, dw). dw is only computed with `weight_grad` (else a zero-size
+// tensor, so a frozen norm weight costs nothing). Blocks of rows run in parallel.
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, const at::Tensor& x,
+                                                     const at::Tensor& weight, double eps, bool weight_grad) {
+  int xc = kx::dtype_code(x, "rms_norm_backward");
+  int wc = kx::dtype_code(weight, "rms_norm_backward (weight)");
+  kx::dtype_code(grad, "rms_norm_backward (grad)");
+  TORCH_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
+              "rms_norm_backward: weight of shape ", weight.sizes(), " does not match the input ", x.sizes());
+  TORCH_CHECK(grad.sizes() == x.sizes() && grad.scalar_type() == out_dtype(x, weight),
+              "rms_norm_backward: grad must be a ", out_dtype(x, weight), " tensor of shape ", x.sizes(), ", got ",
+              grad.scalar_type(), " ", grad.sizes());
+  at::Tensor dx = kx::empty_output(x.sizes(), x.scalar_type());
+  if (x.numel() == 0) {
+    return {dx, weight_grad ? at::zeros_like(weight) : at::empty({0}, weight.options())};
+  }
+  int64_t hidden = x.size(-1);
+  at::Tensor x2 = x.reshape({-1, hidden});
+  if (x2.stride(1) != 1) x2 = x2.contiguous();
+  at::Tensor g2 = grad.reshape({-1, hidden});  // an expanded grad (from .sum()) has row stride 0
+  if (g2.stride(1) != 1) g2 = g2.contiguous();
+  at::Tensor w = weight.contiguous();
+  int64_t rows = x2.size(0);
+  int64_t chunks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  at::Tensor partial = weight_grad ? at::zeros({chunks, hidden}, x.options().dtype(at::kFloat)) : at::Tensor();
+  float* dw = weight_grad ? partial.data_ptr<float>() : nullptr;
+  auto fn = table().bwd[xc][wc];
+  auto run = [&](int64_t c) {
+    fn(g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0), w.data_ptr(), dx.data_ptr(),
+       dw ? dw + c * hidden : nullptr, c * kRowsPerPartial, std::min(rows, (c + 1) * kRowsPerPartial), hidden,
+       static_cast<float>(eps));
+  };
+  // Small jobs stay on this thread (waking the pool costs more), as the forward's do.
+  int64_t grain = rows * hidden < kx::kSerialBelow ? chunks : 1;
+  at::parallel_for(0, chunks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) run(c);
+  });
+  at::Tensor dweight = weight_grad ? partial.sum(0).to(weight.scalar_type()) : at::empty({0}, weight.options());
+  return {dx, dweight};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("rms_norm_out(Tensor(a!) out, Tensor x, Tensor weight, float eps) -> ()");
+  m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps, bool weight_grad) -> (Tensor, Tensor)");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
@@ -48,6 +99,11 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
 TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("rms_norm_out", &rms_norm_out);
+  m.impl("rms_norm_backward", &rms_norm_backward);
 }
+
+// The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
+// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) { m.impl("rms_norm_out", kx::out_form_autograd_kernel()); }
 
 KX_PYTHON_MODULE(KX_OPS_NS)

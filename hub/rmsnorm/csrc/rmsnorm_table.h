@@ -9,8 +9,16 @@ namespace kx {
 using RmsNormFn = void (*)(const void* x, int64_t x_row_stride, const void* w, void* y, int64_t rows,
                            int64_t hidden, float eps);
 
+// The backward of RmsNormFn over rows [begin, end): dx (contiguous, x's dtype) and, when dw is not
+// null, dw[i] += sum over those rows of g * to_input_dtype(x * rstd), in float32. g has the
+// forward output's dtype. The caller splits rows over threads and sums the per-thread dw.
+using RmsNormBwdFn = void (*)(const void* g, int64_t g_row_stride, const void* x, int64_t x_row_stride,
+                              const void* w, void* dx, float* dw, int64_t begin, int64_t end, int64_t hidden,
+                              float eps);
+
 struct RmsNormTable {
   RmsNormFn fn[3][3];  // [input dtype][weight dtype], codes f32, bf16, f16
+  RmsNormBwdFn bwd[3][3];
 };
 
 }  // namespace kx

@@ -79,4 +79,8 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
   m.impl("apply_rotary_out", &apply_rotary_out);
 }
 
+// apply_rotary's autograd formula and fake (meta) kernel are registered from Python, in the
+// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) { m.impl("apply_rotary_out", kx::out_form_autograd_kernel()); }
+
 KX_PYTHON_MODULE(KX_OPS_NS)

@@ -13,7 +13,8 @@ from . import gelu, gelu_fast, gelu_new, gelu_quick, gelu_tanh, silu, silu_and_m
 class Silu(nn.Module):
     """transformers.activations.SiLUActivation"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return silu(input)
@@ -22,7 +23,8 @@ class Silu(nn.Module):
 class SiluAndMul(nn.Module):
     """silu(x[..., :d]) * x[..., d:], the gated MLP activation."""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return silu_and_mul(x)
@@ -31,7 +33,8 @@ class SiluAndMul(nn.Module):
 class Gelu(nn.Module):
     """transformers.activations.GELUActivation (exact erf GELU)"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return gelu(input)
@@ -40,7 +43,8 @@ class Gelu(nn.Module):
 class GeluTanh(nn.Module):
     """transformers.activations.GELUTanh (F.gelu with approximate="tanh")"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return gelu_tanh(input)
@@ -49,7 +53,8 @@ class GeluTanh(nn.Module):
 class NewGELU(nn.Module):
     """transformers.activations.NewGELUActivation"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return gelu_new(input)
@@ -58,7 +63,8 @@ class NewGELU(nn.Module):
 class FastGELU(nn.Module):
     """transformers.activations.FastGELUActivation"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return gelu_fast(input)
@@ -67,7 +73,8 @@ class FastGELU(nn.Module):
 class QuickGELU(nn.Module):
     """transformers.activations.QuickGELUActivation"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return gelu_quick(input)

@@ -10,7 +10,8 @@ from . import apply_rotary
 class apply_rotary_transformers(nn.Module):
     """transformers' apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)"""
 
-    has_backward = False
+    has_backward = True
+    can_torch_compile = True
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim=1
