@@ -29,7 +29,8 @@ def parse_mode(mode: str | Mode) -> Mode:
     }
     if key not in aliases:
         raise KernelExplorerError(
-            f"Unknown mode {mode!r}. Use one of: {', '.join(MODE_NAMES)} (or 'torch.compile')."
+            f"Unknown mode {mode!r}: use 'inference', 'training' or 'torch.compile' "
+            "(or 'training+torch.compile' for both)."
         )
     return aliases[key]
 
