@@ -149,22 +149,23 @@ def smollm2() -> None:
     explorer = Explorer(model, tokenizer=tokenizer)
     print("3. SmolLM2-135M, every bundled kernel on (121 instances) vs all-PyTorch, interleaved, fp32")
     with explorer.using():
-        handle = explorer.compare_model(lengths=(128, 512), decode_tokens=32, pairs=5)
+        handle = explorer.compare_model(lengths=(128, 512), decode_tokens=32, pairs=7, decode_pairs=3)
     if handle.error is not None:
         raise handle.error
     log = explorer.results
+    verdicts = {(r.values.measure, r.values.tokens): r.values for r in log.records("model_verdict")}
     for length in (128, 512):
         rows = [r.values for r in log.records("model_prefill") if r.values.tokens == length]
-        speedup = statistics.median(v.speedup for v in rows)
         pytorch_ms = statistics.median(v.pytorch_s for v in rows) * 1e3
         kernel_ms = statistics.median(v.kernel_s for v in rows) * 1e3
         times = f"PyTorch {pytorch_ms:7.1f} ms  kernels {kernel_ms:7.1f} ms"
-        print(f"   prefill {length:>3} tokens: {times}  speedup {speedup:.2f}x")
+        verdict = verdicts[("prefill", length)]
+        print(f"   prefill {length:>3} tokens: {times}  {verdict.summary} (floor {verdict.noise_floor:.1%})")
     decode = [r.values for r in log.records("model_decode")]
     print(
         f"   decode 32 tokens: PyTorch {statistics.median(v.pytorch_tok_s for v in decode):.1f} tok/s  "
         f"kernels {statistics.median(v.kernel_tok_s for v in decode):.1f} tok/s  "
-        f"speedup {statistics.median(v.speedup for v in decode):.2f}x"
+        f"{verdicts[('decode', 32)].summary}"
     )
     (agreement,) = [r.values for r in log.records("model_agreement")]
     first = agreement.first_divergence
