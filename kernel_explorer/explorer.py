@@ -15,16 +15,8 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
-from kernel_explorer.measure.layers import CALIBRATION_PAIRS
-from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
-from kernel_explorer.measure.stats import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_PRECISION,
-    NoisyMachineWarning,
-    check_sampling,
-    noise_warning,
-)
+from kernel_explorer.explorer_measure import Measuring
+from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
 
@@ -42,7 +34,7 @@ if TYPE_CHECKING:
 _latest: weakref.WeakKeyDictionary[nn.Module, weakref.ref[Explorer]] = weakref.WeakKeyDictionary()
 
 
-class Explorer:
+class Explorer(Measuring):
     """See, switch and measure the kernels of one model.
 
     Args:
@@ -106,7 +98,7 @@ class Explorer:
         self.tokenizer = tokenizer
         self.results = ResultLog()
         self._runner = Runner(self.results)
-        self._captured: CapturedInputs | None = None
+        self._captured = None  # the layers' captured inputs (see `capture`)
         _latest[model] = weakref.ref(self)
 
     @classmethod
@@ -189,201 +181,6 @@ class Explorer:
 
         with self.switchboard.holding(switch_on):
             yield running
-
-    # -- measuring -----------------------------------------------------------------------------
-
-    def capture(self, inputs: Any = None, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> CapturedInputs:
-        """Run the model once on `inputs` (default: a short prompt) and keep each layer's real inputs."""
-        from kernel_explorer.measure.capture import capture_inputs, model_inputs
-
-        kwargs = model_inputs(self.model, inputs, self.tokenizer)
-        self._captured = capture_inputs(self.switchboard, kwargs, memory_cap=memory_cap)
-        return self._captured
-
-    def captured_inputs(self) -> CapturedInputs:
-        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt."""
-        return self._captured if self._captured is not None else self.capture()
-
-    def compare(
-        self,
-        *names: str,
-        instances: str | list[str] | None = None,
-        pairs: int | None = None,
-        precision: float = DEFAULT_PRECISION,
-        budget_s: float = DEFAULT_BUDGET_S,
-        calibration_pairs: int = CALIBRATION_PAIRS,
-        determinism_runs: int = 0,
-        background: bool = False,
-        name: str | None = None,
-    ) -> RunHandle:
-        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
-
-        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
-        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
-        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
-        we can detect here", accuracy against float64, notes to look twice), then (with
-        `determinism_runs`) repeat-run identity.
-
-        Args:
-            pairs: rounds of latency pairs over the instances; None (default): until the interval's
-                half-width is within `precision` of the median, or `budget_s` seconds per layer.
-            precision: target half-width of the interval, relative (0.05: +-5%).
-            budget_s: the most seconds of latency pairs per layer, whatever else stops it.
-            name: the run's id in every summary (default: run-N).
-        """
-        from kernel_explorer.measure.layers import compare_layer, determinism
-
-        check_sampling(pairs, precision, budget_s)
-        for layer in names:
-            self.switchboard.group(layer)  # unknown names fail here, before anything runs
-        chosen = list(names or self.layers)
-        board = self.switchboard
-        measurements: list[Measurement] = []
-        for layer in chosen:
-            measurements.append(
-                lambda run_id, n=layer: compare_layer(
-                    board,
-                    self.captured_inputs(),
-                    n,
-                    run_id=run_id,
-                    instances=instances,
-                    pairs=pairs,
-                    precision=precision,
-                    budget_s=budget_s,
-                    calibration_pairs=calibration_pairs,
-                )
-            )
-            if determinism_runs:
-                measurements.append(
-                    lambda run_id, n=layer: determinism(
-                        board,
-                        self.captured_inputs(),
-                        n,
-                        run_id=run_id,
-                        instances=instances,
-                        runs=determinism_runs,
-                    )
-                )
-        handle = self.run(measurements, background=background, name=name)
-        if not background:
-            self._warn_if_noisy(handle.run_id)
-        return handle
-
-    def _warn_if_noisy(self, run_id: str) -> None:
-        """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
-        import warnings
-
-        floors = [r.values.noise_floor for r in self.results.records("layer_verdict", run_id)]
-        warning = noise_warning(max(floors, default=0.0))
-        if warning:
-            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
-
-    def compare_model(
-        self,
-        *,
-        inputs: Any = None,
-        lengths: tuple[int, ...] = (128, 512),
-        decode_tokens: int = 32,
-        pairs: int = 7,
-        decode_pairs: int = 3,
-        background: bool = False,
-        name: str | None = None,
-    ) -> RunHandle:
-        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
-
-        Prefill runs an A/A calibration and `pairs` interleaved pairs per length, decode
-        `decode_pairs` pairs (each a whole generation); each closes with a `ModelVerdict` whose
-        interval says how sure it is (three decode pairs cover the median with 75%, and say so).
-        """
-        from kernel_explorer.measure.capture import check_runnable, model_inputs
-        from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
-
-        check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
-        check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
-        check_runnable(self.model)
-        kwargs = model_inputs(self.model, inputs, self.tokenizer)
-        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
-        if vocab <= 0:
-            raise KernelExplorerError("compare_model needs model.config.vocab_size to make prefill inputs.")
-        board = self.switchboard
-        measurements: list[Measurement] = [
-            lambda run_id: compare_outputs(board, kwargs, run_id=run_id),
-            lambda run_id: compare_prefill(
-                board, run_id=run_id, lengths=lengths, pairs=pairs, vocab_size=vocab
-            ),
-            lambda run_id: compare_decode(
-                board,
-                kwargs,
-                run_id=run_id,
-                new_tokens=decode_tokens,
-                pairs=decode_pairs,
-                noise_floor_hint=max(
-                    (r.values.noise_floor for r in self.results.records("model_verdict", run_id)),
-                    default=0.0,
-                ),
-            ),
-        ]
-        return self.run(measurements, background=background, name=name)
-
-    def run(
-        self, measurements: list[Measurement], *, background: bool = True, name: str | None = None
-    ) -> RunHandle:
-        """Start measurements (generators of records) on the worker thread, or here."""
-        return self._runner.start(measurements, background=background, name=name)
-
-    def run_live(
-        self,
-        *,
-        cycles: int | None = None,
-        precision: float = DEFAULT_PRECISION,
-        budget_s: float = DEFAULT_BUDGET_S,
-        name: str | None = None,
-    ) -> RunHandle:
-        """On the worker thread: `compare` every layer as switched now, cycle after cycle, until cancelled.
-
-        The same measurement and statistics as `compare`, so the two agree within their intervals;
-        nothing is switched by the run, and a switch made while it runs shows in the next pair.
-        This is what the dashboard's Run button starts; it returns at once (inputs are captured on
-        the run's thread when none are yet).
-        """
-        from kernel_explorer.measure.capture import model_inputs
-        from kernel_explorer.measure.live import live_cycles
-
-        check_sampling(None, precision, budget_s)
-        board = self.switchboard
-        return self.run(
-            [
-                lambda run_id: live_cycles(
-                    board,
-                    self.captured_inputs,
-                    lambda: model_inputs(self.model, None, self.tokenizer),
-                    run_id=run_id,
-                    cycles=cycles,
-                    precision=precision,
-                    budget_s=budget_s,
-                )
-            ],
-            background=True,
-            name=name,
-        )
-
-    def report(self, path: str) -> str:
-        """Write every result so far, with the model, machine, date and switch state, to one
-        self-contained HTML file; returns its path. A path that cannot be written: one line."""
-        from pathlib import Path
-
-        from kernel_explorer.report import ReportContext, write_report
-
-        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
-        context = ReportContext(
-            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.switchboard.device})",
-            hardware=tuple(self.hardware.rows()),
-            switches=tuple(
-                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
-            ),
-        )
-        written = write_report(self.results, Path(path), title="kernel_explorer report", context=context)
-        return str(written)
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())

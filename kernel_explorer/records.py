@@ -147,6 +147,19 @@ class ModelVerdict(_SpeedupSummary):
 
 
 @dataclass(frozen=True)
+class TimeShare:
+    """One category's exclusive share of a profiled forward (see measure/breakdown.py)."""
+
+    kind: ClassVar[str] = "time_share"
+    phase: str  # "prefill" or "decode"
+    tokens: int  # tokens in the forward (1 for a decode step)
+    category: str  # a kernel layer name, "Linear (matmul)", "attention (the model's own)", ...
+    seconds: float  # median exclusive seconds in that category
+    share: float  # of the forward's median time; a phase's shares add to 1
+    hook_overhead: float  # how much slower the hooked forward was than a plain one (0.02: 2%)
+
+
+@dataclass(frozen=True)
 class ModelAgreement:
     """Logits and greedy generation of the model as switched against all-PyTorch."""
 
@@ -185,6 +198,7 @@ Values = (
     | ModelPrefill
     | ModelDecode
     | ModelVerdict
+    | TimeShare
     | ModelAgreement
     | ModelThroughput
     | RunEvent
@@ -202,6 +216,7 @@ VALUE_TYPES: dict[str, type[Values]] = {
         ModelPrefill,
         ModelDecode,
         ModelVerdict,
+        TimeShare,
         ModelAgreement,
         ModelThroughput,
         RunEvent,

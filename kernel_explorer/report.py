@@ -19,6 +19,7 @@ from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
 
 if TYPE_CHECKING:
+    from kernel_explorer.explorer import Explorer
     from kernel_explorer.results import ResultLog
 
 _CSS = """
@@ -157,6 +158,20 @@ def _summary_table(summary: Any) -> str:
             cells.append(f"<td{css}>{html.escape(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def write_explorer_report(explorer: Explorer, path: str | Path) -> Path:
+    """The report of an explorer's results, with its model, machine and switch state."""
+    parameters = sum(p.numel() for p in explorer.model.parameters()) / 1e6
+    device = explorer.switchboard.device
+    context = ReportContext(
+        model=f"{type(explorer.model).__name__} ({parameters:.1f}M parameters, {device})",
+        hardware=tuple(explorer.hardware.rows()),
+        switches=tuple(
+            (row.group.name, row.running_summary, row.measured_summary) for row in explorer.inventory().rows
+        ),
+    )
+    return write_report(explorer.results, Path(path), title="kernel_explorer report", context=context)
 
 
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:

@@ -22,6 +22,7 @@ from kernel_explorer.records import (
     LayerVerdict,
     ModelVerdict,
     Record,
+    TimeShare,
 )
 
 if TYPE_CHECKING:
@@ -182,6 +183,41 @@ class ResultLog:
             for r in self.records("layer_verdict")
             if r.layer is not None and isinstance(r.values, LayerVerdict) and r.values.kernel_on
         }
+
+    def breakdown_summary(self, phase: str = "prefill") -> pd.DataFrame:
+        """The last time breakdown of `phase`: each category's share and, with the last measured
+        kernel speedup of that layer, Amdahl's model speedup (alone, and if it cost nothing); a last
+        row predicts the model speedup with every measured kernel on."""
+        import pandas as pd
+
+        from kernel_explorer.measure.breakdown import amdahl
+
+        shares = [r for r in self.records("time_share") if isinstance(r.values, TimeShare)]
+        shares = [r.values for r in shares if r.values.phase == phase and r.run_id == shares[-1].run_id]
+        verdicts = self.latest_verdicts()
+        rows = []
+        for found in sorted(shares, key=lambda v: -v.share):
+            verdict = verdicts.get(found.category)
+            speedup = verdict.speedup if verdict is not None else None
+            ceiling, predicted = amdahl(found.share, speedup)
+            rows.append(
+                {
+                    "category": found.category,
+                    "share": found.share,
+                    "ms": found.seconds * 1e3,
+                    "kernel_speedup": speedup,
+                    "model_speedup_if_free": ceiling,
+                    "model_speedup_predicted": predicted,
+                }
+            )
+        measured = [r for r in rows if r["kernel_speedup"] is not None]
+        if measured:
+            rest = 1.0 - sum(r["share"] for r in measured)
+            total = 1.0 / (rest + sum(r["share"] / r["kernel_speedup"] for r in measured))
+            rows.append(
+                {"category": "every measured kernel on", "share": 1 - rest, "model_speedup_predicted": total}
+            )
+        return pd.DataFrame.from_records(rows, columns=None if rows else ["category", "share"])
 
     def model_summary(self) -> pd.DataFrame:
         """Per run and measure (prefill at each length, decode): speedup, interval, floor, verdict."""

@@ -21,6 +21,7 @@ def test_every_kind_is_one_value_class() -> None:
         "model_prefill",
         "model_decode",
         "model_verdict",
+        "time_share",
         "model_agreement",
         "model_throughput",
         "run",

@@ -1,0 +1,252 @@
+"""The measuring half of `Explorer`: compare layers and the model, profile, run live, report.
+
+A mixin, so `Explorer` stays one object for its users while its two jobs (switching, measuring)
+live in two files a reader can take in at once. It reads the explorer's model, switchboard,
+tokenizer and results; it switches nothing itself beyond what a measurement puts back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.layers import CALIBRATION_PAIRS
+from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    NoisyMachineWarning,
+    check_sampling,
+    noise_warning,
+)
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from kernel_explorer.results import ResultLog
+    from kernel_explorer.switchboard import Switchboard
+
+
+class Measuring:
+    """Measurements of one explorer's model; records stream into `self.results`."""
+
+    model: nn.Module
+    switchboard: Switchboard
+    tokenizer: Any
+    results: ResultLog
+    layers: list[str]
+    _runner: Runner
+    _captured: CapturedInputs | None
+
+    def capture(self, inputs: Any = None, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> CapturedInputs:
+        """Run the model once on `inputs` (default: a short prompt) and keep each layer's real inputs."""
+        from kernel_explorer.measure.capture import capture_inputs, model_inputs
+
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        self._captured = capture_inputs(self.switchboard, kwargs, memory_cap=memory_cap)
+        return self._captured
+
+    def captured_inputs(self) -> CapturedInputs:
+        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt."""
+        return self._captured if self._captured is not None else self.capture()
+
+    def compare(
+        self,
+        *names: str,
+        instances: str | list[str] | None = None,
+        pairs: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        calibration_pairs: int = CALIBRATION_PAIRS,
+        determinism_runs: int = 0,
+        background: bool = False,
+        name: str | None = None,
+    ) -> RunHandle:
+        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
+
+        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
+        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
+        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
+        we can detect here", accuracy against float64, notes to look twice), then (with
+        `determinism_runs`) repeat-run identity.
+
+        Args:
+            pairs: rounds of latency pairs over the instances; None (default): until the interval's
+                half-width is within `precision` of the median, or `budget_s` seconds per layer.
+            precision: target half-width of the interval, relative (0.05: +-5%).
+            budget_s: the most seconds of latency pairs per layer, whatever else stops it.
+            name: the run's id in every summary (default: run-N).
+        """
+        from kernel_explorer.measure.layers import compare_layer, determinism
+
+        check_sampling(pairs, precision, budget_s)
+        for layer in names:
+            self.switchboard.group(layer)  # unknown names fail here, before anything runs
+        chosen = list(names or self.layers)
+        board = self.switchboard
+        measurements: list[Measurement] = []
+        for layer in chosen:
+            measurements.append(
+                lambda run_id, n=layer: compare_layer(
+                    board,
+                    self.captured_inputs(),
+                    n,
+                    run_id=run_id,
+                    instances=instances,
+                    pairs=pairs,
+                    precision=precision,
+                    budget_s=budget_s,
+                    calibration_pairs=calibration_pairs,
+                )
+            )
+            if determinism_runs:
+                measurements.append(
+                    lambda run_id, n=layer: determinism(
+                        board,
+                        self.captured_inputs(),
+                        n,
+                        run_id=run_id,
+                        instances=instances,
+                        runs=determinism_runs,
+                    )
+                )
+        handle = self.run(measurements, background=background, name=name)
+        if not background:
+            self._warn_if_noisy(handle.run_id)
+        return handle
+
+    def _warn_if_noisy(self, run_id: str) -> None:
+        """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
+        import warnings
+
+        floors = [r.values.noise_floor for r in self.results.records("layer_verdict", run_id)]
+        warning = noise_warning(max(floors, default=0.0))
+        if warning:
+            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
+
+    def compare_model(
+        self,
+        *,
+        inputs: Any = None,
+        lengths: tuple[int, ...] = (128, 512),
+        decode_tokens: int = 32,
+        pairs: int = 7,
+        decode_pairs: int = 3,
+        background: bool = False,
+        name: str | None = None,
+    ) -> RunHandle:
+        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
+
+        Prefill runs an A/A calibration and `pairs` interleaved pairs per length, decode
+        `decode_pairs` pairs (each a whole generation); each closes with a `ModelVerdict` whose
+        interval says how sure it is (three decode pairs cover the median with 75%, and say so).
+        """
+        from kernel_explorer.measure.capture import check_runnable, model_inputs
+        from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
+
+        check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        check_runnable(self.model)
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        vocab = self._vocab_size("compare_model")
+        board = self.switchboard
+        measurements: list[Measurement] = [
+            lambda run_id: compare_outputs(board, kwargs, run_id=run_id),
+            lambda run_id: compare_prefill(
+                board, run_id=run_id, lengths=lengths, pairs=pairs, vocab_size=vocab
+            ),
+            lambda run_id: compare_decode(
+                board,
+                kwargs,
+                run_id=run_id,
+                new_tokens=decode_tokens,
+                pairs=decode_pairs,
+                noise_floor_hint=max(
+                    (r.values.noise_floor for r in self.results.records("model_verdict", run_id)),
+                    default=0.0,
+                ),
+            ),
+        ]
+        return self.run(measurements, background=background, name=name)
+
+    def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
+        """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and
+        of one decode step, and what no kernel covers (Linear, attention, embedding, the rest).
+
+        Records stream into `explorer.results` (`TimeShare`); `results.breakdown_summary()` adds
+        Amdahl's model speedups from the last measured kernel speedups (run `compare` first).
+        """
+        from kernel_explorer.measure.breakdown import time_breakdown
+        from kernel_explorer.measure.capture import check_runnable
+
+        if not isinstance(tokens, int) or tokens <= 0 or not isinstance(repeats, int) or repeats <= 0:
+            raise KernelExplorerError(
+                f"tokens and repeats must be positive whole numbers, got {tokens!r}, {repeats!r}."
+            )
+        check_runnable(self.model)
+        vocab = self._vocab_size("breakdown")
+        board = self.switchboard
+        return self.run(
+            [
+                lambda run_id: time_breakdown(
+                    board, run_id=run_id, vocab_size=vocab, tokens=tokens, repeats=repeats
+                )
+            ],
+            background=background,
+        )
+
+    def _vocab_size(self, what: str) -> int:
+        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
+        if vocab <= 0:
+            raise KernelExplorerError(f"{what} needs model.config.vocab_size to make prefill inputs.")
+        return vocab
+
+    def run(
+        self, measurements: list[Measurement], *, background: bool = True, name: str | None = None
+    ) -> RunHandle:
+        """Start measurements (generators of records) on the worker thread, or here."""
+        return self._runner.start(measurements, background=background, name=name)
+
+    def run_live(
+        self,
+        *,
+        cycles: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        name: str | None = None,
+    ) -> RunHandle:
+        """On the worker thread: `compare` every layer as switched now, cycle after cycle, until cancelled.
+
+        The same measurement and statistics as `compare`, so the two agree within their intervals;
+        nothing is switched by the run, and a switch made while it runs shows in the next pair.
+        This is what the dashboard's Run button starts; it returns at once (inputs are captured on
+        the run's thread when none are yet).
+        """
+        from kernel_explorer.measure.capture import model_inputs
+        from kernel_explorer.measure.live import live_cycles
+
+        check_sampling(None, precision, budget_s)
+        board = self.switchboard
+        return self.run(
+            [
+                lambda run_id: live_cycles(
+                    board,
+                    self.captured_inputs,
+                    lambda: model_inputs(self.model, None, self.tokenizer),
+                    run_id=run_id,
+                    cycles=cycles,
+                    precision=precision,
+                    budget_s=budget_s,
+                )
+            ],
+            background=True,
+            name=name,
+        )
+
+    def report(self, path: str) -> str:
+        """Write every result so far, with the model, machine, date and switch state, to one
+        self-contained HTML file; returns its path. A path that cannot be written: one line."""
+        from kernel_explorer.report import write_explorer_report
+
+        return str(write_explorer_report(self, path))

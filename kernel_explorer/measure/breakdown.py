@@ -1,0 +1,167 @@
+"""Where the model's time goes: each kernel layer name's share of a forward, and what no kernel covers.
+
+One forward (prefill at a chosen length, and one decode step against the prompt's KV cache) runs
+with forward hooks that time every module of interest *exclusively*: a hooked module's clock pauses
+while a hooked child runs, so every second lands in exactly one category. Categories: each kernel
+layer name (module kinds, and function kinds such as rotary, hooked on the function layer), the
+attention computation proper (an attention module's time minus its projections and its function
+layers), Linear (matmul), embedding, and the rest (the forward's time no hook claimed). Shares
+add to 100% (within rounding: each category's median is taken separately). The hooks cost a few
+microseconds per call; plain forwards interleaved with the hooked ones measure that cost, kept in
+each record (`hook_overhead`), so a distorted profile is seen, not assumed.
+
+With a layer's measured speedup k and share s, Amdahl gives the model speedup that layer alone
+can bring, 1 / (1 - s + s / k), and the ceiling if it cost nothing, 1 / (1 - s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer import function_routes
+from kernel_explorer._backend.functions import function_key
+from kernel_explorer.measure.capture import run_model
+from kernel_explorer.measure.model import all_pytorch
+from kernel_explorer.records import Record, TimeShare
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from kernel_explorer.switchboard import Switchboard
+
+LINEAR, EMBEDDING, ATTENTION, REST = "Linear (matmul)", "embedding", "attention (the model's own)", "rest"
+
+
+def _timed_modules(board: Switchboard) -> list[tuple[nn.Module, str]]:
+    """(module, category) for every module the breakdown times.
+
+    A function layer is hooked on its process-wide object, the one the model's code calls (a
+    holder's own copy, if the explorer made one, is reached through it).
+    """
+    from torch import nn
+
+    found: dict[int, tuple[nn.Module, str]] = {}
+    for group in board.groups.values():
+        for path in group.instances:
+            module = board.model.get_submodule(path)
+            if group.kind == "module":
+                found[id(module)] = (module, group.name)
+                continue
+            key = function_key(module, group.name)
+            if key is not None:
+                shared = function_routes.shared_function(module, key)
+                found[id(shared)] = (shared, group.name)
+    for module in board.model.modules():
+        if id(module) in found:
+            continue
+        if isinstance(module, nn.Linear):
+            found[id(module)] = (module, LINEAR)
+        elif isinstance(module, nn.Embedding):
+            found[id(module)] = (module, EMBEDDING)
+        elif type(module).__name__.endswith("Attention"):
+            found[id(module)] = (module, ATTENTION)
+    return list(found.values())
+
+
+class _ExclusiveClock:
+    """Per-category exclusive seconds from nested pre/post forward hooks (one thread)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._stack: list[tuple[str, float]] = []
+
+    def enter(self, category: str) -> None:
+        now = time.perf_counter()
+        if self._stack:
+            parent, since = self._stack[-1]
+            self.seconds[parent] += now - since
+        self._stack.append((category, now))
+
+    def leave(self) -> None:
+        now = time.perf_counter()
+        category, since = self._stack.pop()
+        self.seconds[category] += now - since
+        if self._stack:
+            parent, _ = self._stack[-1]
+            self._stack[-1] = (parent, now)
+
+
+def profile_forward(board: Switchboard, kwargs: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """(total seconds, exclusive seconds per category) of one forward, under the switchboard lock."""
+    clock = _ExclusiveClock()
+    with board.lock:
+        handles = []
+        for module, category in _timed_modules(board):
+            handles.append(module.register_forward_pre_hook(lambda *_, c=category: clock.enter(c)))
+            handles.append(module.register_forward_hook(lambda *_: clock.leave(), always_call=True))
+        try:
+            start = time.perf_counter()
+            run_model(board.model, kwargs)
+            total = time.perf_counter() - start
+        finally:
+            for handle in handles:
+                handle.remove()
+    shares = dict(clock.seconds)
+    shares[REST] = max(0.0, total - sum(shares.values()))
+    return total, shares
+
+
+def time_breakdown(
+    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int = 512, repeats: int = 2
+) -> Iterator[Record]:
+    """Prefill of `tokens` tokens and one decode step: one `TimeShare` record per category and phase.
+
+    Profiled with every layer on PyTorch (the switch state comes back after), since Amdahl's
+    predictions start from PyTorch's shares. Each phase is profiled `repeats` times (after a
+    warm-up) and the per-category medians kept, so one preempted call does not move a share.
+    """
+    with all_pytorch(board):
+        yield from _breakdown(board, run_id=run_id, vocab_size=vocab_size, tokens=tokens, repeats=repeats)
+
+
+def _breakdown(
+    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int, repeats: int
+) -> Iterator[Record]:
+    import copy
+
+    import torch
+
+    ids = torch.randint(0, vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+    prefill: dict[str, Any] = {"input_ids": ids}
+    try:
+        cache = getattr(run_model(board.model, {**prefill, "use_cache": True}), "past_key_values", None)
+    except Exception:  # a model without a KV cache: prefill only (this forward also warms up)
+        run_model(board.model, prefill)
+        cache = None
+    phases: list[tuple[str, Any]] = [("prefill", lambda: prefill)]
+    if cache is not None:  # each step appends to the cache: every run gets its own copy of the prompt's
+        step = {"input_ids": ids[:, -1:], "use_cache": True}
+        phases.append(("decode", lambda: {**step, "past_key_values": copy.deepcopy(cache)}))
+    for phase, make_inputs in phases:
+        hooked, plain = [], []
+        for _ in range(repeats):  # plain and hooked interleaved: the hooks' own cost is measured, not assumed
+            kwargs = make_inputs()
+            with board.lock:
+                start = time.perf_counter()
+                run_model(board.model, kwargs)
+                plain.append(time.perf_counter() - start)
+            hooked.append(profile_forward(board, make_inputs()))
+        total = statistics.median(t for t, _ in hooked)
+        overhead = total / statistics.median(plain) - 1.0
+        names = dict.fromkeys(name for _, shares in hooked for name in shares)
+        for name in names:
+            seconds = statistics.median(shares.get(name, 0.0) for _, shares in hooked)
+            count = tokens if phase == "prefill" else 1
+            yield Record(run_id, TimeShare(phase, count, name, seconds, seconds / total, overhead))
+
+
+def amdahl(share: float, speedup: float | None) -> tuple[float, float | None]:
+    """(model speedup if the category cost nothing, model speedup with its measured `speedup`)."""
+    ceiling = 1.0 / (1.0 - share) if share < 1 else float("inf")
+    if speedup is None or speedup <= 0:
+        return ceiling, None
+    return ceiling, 1.0 / (1.0 - share + share / speedup)
