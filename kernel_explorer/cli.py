@@ -1,19 +1,40 @@
 """The `kernel-explorer` command: the same core as the notebook, from a terminal.
 
 Errors the user can fix are printed as one line (`error: ... ; fix: ...`) with exit status 2, never
-as a traceback.
+as a traceback. Progress bars are drawn only on a terminal: redirected to a file or a pipe, the
+output holds text lines only, not tqdm's carriage returns.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
 
 DEMO_QUESTION = "What is the capital of France?"
+
+
+def interactive() -> bool:
+    """Whether both stdout and stderr are terminals: the only case where progress bars belong."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def _report_target(path: str) -> Path:
+    """`path` as a file the report can go to, checked before minutes of loading and measuring."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise KernelExplorerError(f"{path} is a folder: give a file name, e.g. {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise KernelExplorerError(
+            f"cannot write {path}: folder {target.parent} does not exist; create it first"
+        )
+    return target
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
@@ -35,10 +56,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print()
     require_compatible()
 
-    _, _, first = load_default_model(with_info=True)
+    progress = interactive()
+    _, _, first = load_default_model(progress=progress, with_info=True)
     how = "converted from GGUF and cached" if first.source == "gguf" else "loaded from cache"
     print(f"Default model: {first.seconds:.1f} s ({how}, {first.path})")
-    model, tokenizer, again = load_default_model(with_info=True)
+    model, tokenizer, again = load_default_model(progress=progress, with_info=True)
     print(f"Default model, second load from cache: {again.seconds:.2f} s")
 
     start = time.perf_counter()
@@ -49,16 +71,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_explorer(model: object, tokenizer: object) -> None:
-    """The inventory, then every layer on the bundled CPU kernels through the switchboard."""
+def _demo_explorer(model: Any, tokenizer: Any) -> None:
+    """The inventory, every layer on the bundled CPU kernels, then a short measurement of each."""
     from kernel_explorer.builder import build_hub
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.models import generate_answer
 
     start = time.perf_counter()
-    build_hub(progress=True)
+    build_hub(progress=interactive())
     print(f"Bundled CPU kernel hub ready in {time.perf_counter() - start:.1f} s")
-    explorer = Explorer(model)
+    explorer = Explorer.of(model, tokenizer=tokenizer)
     print(explorer.inventory())
     print()
     before = generate_answer(model, tokenizer, DEMO_QUESTION)
@@ -67,35 +89,35 @@ def _demo_explorer(model: object, tokenizer: object) -> None:
         switched = time.perf_counter() - start
         on = sum(now.is_kernel for now in running)
         print(f"Switched {on} of {len(running)} instances to kernels in {switched * 1e3:.1f} ms:")
+        inventory = explorer.inventory()
         for name in explorer.layers:
-            print(f"  {name:<16} {explorer.running(name)[0]}")
+            now = explorer.running(name)[0]
+            print(f"  {name:<16} {inventory.row(name).kernel_name(now)} [{now.variant}]")
         after = generate_answer(model, tokenizer, DEMO_QUESTION)
     print(f"With the kernels: {after}")
     print(f"Same greedy answer as PyTorch: {'yes' if after == before else 'NO'}")
     print(f"After the block: {explorer!r}")
+    print()
+    # a short comparison (about 2 s of pairs per layer): the numbers, each with how sure it is
+    print("Each kernel against PyTorch on the model's own activations (short run: kernel-explorer compare")
+    print("measures longer, kernel-explorer report writes the HTML):")
+    _measure(explorer, explorer.layers, pairs=None, precision=0.1, budget_s=2.0)
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    """Every bundled kernel (or the named layers) of the default model against PyTorch, with intervals."""
+def _measure(
+    explorer: Any, layers: Sequence[str], *, pairs: int | None, precision: float, budget_s: float
+) -> None:
+    """Compare `layers` and print each verdict: speedup [95% interval], why it stopped, the floor."""
     import warnings
 
-    from kernel_explorer.builder import build_hub
-    from kernel_explorer.explorer import Explorer
-    from kernel_explorer.measure.stats import NoisyMachineWarning, check_sampling, noise_warning
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.measure.stats import NoisyMachineWarning, noise_warning
 
-    check_sampling(args.pairs, args.precision, args.budget)  # before minutes of loading
-    build_hub(progress=False)
-    model, tokenizer = load_default_model(progress=False)
-    explorer = Explorer(model, tokenizer=tokenizer)
-    layers = args.layers or explorer.layers
-    print(f"Comparing {', '.join(layers)} on the default model (captured activations, interleaved pairs)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoisyMachineWarning)  # printed below, once, as a line
-        handle = explorer.compare(*layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
+        handle = explorer.compare(*layers, pairs=pairs, precision=precision, budget_s=budget_s)
     if handle.error is not None:
         raise handle.error
-    verdicts = explorer.results.records("layer_verdict")
+    verdicts = explorer.results.records("layer_verdict", handle.run_id)
     width = max((len(r.layer or "") for r in verdicts), default=5)
     print(f"  {'layer':<{width}}  speedup [95% interval] verdict")
     for record in verdicts:
@@ -110,6 +132,44 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     warning = noise_warning(max((r.values.noise_floor for r in verdicts), default=0.0))
     if warning:
         print(warning)
+
+
+def _compared_explorer(args: argparse.Namespace) -> Any:
+    """The default model's explorer after comparing the named layers (all by default), printed."""
+    from kernel_explorer.builder import build_hub
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.measure.stats import check_sampling
+    from kernel_explorer.models import load_default_model
+
+    check_sampling(args.pairs, args.precision, args.budget)  # before minutes of loading
+    build_hub(progress=interactive())
+    model, tokenizer = load_default_model(progress=interactive())
+    explorer = Explorer.of(model, tokenizer=tokenizer)
+    layers = args.layers or explorer.layers
+    for name in layers:
+        explorer.switchboard.group(name)  # an unknown name fails now, with the names there are
+    print(f"Comparing {', '.join(layers)} on the default model (captured activations, interleaved pairs)")
+    _measure(explorer, layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
+    return explorer
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    """Every bundled kernel (or the named layers) of the default model against PyTorch, with intervals."""
+    _compared_explorer(args)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """`compare`, then every record of it in one self-contained HTML file."""
+    target = _report_target(args.path)
+    explorer = _compared_explorer(args)
+    try:
+        written = explorer.report(str(target))
+    except OSError as error:
+        raise KernelExplorerError(
+            f"cannot write {args.path}: {error.strerror or error}; choose a path you can write"
+        ) from None
+    print(f"Report written to {written}")
     return 0
 
 
@@ -139,17 +199,29 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser(
         "compare", help="each kernel layer of the default model against PyTorch, with 95%% intervals"
     )
-    compare.add_argument("layers", nargs="*", help="kernel layer names (default: all)")
-    compare.add_argument("--pairs", type=int, default=None, help="fixed rounds of pairs (default: adaptive)")
-    compare.add_argument(
-        "--precision", type=float, default=0.05, help="stop when the interval is within this share (0.05)"
-    )
-    compare.add_argument("--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)")
+    report = sub.add_parser("report", help="run `compare` and write its HTML report to PATH")
+    report.add_argument("path", help="the HTML file to write (its folder must exist)")
+    for command in (compare, report):
+        command.add_argument("layers", nargs="*", help="kernel layer names (default: all)")
+        command.add_argument(
+            "--pairs", type=int, default=None, help="fixed rounds of pairs (default: adaptive)"
+        )
+        command.add_argument(
+            "--precision", type=float, default=0.05, help="stop when the interval is within this share (0.05)"
+        )
+        command.add_argument(
+            "--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)"
+        )
     compare.set_defaults(func=_cmd_compare)
+    report.set_defaults(func=_cmd_report)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if not interactive() and "tqdm" not in sys.modules:
+        # Redirected: no bar anywhere, also from libraries that draw their own (tqdm reads this
+        # variable once, on import).
+        os.environ.setdefault("TQDM_DISABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

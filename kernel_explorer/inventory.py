@@ -7,11 +7,14 @@ it is a frozen snapshot that renders as text, as HTML (in a notebook), and expor
 from __future__ import annotations
 
 import html
+import os
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import mode_name
+from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.availability import Availability
 from kernel_explorer.catalog import first_usable
 
@@ -34,6 +37,7 @@ class InventoryRow:
     candidates: tuple[tuple[Candidate, Availability], ...]
     running: tuple[RunningNow, ...]
     measured: LayerVerdict | None = None  # the last comparison's verdict, when there was one
+    device: str = ""  # the model's device type: candidates mapped for others are folded away
 
     @property
     def measured_summary(self) -> str:
@@ -56,10 +60,71 @@ class InventoryRow:
             return "no mapping from any source"
         return str(best[1])
 
+    def _elsewhere(self, candidate: Candidate) -> bool:
+        return bool(self.device) and candidate.device != self.device
+
+    @property
+    def here(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """Candidates mapped for this device, usable ones first (each group in preference order).
+
+        What a user can act on comes first; a GPU mapping cannot run on this CPU whatever its
+        order in the catalog, so it never sits above the one that can.
+        """
+        mine = [pair for pair in self.candidates if not self._elsewhere(pair[0])]
+        return tuple(sorted(mine, key=lambda pair: not pair[1].state.usable))  # stable: keeps order
+
+    @property
+    def elsewhere(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """Candidates mapped only for other devices (CUDA, ROCm, XPU, ...): shown folded."""
+        return tuple(pair for pair in self.candidates if self._elsewhere(pair[0]))
+
+    @property
+    def elsewhere_summary(self) -> str:
+        """`+8 candidates for other devices (cuda, rocm, xpu, npu)`, or "" when there are none."""
+        others = self.elsewhere
+        if not others:
+            return ""
+        devices = ", ".join(dict.fromkeys(c.device for c, _ in others))
+        noun = "candidate" if len(others) == 1 else "candidates"
+        return f"+{len(others)} {noun} for other devices ({devices})"
+
+    def kernel_name(self, now: RunningNow) -> str:
+        """A person's name for what `now` runs: `bundled/rmsnorm RMSNorm` (repository and layer).
+
+        Found by matching the loaded kernel's repository with this row's candidates; the op
+        namespace (`_rmsnorm_cpu_23eb2fc398`) is an id for tooltips and exports, not for reading.
+        """
+        if not now.is_kernel:
+            return "PyTorch"
+        matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
+        matches.sort(key=self._elsewhere)  # one mapped for this device first
+        if matches:
+            return f"{matches[0].repo_label} {matches[0].repository.layer_name}"
+        if now.repository and now.repository != "unknown":
+            return f"{PurePath(now.repository).name} {self.group.name}"
+        return f"kernel {now.kernel_id}"
+
+    @property
+    def running_counts(self) -> list[tuple[str, str, int]]:
+        """(name, kernel id or "", instances) per distinct thing running, most instances first."""
+        counts = Counter((self.kernel_name(now), now.kernel_id or "") for now in self.running)
+        return [(name, kernel_id, n) for (name, kernel_id), n in counts.most_common()]
+
     @property
     def running_summary(self) -> str:
-        counts = Counter("PyTorch" if not r.is_kernel else f"kernel {r.kernel_id}" for r in self.running)
-        return ", ".join(f"{what} x{n}" for what, n in counts.most_common())
+        """`PyTorch x4, bundled/rmsnorm RMSNorm x1`: what the instances run now, by name."""
+        return ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
+
+
+def _same_repository(candidate: Candidate, repository: str | None) -> bool:
+    """Whether `candidate` names the repository a loaded kernel came from (Hub id or local folder)."""
+    if not repository:
+        return False
+    ref = candidate.hub
+    if ref is not None:
+        return ref.repo_id == repository
+    path = local_path(candidate.repository)
+    return path is not None and os.path.realpath(path) == os.path.realpath(repository)
 
 
 @dataclass(frozen=True)
@@ -107,6 +172,13 @@ class Inventory:
             "  " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
             for line in lines
         ]
+        for row in self.rows:
+            folded = [f"{len(row.here) - 1} more for {self.device}"] if len(row.here) > 1 else []
+            folded += [row.elsewhere_summary] if row.elsewhere else []
+            if folded:
+                text.append(f"  {row.group.name}: {'; '.join(folded)}")
+        if any(len(row.candidates) > 1 for row in self.rows):
+            text.append("Every candidate and why it can or cannot run: .to_pandas('candidates')")
         if self.other_layers:
             others = ", ".join(f"{name} x{n}" for name, n in self.other_layers[:8])
             more = f" and {len(self.other_layers) - 8} more classes" if len(self.other_layers) > 8 else ""
@@ -121,20 +193,33 @@ class Inventory:
                 f'border-radius:4px;padding:0 4px;white-space:nowrap">{html.escape(found.state.value)}</span>'
             )
 
+        def option(candidate: Candidate, found: Availability) -> str:
+            return f"{badge(found)} {html.escape(candidate.label)} <small>[{candidate.source}]</small>"
+
+        def runs_now(row: InventoryRow) -> str:
+            parts = []
+            for name, kernel_id, n in row.running_counts:
+                text = f"{html.escape(name)} x{n}"
+                if kernel_id:  # the op namespace is for whoever needs it, on hover
+                    text = f'<span title="kernel id {html.escape(kernel_id)}">{text}</span>'
+                parts.append(text)
+            return ", ".join(parts)
+
         body = []
         for row in self.rows:
-            options = (
-                "<br>".join(
-                    f"{badge(found)} {html.escape(c.label)} <small>[{c.source}]</small>"
-                    for c, found in row.candidates
+            options = "<br>".join(option(c, found) for c, found in row.here)
+            if row.elsewhere:
+                folded = "<br>".join(option(c, found) for c, found in row.elsewhere)
+                options += (
+                    f"{'<br>' if options else ''}<details><summary><small>"
+                    f"{html.escape(row.elsewhere_summary)}</small></summary>{folded}</details>"
                 )
-                or "<i>no mapping from any source</i>"
-            )
+            options = options or "<i>no mapping from any source</i>"
             body.append(
                 "<tr>"
                 f"<td><b>{html.escape(row.group.name)}</b><br><small>{html.escape(row.group.original)}</small></td>"
                 f"<td>{row.group.kind}</td><td>{len(row.group)}</td>"
-                f"<td>{html.escape(row.running_summary)}</td>"
+                f"<td>{runs_now(row)}</td>"
                 f"<td>{html.escape(row.measured_summary)}</td><td>{options}</td>"
                 "</tr>"
             )
@@ -161,6 +246,7 @@ class Inventory:
                     "instance": now.instance,
                     "original": row.group.original,
                     "runs": "kernel" if now.is_kernel else "pytorch",
+                    "kernel": row.kernel_name(now) if now.is_kernel else None,
                     "kernel_id": now.kernel_id,
                     "variant": now.variant,
                     "repository": now.repository,
@@ -183,7 +269,7 @@ class Inventory:
                     "size_bytes": found.size_bytes,
                 }
                 for row in self.rows
-                for c, found in row.candidates
+                for c, found in row.here + row.elsewhere
             ]
         else:
             raise ValueError(f"level must be 'instances' or 'candidates', not {level!r}")
@@ -208,7 +294,7 @@ def build_inventory(
             for c in catalog.candidates(name)
         )
         now = tuple(r for r in running if r.layer_name == name)
-        rows.append(InventoryRow(group, found, now, (measured or {}).get(name)))
+        rows.append(InventoryRow(group, found, now, (measured or {}).get(name), board.device))
     kernel_paths = {
         path for group in board.groups.values() if group.kind == "module" for path in group.instances
     }

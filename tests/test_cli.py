@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from kernel_explorer.cli import main
+
+VERDICTS = ("faster", "slower", "no difference we can detect here", "too few pairs)")
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -76,7 +79,7 @@ def test_compare_prints_each_layer_with_its_interval_and_verdict() -> None:
     done = _run("compare", "RMSNorm", "--precision", "0.2", "--budget", "3")
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("RMSNorm"))
-    assert "x [" in line and line.rstrip().endswith(("faster", "slower", "no difference we can detect here"))
+    assert "x [" in line and line.rstrip().endswith(VERDICTS)
     assert "noise floor" in done.stdout and "pairs (" in done.stdout
 
 
@@ -84,3 +87,39 @@ def test_compare_bad_precision_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert main(["compare", "--precision", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: precision must be between 0 and 1") and err.count("\n") == 1
+
+
+def test_report_to_a_missing_folder_fails_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.perf_counter()
+    assert main(["report", "/nonexistent/dir/x.html", "RMSNorm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write /nonexistent/dir/x.html: folder /nonexistent/dir does not")
+    assert err.endswith("exist; create it first\n") and err.count("\n") == 1
+    assert time.perf_counter() - start < 5  # checked before loading the model
+
+
+def test_progress_bars_only_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from kernel_explorer.cli import interactive
+
+    assert not interactive()  # pytest captures both streams, as a redirect does
+
+
+@pytest.mark.slow
+def test_report_writes_the_html_of_a_compare_run_with_no_carriage_returns(tmp_path: Path) -> None:
+    out = tmp_path / "out.html"
+    done = _run("report", str(out), "RMSNorm", "--precision", "0.2", "--budget", "2")
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_size > 100_000 and "RMSNorm" in out.read_text()
+    assert f"Report written to {out}" in done.stdout and "RMSNorm" in done.stdout and "x [" in done.stdout
+    assert "\r" not in done.stdout + done.stderr  # redirected: no progress bars
+    assert "Loading weights" not in done.stderr
+
+
+@pytest.mark.slow
+def test_demo_prints_layer_verdicts_and_no_progress_bars_when_redirected() -> None:
+    done = _run("demo")
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stdout + done.stderr and "Loading weights" not in done.stderr
+    verdicts = [ln for ln in done.stdout.splitlines() if ln.strip().startswith(("RMSNorm ", "SiLU "))]
+    assert any("x [" in ln and ln.rstrip().endswith(VERDICTS) for ln in verdicts), done.stdout
+    assert "bundled/rmsnorm RMSNorm [" in done.stdout  # the switch list names kernels, not op ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_explorer.explorer import Explorer
+from kernel_explorer.inventory import Inventory
 from kernel_explorer.models import tiny_llama
 
 
@@ -22,7 +23,11 @@ def test_rows_follow_the_switches(explorer: Explorer) -> None:
     explorer.on("RMSNorm", "model.norm")
     after = explorer.inventory().row("RMSNorm")
     kernel_id = explorer.running("RMSNorm")[-1].kernel_id
-    assert after.running_summary == f"PyTorch x4, kernel {kernel_id} x1"
+    # a person's name (repository and layer); the op namespace only where ids belong
+    assert after.running_summary == "PyTorch x4, bundled/rmsnorm RMSNorm x1"
+    assert kernel_id not in str(explorer.inventory())
+    html = explorer.inventory()._repr_html_()
+    assert f'<span title="kernel id {kernel_id}">bundled/rmsnorm RMSNorm x1</span>' in html
     assert after.best[0].source == "bundled" and after.status.startswith("ready")
 
 
@@ -31,10 +36,37 @@ def test_text_and_html(explorer: Explorer) -> None:
     text = str(inventory)
     assert "RMSNorm" in text and "bundled/rmsnorm:RMSNorm (cpu, any mode)" in text
     assert "Not kernelizable (class declares no kernel layer name): Linear x15" in text
+    assert "  RMSNorm: +8 candidates for other devices (cuda, rocm, xpu, mps, npu)" in text.splitlines()
+    assert "cuda, training" not in text  # folded: one line, not eight
     html = inventory._repr_html_()
     assert html.count("<tr>") == 1 + 3  # header + one row per layer name
     assert 'title="no mapping for this device or mode: mapped for cuda' in html  # reason on hover
     assert ">ready</span>" in html
+    summary = "<summary><small>+8 candidates for other devices (cuda, rocm, xpu, mps, npu)</small></summary>"
+    rmsnorm = html[html.index("<b>RMSNorm</b>") :]
+    # the usable candidate first, the other devices' folded under one line after it
+    assert rmsnorm.index(">ready</span>") < rmsnorm.index(summary) < rmsnorm.index("(cuda, training)")
+
+
+def test_the_usable_candidate_comes_first_whatever_the_source_order(hub: dict, tmp_path) -> None:
+    from kernels import LocalLayerRepository
+
+    mine = {
+        "RMSNorm": {
+            "cuda": LocalLayerRepository(repo_path=tmp_path / "for-cuda", layer_name="RMSNorm"),
+            "cpu": LocalLayerRepository(repo_path=tmp_path / "not-built", layer_name="RMSNorm"),
+        }
+    }
+    row = Explorer(tiny_llama(), mine).inventory().row("RMSNorm")
+    assert [c.source for c, _ in row.candidates[:2]] == ["user", "user"]  # the catalog's order
+    here = [(c.source, found.state.usable) for c, found in row.here]
+    assert here == [("bundled", True), ("user", False)]
+    assert all(c.device != "cpu" for c, _ in row.elsewhere) and len(row.elsewhere) == 9
+    assert row.elsewhere_summary == "+9 candidates for other devices (cuda, rocm, xpu, mps, npu)"
+    html = Inventory((row,), (), "cpu", "inference")._repr_html_()
+    assert html.index("bundled/rmsnorm:RMSNorm") < html.index("not-built") < html.index("<details>")
+    text = str(Inventory((row,), (), "cpu", "inference"))
+    assert "  RMSNorm: 1 more for cpu; +9 candidates for other devices" in text
 
 
 def test_pandas_export(explorer: Explorer) -> None:
@@ -44,6 +76,7 @@ def test_pandas_export(explorer: Explorer) -> None:
     assert len(instances) == 2 + 2 + 5
     silu = instances[instances.layer == "SiLU"]
     assert set(silu.runs) == {"kernel"} and silu.kernel_id.notna().all()
+    assert set(silu.kernel) == {"bundled/activation Silu"}  # the name beside the id
     candidates = inventory.to_pandas("candidates")
     assert {"layer", "candidate", "source", "state", "reason"} <= set(candidates.columns)
     assert (candidates[candidates.source == "bundled"].state == "ready").all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,22 +23,89 @@ def shell() -> Iterator[Any]:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("frobnicate", "invalid choice: 'frobnicate'"),
+        ("frobnicate", "unknown command 'frobnicate': one of hardware, explore,"),
         ("explore nothing_here", "'nothing_here' is not defined in this notebook"),
-        ("explore number", "'number' is a int, not a torch.nn.Module"),
+        ("explore number", "'number' is an int, not a torch.nn.Module: pass the variable"),
         ("explore model --mode fast", "invalid choice: 'fast'"),
         ("explore model --bogus", "unrecognized arguments: --bogus"),
-        ("compare", "the following arguments are required: layer"),
+        ("compare", "the following arguments are required: layer (usage: %kernels compare LAYER"),
         ('on "unclosed', "cannot parse"),
     ],
 )
-def test_bad_input_is_one_line_with_usage(
+def test_bad_input_is_one_short_line(
     shell: Any, capsys: pytest.CaptureFixture, line: str, message: str
 ) -> None:
     assert shell.run_line_magic("kernels", line) is None
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err and "Usage: %kernels hardware" in err
+    assert err.count("\n") == 1 and message in err and err.startswith("%kernels: ")
     assert "Traceback" not in err
+    assert "%kernels hardware" not in err and len(err) < 140  # not the whole usage again
+
+
+def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pytest.CaptureFixture) -> None:
+    shell.run_line_magic("kernels", "")
+    short = capsys.readouterr().out
+    assert short.count("\n") == 1 and short.startswith("Usage: %kernels hardware | explore")
+    for line in ("help", "--help", "-h"):
+        shell.run_line_magic("kernels", line)
+        full = capsys.readouterr().out
+        assert "%kernels explore MODEL [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
+        assert full.count("\n") == len(full.splitlines()) >= 10
+
+
+def test_report_to_a_missing_folder_is_one_line(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path
+) -> None:
+    shell.run_line_magic("kernels", "explore model").close()
+    capsys.readouterr()
+    assert shell.run_line_magic("kernels", "report /nonexistent/dir/x.html") is None
+    err = capsys.readouterr().err
+    assert err.startswith("%kernels: cannot write /nonexistent/dir/x.html: folder /nonexistent/dir")
+    assert err.endswith("does not exist; create it first\n") and err.count("\n") == 1
+    shell.run_line_magic("kernels", f"report {tmp_path}")
+    assert capsys.readouterr().err.startswith(f"%kernels: {tmp_path} is a folder: give a file name")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    shell.run_line_magic("kernels", f"report {locked / 'r.html'}")
+    err = capsys.readouterr().err
+    if os.geteuid() != 0:  # root writes anywhere
+        assert err.startswith(f"%kernels: cannot write {locked / 'r.html'}: Permission denied")
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_explore_reuses_the_models_explorer(shell: Any, hub: dict) -> None:
+    first = shell.run_line_magic("kernels", "explore model")
+    second = shell.run_line_magic("kernels", "explore model")
+    assert second.explorer is first.explorer  # twice: the same switches and results
+    shell.run_cell("from kernel_explorer import Explorer\nexplorer = Explorer(model)")
+    third = shell.run_line_magic("kernels", "explore model")
+    assert third.explorer is shell.user_ns["explorer"] and third.explorer is not first.explorer
+    shell.run_line_magic("kernels", "on SiLU")
+    assert all(now.is_kernel for now in shell.user_ns["explorer"].running("SiLU"))
+    shell.run_line_magic("kernels", "reset")
+    for dashboard in (first, second, third):
+        dashboard.close()
+
+
+def test_stop_cancels_the_magics_run_and_the_dashboards(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    magic = shell._kernel_explorer_magic
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    capsys.readouterr()
+    shell.run_line_magic("kernels", "stop")
+    assert capsys.readouterr().out.startswith("nothing to stop")
+    shell.run_line_magic("kernels", "compare SiLU RMSNorm --pairs 100000 --background")
+    handle = magic.handle
+    assert "%kernels stop cancels it" in capsys.readouterr().out and not handle.done
+    dashboard.run()  # as the Run button does
+    live = dashboard.handle
+    shell.run_line_magic("kernels", "stop")
+    out = capsys.readouterr().out
+    assert handle.done and handle.cancelled and live.done and live.cancelled
+    assert out.startswith("stopped run ") and handle.run_id in out and live.run_id in out
+    assert not any(now.is_kernel for now in dashboard.explorer.running())  # put back as before
+    dashboard.close()
 
 
 def test_switching_needs_an_explored_model_first(
@@ -60,6 +128,7 @@ def test_explore_then_switch_compare_and_report(
     assert "has no kernel layer 'Nope'" in capsys.readouterr().err
     summary = shell.run_line_magic("kernels", "compare SiLU --pairs 2")
     assert list(summary.layer) == ["SiLU"] and summary.pairs.iloc[0] == 4
+    assert shell._kernel_explorer_magic.handle.run_id == summary.run_id.iloc[0]  # kept for %kernels stop
     shell.run_line_magic("kernels", f"report {tmp_path / 'r.html'}")
     assert (tmp_path / "r.html").stat().st_size > 1_000_000
     shell.run_line_magic("kernels", "off RMSNorm")

@@ -35,9 +35,10 @@ def test_unwritable_cache_dir_names_the_fix(tmp_path, monkeypatch: pytest.Monkey
 
 
 @pytest.mark.slow
-def test_default_model_converts_then_loads_from_cache(fresh_cache) -> None:
+def test_default_model_converts_then_loads_from_cache(fresh_cache, capsys) -> None:
     model, tokenizer, first = load_default_model(progress=False, with_info=True)
     assert first.source == "gguf"
+    assert "Loading weights" not in capsys.readouterr().err  # progress=False: no bar at all
     assert "Paris" in generate_answer(model, tokenizer, "What is the capital of France?")
 
     start = time.perf_counter()
@@ -54,3 +55,27 @@ def test_half_written_cache_is_not_trusted(fresh_cache) -> None:
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")  # a conversion that died before writing its marker
     assert not models._cache_is_complete(target)
+
+
+def test_progress_false_draws_no_loading_bar_and_restores_the_setting(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from kernel_explorer.models import progress_bars
+
+    tiny_llama().save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert "Loading weights" in capsys.readouterr().err  # Transformers 5 draws it by default
+    with progress_bars(False):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert "Loading weights" not in capsys.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # back as it was
+    hf_logging.disable_progress_bar()
+    try:
+        with progress_bars(False):
+            pass
+        assert not hf_logging.is_progress_bar_enabled()  # a user's own "off" is kept
+    finally:
+        hf_logging.enable_progress_bar()

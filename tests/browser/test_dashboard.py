@@ -96,11 +96,11 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
 
     _run_cell(page, 3)  # explorer.on("SiLU") in Python: the table follows without a click
     expect(page.locator('.kx-runs[data-layer="SiLU"]')).to_have_text(
-        re.compile(r"kernel .* x2"), timeout=30_000
+        re.compile(r"^bundled/activation \w+ x2$"), timeout=30_000
     )
 
     page.locator('input.kx-layer-switch[data-layer="RMSNorm"]').click()  # the table switches...
-    expect(rmsnorm).to_have_text(re.compile(r"^kernel .* x5$"), timeout=30_000)
+    expect(rmsnorm).to_have_text(re.compile(r"^bundled/rmsnorm RMSNorm x5$"), timeout=30_000)
     _run_cell(page, 4)
     assert _output(page, 4, "RMSNORM_ON") == [5.0]  # ... and that is what runs
 
