@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
@@ -23,18 +22,6 @@ DEMO_QUESTION = "What is the capital of France?"
 def interactive() -> bool:
     """Whether both stdout and stderr are terminals: the only case where progress bars belong."""
     return sys.stdout.isatty() and sys.stderr.isatty()
-
-
-def _report_target(path: str) -> Path:
-    """`path` as a file the report can go to, checked before minutes of loading and measuring."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise KernelExplorerError(f"{path} is a folder: give a file name, e.g. {target / 'report.html'}")
-    if not target.parent.is_dir():
-        raise KernelExplorerError(
-            f"cannot write {path}: folder {target.parent} does not exist; create it first"
-        )
-    return target
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
@@ -161,14 +148,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """`compare`, then every record of it in one self-contained HTML file."""
-    target = _report_target(args.path)
-    explorer = _compared_explorer(args)
-    try:
-        written = explorer.report(str(target))
-    except OSError as error:
-        raise KernelExplorerError(
-            f"cannot write {args.path}: {error.strerror or error}; choose a path you can write"
-        ) from None
+    from kernel_explorer.report import report_path
+
+    target = report_path(args.path)  # before minutes of loading and measuring
+    written = _compared_explorer(args).report(str(target))
     print(f"Report written to {written}")
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
@@ -79,16 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _a(word: str) -> str:
     return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
-
-
-def _writable_target(path: str) -> Path:
-    """`path` as a file the report can be written to, or a one-line error before any work."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise MagicUsageError(f"{path} is a folder: give a file name, e.g. {target / 'report.html'}")
-    if not target.parent.is_dir():
-        raise MagicUsageError(f"cannot write {path}: folder {target.parent} does not exist; create it first")
-    return target
 
 
 class KernelsMagic:
@@ -246,13 +235,9 @@ class KernelsMagic:
 
     def _do_report(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        target = _writable_target(args.path)
-        try:
-            path = explorer.report(str(target))
-        except OSError as error:
-            raise MagicUsageError(
-                f"cannot write {args.path}: {error.strerror or error}; choose a path you can write"
-            ) from None
+        from kernel_explorer.report import report_path
+
+        path = explorer.report(str(report_path(args.path)))
         print(f"report written to {path}")
         return None
 

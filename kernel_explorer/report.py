@@ -160,6 +160,18 @@ def _summary_table(summary: Any) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def report_path(path: str | Path) -> Path:
+    """`path` as a file a report can go to, or one line saying why not: checked before any work."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise KernelExplorerError(f"{path} is a folder: give a file name, e.g. {target / 'report.html'}")
+    if not target.parent.is_dir():
+        raise KernelExplorerError(
+            f"cannot write {path}: folder {target.parent} does not exist; create it first"
+        )
+    return target
+
+
 def write_explorer_report(explorer: Explorer, path: str | Path) -> Path:
     """The report of an explorer's results, with its model, machine and switch state."""
     parameters = sum(p.numel() for p in explorer.model.parameters()) / 1e6
@@ -176,12 +188,7 @@ def write_explorer_report(explorer: Explorer, path: str | Path) -> Path:
 
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:
     """Write the report; works offline (plotly.js is embedded once). Bad paths: one line, no file."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise KernelExplorerError(
-            f"Cannot write the report to {path}: the folder {path.parent} does not exist (create it, or "
-            "choose another path)."
-        )
+    path = report_path(path)
     context = context or ReportContext()
     parts = [f"<h1>{html.escape(title)}</h1>"]
     facts = [("date", context.date), ("records", str(len(log)))]
@@ -223,5 +230,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             f"<style>{_CSS}</style></head><body>{body}</body></html>"
         )
     except OSError as error:
-        raise KernelExplorerError(f"Cannot write the report to {path}: {error.strerror or error}.") from None
+        raise KernelExplorerError(
+            f"cannot write {path}: {error.strerror or error}; choose a path you can write"
+        ) from None
     return path

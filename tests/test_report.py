@@ -38,6 +38,6 @@ def test_a_report_to_a_missing_folder_is_one_line(tmp_path: Path) -> None:
 
     from kernel_explorer.errors import KernelExplorerError
 
-    with pytest.raises(KernelExplorerError, match="does not exist") as info:
+    with pytest.raises(KernelExplorerError, match="does not exist; create it first") as info:
         write_report(_log(), tmp_path / "no" / "such" / "r.html", title="r")
     assert "\n" not in str(info.value) and not (tmp_path / "no").exists()

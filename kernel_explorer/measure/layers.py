@@ -28,8 +28,8 @@ from kernel_explorer.measure.stats import (
     MIN_SECONDS,
     check_sampling,
     noise_floor,
-    speed_verdict,
     speedup_interval,
+    verdict_fields,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 from kernel_explorer.records import (
@@ -38,6 +38,7 @@ from kernel_explorer.records import (
     LayerDivergence,
     LayerLatency,
     LayerVerdict,
+    Provenance,
     Record,
 )
 
@@ -131,16 +132,23 @@ def compare_layer(
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
     with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
-        origin = {path: provenance(board, name, path, args, kwargs) for path, args, kwargs in calls}
+        origins: dict[str, Provenance] = {}  # read on first use: 60 instances must not delay the first record
+
+        def origin(path: str, args: tuple, kwargs: dict) -> Provenance:
+            if path not in origins:
+                origins[path] = provenance(board, name, path, args, kwargs)
+            return origins[path]
+
         divergences: list[LayerDivergence] = []
-        ignores_input = False
+        ignores_input = checked_input = False
         for path, args, kwargs in calls:
             with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)
                 kernel_out = first_tensor(current(*args, **kwargs))
                 pytorch_out = first_tensor(pytorch(*args, **kwargs))
-                if on and kernel_out is not None and not ignores_input:
+                if on and kernel_out is not None and not checked_input:  # one instance tells
                     ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
+                    checked_input = True
             ref = None
             if reference:
                 target = pytorch.__self__
@@ -150,7 +158,7 @@ def compare_layer(
                 continue
             found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
             divergences.append(found)
-            yield Record(run_id, found, name, path, provenance=origin[path])
+            yield Record(run_id, found, name, path, provenance=origin(path, args, kwargs))
         repeats: dict[str, int] = {}
         aa_ratios: list[float] = []
         for index in range(calibration_pairs):
@@ -162,7 +170,7 @@ def compare_layer(
                 LayerCalibration(first, second, first / second, repeat),
                 name,
                 call[0],
-                provenance=origin[call[0]],
+                provenance=origin(*call),
             )
         samples: list[LayerLatency] = []
         start, rounds = time.perf_counter(), 0
@@ -171,7 +179,7 @@ def compare_layer(
                 t_pytorch, t_other, on, repeat = _pair(clock, board, name, call, repeats, rounds, aa=False)
                 sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
                 samples.append(sample)
-                yield Record(run_id, sample, name, call[0], provenance=origin[call[0]])
+                yield Record(run_id, sample, name, call[0], provenance=origin(*call))
             rounds += 1
             if pairs is not None and rounds >= pairs:
                 stopped_by = "pairs"
@@ -190,7 +198,7 @@ def compare_layer(
             run_id,
             _verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
             name,
-            provenance=origin[calls[0][0]],
+            provenance=origin(*calls[0]),
         )
 
 
@@ -218,12 +226,7 @@ def _verdict(
     return LayerVerdict(
         pairs=len(used),
         instances=len(calls),
-        speedup=interval.median,
-        speedup_low=interval.low,
-        speedup_high=interval.high,
-        confidence=interval.confidence,
-        noise_floor=floor,
-        verdict=speed_verdict(interval, floor),
+        **verdict_fields(interval, floor),  # type: ignore[arg-type]
         accuracy=accuracy_verdict(divergences),
         stopped_by=stopped_by,
         pytorch_s=statistics.median(s.pytorch_s for s in used),

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
-from kernel_explorer.measure.stats import noise_floor, speed_verdict, speedup_interval
+from kernel_explorer.measure.stats import noise_floor, speedup_interval, verdict_fields
 from kernel_explorer.measure.timing import Clock
 from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
 
@@ -42,17 +42,7 @@ def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
 
 def _model_verdict(measure: str, tokens: int, speedups: list[float], floor: float) -> ModelVerdict:
     interval = speedup_interval(speedups)
-    return ModelVerdict(
-        measure=measure,
-        tokens=tokens,
-        pairs=interval.n,
-        speedup=interval.median,
-        speedup_low=interval.low,
-        speedup_high=interval.high,
-        confidence=interval.confidence,
-        noise_floor=floor,
-        verdict=speed_verdict(interval, floor),
-    )
+    return ModelVerdict(measure=measure, tokens=tokens, pairs=interval.n, **verdict_fields(interval, floor))  # type: ignore[arg-type]
 
 
 def compare_prefill(

@@ -137,6 +137,18 @@ class NoisyMachineWarning(UserWarning):
     """PyTorch against itself moved more than `HIGH_NOISE` here: small differences are not findings."""
 
 
+def verdict_fields(interval: Interval, floor: float) -> dict[str, float | str]:
+    """The fields every verdict record shares: the median, its interval, the floor, the verdict."""
+    return {
+        "speedup": interval.median,
+        "speedup_low": interval.low,
+        "speedup_high": interval.high,
+        "confidence": interval.confidence,
+        "noise_floor": floor,
+        "verdict": speed_verdict(interval, floor),
+    }
+
+
 def noise_warning(floor: float) -> str | None:
     """One line when the A/A floor is high, else None."""
     if floor <= HIGH_NOISE:
