@@ -80,6 +80,41 @@ def _a(word: str) -> str:
     return f"an {word}" if word[:1].lower() in "aeiou" else f"a {word}"
 
 
+_EXPLORE_STEPS = [
+    "checking the bundled kernels (built once, cached after)",
+    "finding the kernel layers",
+    "capturing the layers' inputs",
+    "reading the hardware and drawing the dashboard",
+]
+
+
+class _Steps:
+    """A progress bar in the cell while `%kernels explore` works: which step, out of how many.
+
+    The explore cell can take seconds (a first hub build: minutes) before the dashboard appears;
+    without this it would stay empty. The bar is removed when the dashboard is ready.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        from IPython.display import display
+        from ipywidgets import HTML, HBox, IntProgress
+
+        self.names = names
+        self.bar = IntProgress(value=0, min=0, max=len(names), description="explore")
+        self.label = HTML()
+        self.box = HBox([self.bar, self.label])
+        self.box.add_class("kx-explore-progress")
+        display(self.box)
+
+    def next(self) -> None:
+        step = self.bar.value
+        self.label.value = f"{step + 1}/{len(self.names)}: {self.names[min(step, len(self.names) - 1)]}…"
+        self.bar.value = min(step + 1, len(self.names))
+
+    def done(self) -> None:
+        self.box.close()
+
+
 class KernelsMagic:
     """State of the extension in one IPython shell: the explorer in use, the runs it started.
 
@@ -156,7 +191,11 @@ class KernelsMagic:
                 f"{args.model!r} is {_a(type(model).__name__)}, not a torch.nn.Module: "
                 "pass the variable that holds your model"
             )
+        steps = _Steps([s for s in _EXPLORE_STEPS if args.inputs is not None or "capturing" not in s])
+        self.steps = steps
+        steps.next()
         build_hub(progress=True)  # progress bars in the cell while the bundled kernels build (cached after)
+        steps.next()
         explorer = Explorer.of(model, tokenizer=tokenizer, mode=args.mode or "inference")
         if args.mode is not None:
             explorer.mode = parse_mode(args.mode)  # asked for explicitly: also on a reused explorer
@@ -164,8 +203,11 @@ class KernelsMagic:
             explorer.tokenizer = tokenizer
         self.explorer = explorer
         if args.inputs is not None:
+            steps.next()
             explorer.capture(self._variable(args.inputs))
+        steps.next()
         dashboard = Dashboard(explorer)
+        steps.done()
         self.dashboards.append(dashboard)
         return dashboard
 

@@ -150,3 +150,12 @@ def test_unload_puts_the_model_back_and_reload_registers_again(shell: Any, hub: 
     shell.run_line_magic("reload_ext", "kernel_explorer")
     assert "kernels" in shell.magics_manager.magics["line"]
     dashboard.close()
+
+
+def test_explore_shows_its_steps_then_removes_the_bar(shell: Any, hub: dict) -> None:
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    steps = shell._kernel_explorer_magic.steps
+    assert steps.bar.value == steps.bar.max == 3  # no --inputs: nothing to capture yet
+    assert steps.label.value.startswith("3/3: reading the hardware")
+    assert steps.box.comm is None  # closed once the dashboard was ready
+    dashboard.close()
