@@ -136,6 +136,7 @@ class Explorer(Measuring):
             mode=self.mode,
             query_hub=query_hub,
             measured=self.results.latest_verdicts(),
+            shares=self.results.latest_shares(),
         )
 
     def on(

@@ -38,6 +38,18 @@ class InventoryRow:
     running: tuple[RunningNow, ...]
     measured: LayerVerdict | None = None  # the last comparison's verdict, when there was one
     device: str = ""  # the model's device type: candidates mapped for others are folded away
+    share: float | None = None  # of the model's prefill time on PyTorch (from the last `breakdown()`)
+
+    @property
+    def share_summary(self) -> str:
+        """The layer's share of model time, and what its measured kernel can give the model (Amdahl)."""
+        if self.share is None:
+            return "-"
+        text = f"{self.share:.0%}"
+        if self.measured is not None and self.measured.kernel_on:
+            model = 1.0 / (1.0 - self.share + self.share / self.measured.speedup)
+            text += f" (model {model:.2f}x)"
+        return text
 
     @property
     def measured_summary(self) -> str:
@@ -135,6 +147,15 @@ class Inventory:
     other_layers: tuple[tuple[str, int], ...]  # (class, instances) of modules with no kernel layer name
     device: str
     mode: str
+    uncovered: tuple[tuple[str, float], ...] = ()  # (category, share) no kernel layer covers, largest first
+
+    @property
+    def uncovered_summary(self) -> str:
+        """Where the rest of the model's time goes (from the last `breakdown()`), in one line."""
+        if not self.uncovered:
+            return ""
+        parts = ", ".join(f"{name} {share:.0%}" for name, share in self.uncovered)
+        return f"Model time no kernel layer covers (prefill, on PyTorch): {parts}"
 
     def row(self, name: str) -> InventoryRow:
         for row in self.rows:
@@ -149,6 +170,7 @@ class Inventory:
             "n",
             "runs now",
             "measured speedup [95%]",
+            "share of model time",
             "best candidate",
             "availability",
         )
@@ -162,6 +184,7 @@ class Inventory:
                     str(len(row.group)),
                     row.running_summary,
                     row.measured_summary,
+                    row.share_summary,
                     best[0].label if best else "-",
                     row.status,
                 )
@@ -179,6 +202,8 @@ class Inventory:
                 text.append(f"  {row.group.name}: {'; '.join(folded)}")
         if any(len(row.candidates) > 1 for row in self.rows):
             text.append("Every candidate and why it can or cannot run: .to_pandas('candidates')")
+        if self.uncovered:
+            text.append(self.uncovered_summary)
         if self.other_layers:
             others = ", ".join(f"{name} x{n}" for name, n in self.other_layers[:8])
             more = f" and {len(self.other_layers) - 8} more classes" if len(self.other_layers) > 8 else ""
@@ -220,17 +245,20 @@ class Inventory:
                 f"<td><b>{html.escape(row.group.name)}</b><br><small>{html.escape(row.group.original)}</small></td>"
                 f"<td>{row.group.kind}</td><td>{len(row.group)}</td>"
                 f"<td>{runs_now(row)}</td>"
-                f"<td>{html.escape(row.measured_summary)}</td><td>{options}</td>"
+                f"<td>{html.escape(row.measured_summary)}</td><td>{html.escape(row.share_summary)}</td>"
+                f"<td>{options}</td>"
                 "</tr>"
             )
-        others = ""
+        others = f"<p><small>{html.escape(self.uncovered_summary)}</small></p>" if self.uncovered else ""
         if self.other_layers:
             listed = ", ".join(f"{html.escape(name)} x{n}" for name, n in self.other_layers)
-            others = f"<p><small>Not kernelizable (class declares no kernel layer name): {listed}</small></p>"
+            others += (
+                f"<p><small>Not kernelizable (class declares no kernel layer name): {listed}</small></p>"
+            )
         return (
             f"<div><b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
             "<table><thead><tr><th>layer</th><th>kind</th><th>instances</th><th>runs now</th>"
-            "<th>measured speedup [95%]</th>"
+            "<th>measured speedup [95%]</th><th>share of model time</th>"
             f"<th>candidates</th></tr></thead><tbody>{''.join(body)}</tbody></table>{others}</div>"
         )
 
@@ -284,6 +312,7 @@ def build_inventory(
     mode: Mode,
     query_hub: bool = False,
     measured: dict[str, LayerVerdict] | None = None,
+    shares: dict[str, float] | None = None,
 ) -> Inventory:
     """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
     rows = []
@@ -294,7 +323,11 @@ def build_inventory(
             for c in catalog.candidates(name)
         )
         now = tuple(r for r in running if r.layer_name == name)
-        rows.append(InventoryRow(group, found, now, (measured or {}).get(name), board.device))
+        rows.append(
+            InventoryRow(
+                group, found, now, (measured or {}).get(name), board.device, (shares or {}).get(name)
+            )
+        )
     kernel_paths = {
         path for group in board.groups.values() if group.kind == "module" for path in group.instances
     }
@@ -303,4 +336,10 @@ def build_inventory(
         for path, module in model.named_modules()
         if path and path not in kernel_paths and not list(module.children())
     )
-    return Inventory(tuple(rows), tuple(others.most_common()), board.device, mode_name(mode))
+    uncovered = sorted(
+        ((name, share) for name, share in (shares or {}).items() if name not in board.groups),
+        key=lambda p: -p[1],
+    )
+    return Inventory(
+        tuple(rows), tuple(others.most_common()), board.device, mode_name(mode), tuple(uncovered)
+    )

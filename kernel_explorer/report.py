@@ -217,6 +217,15 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     models = log.model_summary()
     if not models.empty:
         parts += ["<h2>Model</h2>", models.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
+    for phase in ("prefill", "decode"):
+        breakdown = log.breakdown_summary(phase)
+        if not breakdown.empty:
+            parts += [
+                f"<h2>Where the model's time goes ({phase}, on PyTorch)</h2>",
+                "<p>share: of the forward's time, exclusive; model_speedup_if_free: Amdahl's ceiling if "
+                "that part cost nothing; model_speedup_predicted: with its last measured kernel speedup.</p>",
+                breakdown.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep=""),
+            ]
     agreement = log.to_pandas("model_agreement")
     if not agreement.empty:
         shown = agreement.drop(columns=["kind", "layer", "instance", "time"])

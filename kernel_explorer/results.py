@@ -219,15 +219,36 @@ class ResultLog:
             )
         return pd.DataFrame.from_records(rows, columns=None if rows else ["category", "share"])
 
+    def latest_shares(self, phase: str = "prefill") -> dict[str, float]:
+        """Each category's share of the last time breakdown of `phase` (empty before `breakdown()`)."""
+        shares = [r for r in self.records("time_share") if isinstance(r.values, TimeShare)]
+        if not shares:
+            return {}
+        last = shares[-1].run_id
+        return {
+            r.values.category: r.values.share for r in shares if r.run_id == last and r.values.phase == phase
+        }
+
     def model_summary(self) -> pd.DataFrame:
-        """Per run and measure (prefill at each length, decode): speedup, interval, floor, verdict."""
+        """Per run and measure (prefill at each length, decode): speedup, interval, floor, verdict, and,
+        once a time breakdown and layer verdicts exist, the speedup Amdahl predicts from them."""
         import pandas as pd
 
+        predicted = self.breakdown_summary()
+        total = (
+            predicted[predicted["category"] == "every measured kernel on"]
+            if not predicted.empty
+            else predicted
+        )
         rows = [
             {"run_id": r.run_id, **asdict(r.values)}
             for r in self.records("model_verdict")
             if isinstance(r.values, ModelVerdict)
         ]
+        if not total.empty:
+            for row in rows:
+                if row["measure"] == "prefill":
+                    row["predicted_from_layers"] = float(total["model_speedup_predicted"].iloc[0])
         return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
 
     def export(self, path: str | Path, kind: str | None = None) -> Path:

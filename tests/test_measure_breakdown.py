@@ -49,3 +49,25 @@ def test_bad_breakdown_input_is_one_line(explorer: Explorer) -> None:
     with pytest.raises(KernelExplorerError, match="positive whole numbers"):
         explorer.breakdown(tokens=0)
     assert len(explorer.results) == 0
+
+
+def test_the_inventory_report_and_model_summary_show_the_breakdown(explorer: Explorer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    explorer.breakdown(tokens=16)
+    explorer.compare("RMSNorm", pairs=6)
+    inventory = explorer.inventory()
+    shares = explorer.results.latest_shares()
+    assert inventory.row("RMSNorm").share == shares["RMSNorm"]
+    assert inventory.row("RMSNorm").share_summary.startswith(f"{shares['RMSNorm']:.0%} (model ")
+    assert "Linear (matmul)" in inventory.uncovered_summary and inventory.uncovered_summary in str(inventory)
+    explorer.on("RMSNorm")
+    explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=2, decode_pairs=1)
+    prefill = explorer.results.model_summary().query("measure == 'prefill'").to_dict("records")[0]
+    predicted = explorer.results.breakdown_summary().to_dict("records")[-1]["model_speedup_predicted"]
+    assert prefill["predicted_from_layers"] == pytest.approx(predicted)  # next to the realized speedup
+    text = Path(explorer.report(str(tmp_path / "r.html"))).read_text()
+    assert (
+        "Where the model&#x27;s time goes (prefill, on PyTorch)" in text
+        or "Where the model's time goes" in text
+    )
