@@ -26,7 +26,7 @@ def test_parse_mode(text: str, mode: Mode) -> None:
 
 
 def test_unknown_mode_names_the_choices() -> None:
-    with pytest.raises(KernelExplorerError, match="use 'inference', 'training' or 'torch.compile'"):
+    with pytest.raises(KernelExplorerError, match=r"use 'inference', 'training' or 'torch\.compile'"):
         parse_mode("eval")
 
 
