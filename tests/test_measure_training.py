@@ -204,3 +204,41 @@ def test_training_step_agrees_with_pytorch_and_leaves_the_model_as_it_was(explor
     assert list(verdicts.measure) == ["training step", "training step"] and list(verdicts.tokens) == [16, 32]
     assert explorer.switchboard.snapshot() == before
     assert all(p.grad is None for p in explorer.model.parameters())
+
+
+def test_training_summary_names_the_worst_gradient_and_why_a_kernel_did_not_run(
+    tmp_path: Path, hub: dict
+) -> None:
+    explorer = _with_repo(tmp_path, WRONG_BACKWARD_RMSNORM)
+    explorer.compare("RMSNorm", instances="model.norm", pairs=1, calibration_pairs=1, mode="training")
+    refusing = _with_repo(tmp_path / "other", NO_BACKWARD_RMSNORM)
+    refusing.compare("RMSNorm", instances="model.norm", pairs=1, calibration_pairs=1, mode="training")
+    (row,) = explorer.results.training_summary().to_dict("records")
+    assert row["layer"] == "RMSNorm" and row["worst_gradient"] == "input 0" and row["kernel_on"]
+    assert row["accuracy"].startswith("less accurate") and row["kernel_err64"] > row["pytorch_err64"]
+    (row,) = refusing.results.training_summary().to_dict("records")
+    assert not row["kernel_on"] and "does not support training" in row["notes"]
+    assert explorer.results.layer_summary().empty  # training runs stay out of the inference summary
+
+
+@pytest.mark.slow
+def test_compiled_with_kernels_against_compiled_pytorch(explorer: Explorer) -> None:
+    """Each side compiled once; the kernel side's compiled graph really calls the kernels' ops."""
+    from kernel_explorer.measure.training_model import compiled_sides
+
+    for name in explorer.layers:
+        explorer.on(name, mode="torch.compile")
+    before = explorer.switchboard.snapshot()
+    explorer.compare_model(mode="torch.compile", lengths=(16,), pairs=2)
+    assert [r.values.measure for r in explorer.results.records("model_pair")] == ["compiled prefill"] * 2
+    (verdict,) = explorer.results.model_summary().to_dict("records")
+    assert verdict["measure"] == "compiled prefill" and verdict["pairs"] == 2
+    assert explorer.switchboard.snapshot() == before
+    compiled_kernel, compiled_pytorch = compiled_sides(explorer.switchboard)
+    with torch.profiler.profile() as kernel_run:
+        kernel_logits = compiled_kernel(input_ids=TOKENS).logits
+    with torch.profiler.profile() as pytorch_run:
+        pytorch_logits = compiled_pytorch(input_ids=TOKENS).logits
+    assert any("_rmsnorm_cpu_" in event.name for event in kernel_run.events())
+    assert not any("_cpu_" in event.name for event in pytorch_run.events())
+    torch.testing.assert_close(kernel_logits, pytorch_logits, rtol=1e-4, atol=1e-4)
