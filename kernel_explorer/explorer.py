@@ -99,6 +99,8 @@ class Explorer(Measuring):
         self.results = ResultLog()
         self._runner = Runner(self.results)
         self._captured = None  # the layers' captured inputs (see `capture`)
+        self._captured_grad = None  # the same with autograd on, for training mode
+        self._capture_kwargs: dict[str, Any] | None = None
         _latest[model] = weakref.ref(self)
 
     @classmethod

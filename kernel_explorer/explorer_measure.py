@@ -38,6 +38,8 @@ class Measuring:
     layers: list[str]
     _runner: Runner
     _captured: CapturedInputs | None
+    _captured_grad: CapturedInputs | None
+    _capture_kwargs: dict[str, Any] | None
 
     def capture(self, inputs: Any = None, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> CapturedInputs:
         """Run the model once on `inputs` (default: a short prompt) and keep each layer's real inputs."""
@@ -45,11 +47,23 @@ class Measuring:
 
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
         self._captured = capture_inputs(self.switchboard, kwargs, memory_cap=memory_cap)
+        self._captured_grad = None  # training mode recaptures these inputs with autograd on
+        self._capture_kwargs = kwargs
         return self._captured
 
-    def captured_inputs(self) -> CapturedInputs:
-        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt."""
-        return self._captured if self._captured is not None else self.capture()
+    def captured_inputs(self, *, grad: bool = False) -> CapturedInputs:
+        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt.
+
+        With `grad`: captured with autograd on (inputs that required grad are leaves that do), once.
+        """
+        from kernel_explorer.measure.capture import capture_inputs, model_inputs
+
+        if not grad:
+            return self._captured if self._captured is not None else self.capture()
+        if self._captured_grad is None:
+            kwargs = self._capture_kwargs or model_inputs(self.model, None, self.tokenizer)
+            self._captured_grad = capture_inputs(self.switchboard, kwargs, grad=True)
+        return self._captured_grad
 
     def compare(
         self,
@@ -62,6 +76,7 @@ class Measuring:
         determinism_runs: int = 0,
         background: bool = False,
         name: str | None = None,
+        mode: str = "inference",
     ) -> RunHandle:
         """Kernel against PyTorch on captured activations, per layer name (all when none is given).
 
@@ -77,40 +92,26 @@ class Measuring:
             precision: target half-width of the interval, relative (0.05: +-5%).
             budget_s: the most seconds of latency pairs per layer, whatever else stops it.
             name: the run's id in every summary (default: run-N).
+            mode: "training": forward+backward pairs with kernels in training mode, and gradients
+                (inputs and weights) against float64 (`TrainingVerdict`); see measure/training.py.
         """
-        from kernel_explorer.measure.layers import compare_layer, determinism
+        from kernel_explorer.measure.plans import layer_plan
 
         check_sampling(pairs, precision, budget_s)
         for layer in names:
             self.switchboard.group(layer)  # unknown names fail here, before anything runs
-        chosen = list(names or self.layers)
-        board = self.switchboard
-        measurements: list[Measurement] = []
-        for layer in chosen:
-            measurements.append(
-                lambda run_id, n=layer: compare_layer(
-                    board,
-                    self.captured_inputs(),
-                    n,
-                    run_id=run_id,
-                    instances=instances,
-                    pairs=pairs,
-                    precision=precision,
-                    budget_s=budget_s,
-                    calibration_pairs=calibration_pairs,
-                )
-            )
-            if determinism_runs:
-                measurements.append(
-                    lambda run_id, n=layer: determinism(
-                        board,
-                        self.captured_inputs(),
-                        n,
-                        run_id=run_id,
-                        instances=instances,
-                        runs=determinism_runs,
-                    )
-                )
+        measurements = layer_plan(
+            self.switchboard,
+            lambda grad: self.captured_inputs(grad=grad),
+            list(names or self.layers),
+            mode=mode,
+            determinism_runs=determinism_runs,
+            instances=instances,
+            pairs=pairs,
+            precision=precision,
+            budget_s=budget_s,
+            calibration_pairs=calibration_pairs,
+        )
         handle = self.run(measurements, background=background, name=name)
         if not background:
             self._warn_if_noisy(handle.run_id)
@@ -120,7 +121,10 @@ class Measuring:
         """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
         import warnings
 
-        floors = [r.values.noise_floor for r in self.results.records("layer_verdict", run_id)]
+        found = self.results.records("layer_verdict", run_id) + self.results.records(
+            "training_verdict", run_id
+        )
+        floors = [r.values.noise_floor for r in found]
         warning = noise_warning(max(floors, default=0.0))
         if warning:
             warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
@@ -135,39 +139,37 @@ class Measuring:
         decode_pairs: int = 3,
         background: bool = False,
         name: str | None = None,
+        mode: str = "inference",
     ) -> RunHandle:
         """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
 
         Prefill runs an A/A calibration and `pairs` interleaved pairs per length, decode
         `decode_pairs` pairs (each a whole generation); each closes with a `ModelVerdict` whose
         interval says how sure it is (three decode pairs cover the median with 75%, and say so).
+        `mode="training"`: a training step per length instead (loss and gradient agreement, then
+        step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
+        See measure/training_model.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
-        from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
+        from kernel_explorer.measure.plans import model_plan
 
         check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_runnable(self.model)
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
-        vocab = self._vocab_size("compare_model")
-        board = self.switchboard
-        measurements: list[Measurement] = [
-            lambda run_id: compare_outputs(board, kwargs, run_id=run_id),
-            lambda run_id: compare_prefill(
-                board, run_id=run_id, lengths=lengths, pairs=pairs, vocab_size=vocab
+        measurements = model_plan(
+            self.switchboard,
+            kwargs,
+            mode=mode,
+            lengths=lengths,
+            pairs=pairs,
+            vocab_size=self._vocab_size("compare_model"),
+            decode_tokens=decode_tokens,
+            decode_pairs=decode_pairs,
+            floor_so_far=lambda run_id: max(
+                (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
             ),
-            lambda run_id: compare_decode(
-                board,
-                kwargs,
-                run_id=run_id,
-                new_tokens=decode_tokens,
-                pairs=decode_pairs,
-                noise_floor_hint=max(
-                    (r.values.noise_floor for r in self.results.records("model_verdict", run_id)),
-                    default=0.0,
-                ),
-            ),
-        ]
+        )
         return self.run(measurements, background=background, name=name)
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:

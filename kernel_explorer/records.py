@@ -36,6 +36,33 @@ class LayerCalibration:
     repeat: int = 1
 
 
+@dataclass(frozen=True)
+class TrainingLatency:
+    """One interleaved pair of forward+backward timings of an instance: PyTorch against what runs now.
+
+    Each side runs the forward on the captured inputs (as leaves that require grad where the model's
+    own forward had them require grad) and the backward of a fixed upstream gradient.
+    """
+
+    kind: ClassVar[str] = "training_latency"
+    pytorch_s: float
+    kernel_s: float
+    speedup: float  # pytorch_s / kernel_s, of this one pair
+    kernel_on: bool = True  # False: the instance ran PyTorch (no kernel runs in training mode)
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
+class TrainingCalibration:
+    """One A/A forward+backward pair: PyTorch against PyTorch (the training noise floor)."""
+
+    kind: ClassVar[str] = "training_calibration"
+    first_s: float
+    second_s: float
+    ratio: float
+    repeat: int = 1
+
+
 class _SpeedupSummary:
     """One line for a verdict: `3.21x [3.10, 3.35] faster` (what tables and the CLI print)."""
 
@@ -56,10 +83,9 @@ class _SpeedupSummary:
 
 
 @dataclass(frozen=True)
-class LayerVerdict(_SpeedupSummary):
-    """What a layer comparison concluded: the speedup's interval, the noise floor, the verdicts."""
+class _VerdictFields(_SpeedupSummary):
+    """The fields a layer comparison concludes with (inference or training)."""
 
-    kind: ClassVar[str] = "layer_verdict"
     pairs: int
     instances: int
     speedup: float  # median of the per-pair speedups
@@ -77,10 +103,27 @@ class LayerVerdict(_SpeedupSummary):
 
 
 @dataclass(frozen=True)
-class LayerDivergence:
-    """How an instance's kernel output differs from PyTorch's, and each against float64."""
+class LayerVerdict(_VerdictFields):
+    """What a layer comparison concluded: the speedup's interval, the noise floor, the verdicts."""
 
-    kind: ClassVar[str] = "layer_divergence"
+    kind: ClassVar[str] = "layer_verdict"
+
+
+@dataclass(frozen=True)
+class TrainingVerdict(_VerdictFields):
+    """What a training-mode layer comparison concluded: forward+backward speedup, gradient accuracy.
+
+    `accuracy` judges the gradients (inputs and weights) of both sides against float64; `notes`
+    carries why no kernel ran when the layer's kernel refuses training mode.
+    """
+
+    kind: ClassVar[str] = "training_verdict"
+
+
+@dataclass(frozen=True)
+class _DivergenceFields:
+    """How one kernel tensor differs from PyTorch's, and each from float64 (see measure/divergence.py)."""
+
     dtype: str
     elements: int
     bitwise_equal: float  # share of output elements that are bitwise equal
@@ -94,6 +137,21 @@ class LayerDivergence:
     pytorch_err64: float | None = None  # max abs error of PyTorch against float64
     reference_max_abs: float | None = None  # largest magnitude of the float64 output (sets 1 ULP)
     kernel_on: bool = True
+
+
+@dataclass(frozen=True)
+class LayerDivergence(_DivergenceFields):
+    """How an instance's kernel output differs from PyTorch's, and each against float64."""
+
+    kind: ClassVar[str] = "layer_divergence"
+
+
+@dataclass(frozen=True)
+class GradientDivergence(_DivergenceFields):
+    """One gradient of an instance (an input's or a weight's): kernel and PyTorch, each against float64."""
+
+    kind: ClassVar[str] = "gradient_divergence"
+    gradient: str = ""  # "input 0", "weight", ...: what the gradient is taken with respect to
 
 
 @dataclass(frozen=True)
@@ -181,6 +239,36 @@ class ModelThroughput:
 
 
 @dataclass(frozen=True)
+class TrainingAgreement:
+    """One training step (forward, shifted-token cross-entropy, backward) as switched vs all-PyTorch."""
+
+    kind: ClassVar[str] = "training_agreement"
+    tokens: int
+    pytorch_loss: float
+    kernel_loss: float
+    loss_abs_diff: float
+    parameters: int  # parameters with a gradient on both sides
+    worst_parameter: str  # the parameter whose gradient differs most (relative L2 error)
+    worst_rel_err: float  # ||g_kernel - g_pytorch|| / ||g_pytorch|| of that parameter
+    worst_max_abs: float
+    min_cosine: float  # the lowest cosine similarity between the two gradients of any parameter
+    median_rel_err: float
+    instances_on: int  # instances running a kernel during the step
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """One interleaved pair of whole-model timings of a `measure` ("training step", "compiled prefill")."""
+
+    kind: ClassVar[str] = "model_pair"
+    measure: str
+    tokens: int
+    pytorch_s: float
+    kernel_s: float
+    speedup: float
+
+
+@dataclass(frozen=True)
 class RunEvent:
     """A run started, finished, was cancelled or failed."""
 
@@ -201,6 +289,12 @@ Values = (
     | TimeShare
     | ModelAgreement
     | ModelThroughput
+    | TrainingLatency
+    | TrainingCalibration
+    | TrainingVerdict
+    | GradientDivergence
+    | TrainingAgreement
+    | ModelPair
     | RunEvent
 )
 
@@ -219,6 +313,12 @@ VALUE_TYPES: dict[str, type[Values]] = {
         TimeShare,
         ModelAgreement,
         ModelThroughput,
+        TrainingLatency,
+        TrainingCalibration,
+        TrainingVerdict,
+        GradientDivergence,
+        TrainingAgreement,
+        ModelPair,
         RunEvent,
     )
 }

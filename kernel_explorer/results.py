@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel_explorer.records import (
+    GradientDivergence,
     LayerCalibration,
     LayerDivergence,
     LayerLatency,
@@ -23,6 +24,8 @@ from kernel_explorer.records import (
     ModelVerdict,
     Record,
     TimeShare,
+    TrainingAgreement,
+    TrainingVerdict,
 )
 
 if TYPE_CHECKING:
@@ -230,8 +233,9 @@ class ResultLog:
         }
 
     def model_summary(self) -> pd.DataFrame:
-        """Per run and measure (prefill at each length, decode): speedup, interval, floor, verdict, and,
-        once a time breakdown and layer verdicts exist, the speedup Amdahl predicts from them."""
+        """Per run and measure (prefill at each length, decode, training step, compiled prefill):
+        speedup, interval, floor, verdict; a training step adds its loss and gradient agreement, and
+        once a time breakdown and layer verdicts exist, prefill rows add the speedup Amdahl predicts."""
         import pandas as pd
 
         predicted = self.breakdown_summary()
@@ -240,16 +244,55 @@ class ResultLog:
             if not predicted.empty
             else predicted
         )
-        rows = [
-            {"run_id": r.run_id, **asdict(r.values)}
-            for r in self.records("model_verdict")
-            if isinstance(r.values, ModelVerdict)
-        ]
-        if not total.empty:
-            for row in rows:
-                if row["measure"] == "prefill":
+        agreements = {
+            (r.run_id, r.values.tokens): asdict(r.values)
+            for r in self.records("training_agreement")
+            if isinstance(r.values, TrainingAgreement)
+        }
+        rows = []
+        for r in self.records("model_verdict"):
+            if isinstance(r.values, ModelVerdict):
+                row = {"run_id": r.run_id, **asdict(r.values)}
+                if r.values.measure == "training step":
+                    extra = agreements.get((r.run_id, r.values.tokens), {})
+                    row |= {k: v for k, v in extra.items() if k not in row}
+                if r.values.measure == "prefill" and not total.empty:
                     row["predicted_from_layers"] = float(total["model_speedup_predicted"].iloc[0])
+                rows.append(row)
         return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
+
+    def training_summary(self) -> pd.DataFrame:
+        """Per run and layer compared in training mode: the forward+backward speedup with its
+        interval, floor and verdict, gradient accuracy against float64, and the gradient (input or
+        weight) whose error against float64 grew most relative to PyTorch's; notes say why a kernel
+        did not run (a layer without backward)."""
+        import pandas as pd
+
+        worst: dict[tuple[str, str | None], GradientDivergence] = {}
+        for r in self.records("gradient_divergence"):
+            values = r.values
+            if not isinstance(values, GradientDivergence) or values.kernel_err64 is None:
+                continue
+            key = (r.run_id, r.layer)
+            if key not in worst or _excess(values) > _excess(worst[key]):
+                worst[key] = values
+        rows = []
+        for r in self.records("training_verdict"):
+            if not isinstance(r.values, TrainingVerdict):
+                continue
+            v = r.values
+            row: dict[str, object] = {"run_id": r.run_id, "layer": r.layer, "summary": v.summary}
+            row |= {k: getattr(v, k) for k in ("pairs", "speedup", "speedup_low", "speedup_high")}
+            row |= {"noise_floor": v.noise_floor, "verdict": v.verdict, "accuracy": v.accuracy}
+            found = worst.get((r.run_id, r.layer))
+            if found is not None:
+                row |= {
+                    "worst_gradient": found.gradient,
+                    "kernel_err64": found.kernel_err64,
+                    "pytorch_err64": found.pytorch_err64,
+                }
+            rows.append(row | {"kernel_on": v.kernel_on, "notes": "; ".join(v.notes)})
+        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
 
     def export(self, path: str | Path, kind: str | None = None) -> Path:
         """Every record (or one kind) as a table file, by suffix: .csv, .parquet or .jsonl.
@@ -310,3 +353,8 @@ def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
                     for o in others
                 )
             )
+
+
+def _excess(found: GradientDivergence) -> float:
+    """How much larger the kernel's error against float64 is than PyTorch's (1.0: the same)."""
+    return (found.kernel_err64 or 0.0) / max(found.pytorch_err64 or 0.0, 1e-300)

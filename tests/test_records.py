@@ -24,6 +24,12 @@ def test_every_kind_is_one_value_class() -> None:
         "time_share",
         "model_agreement",
         "model_throughput",
+        "training_latency",
+        "training_calibration",
+        "training_verdict",
+        "gradient_divergence",
+        "training_agreement",
+        "model_pair",
         "run",
     }
     assert all(cls.kind == kind for kind, cls in VALUE_TYPES.items())

@@ -44,11 +44,18 @@ def _tensor_bytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
 
 
-def _detached(value: Any) -> Any:
+def _detached(value: Any, keep_grad_flag: bool = False) -> Any:
+    """Copies of the tensors in `value`, cut from the graph; with `keep_grad_flag`, a copy of a tensor
+    that required grad is a leaf that requires grad (which inputs a training step differentiates)."""
     import torch
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
+    def cut(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        return t.detach().clone().requires_grad_(keep_grad_flag and t.requires_grad)
+
+    return tree_map(cut, value)
 
 
 def model_inputs(model: nn.Module, inputs: Any, tokenizer: Any | None) -> dict[str, Any]:
@@ -97,12 +104,13 @@ def check_runnable(model: nn.Module) -> None:
             )
 
 
-def run_model(model: nn.Module, kwargs: dict[str, Any]) -> Any:
-    """`model(**kwargs)` without gradients, with a clear error when the model rejects the inputs."""
+def run_model(model: nn.Module, kwargs: dict[str, Any], *, grad: bool = False) -> Any:
+    """`model(**kwargs)` without gradients (with, when `grad`), with a clear error when the model
+    rejects the inputs."""
     import torch
 
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             return model(**kwargs)
     except KernelExplorerError:
         raise
@@ -118,8 +126,13 @@ def capture_inputs(
     kwargs: dict[str, Any],
     *,
     memory_cap: int = DEFAULT_MEMORY_CAP,
+    grad: bool = False,
 ) -> CapturedInputs:
-    """Run the model once and keep each kernel layer instance's (args, kwargs), up to `memory_cap` bytes."""
+    """Run the model once and keep each kernel layer instance's (args, kwargs), up to `memory_cap` bytes.
+
+    With `grad`, the model runs with autograd on and the kept tensors that required grad there are
+    leaves that require grad: the inputs a training-mode comparison differentiates.
+    """
     from kernel_explorer import function_routes
 
     if memory_cap <= 0:
@@ -138,7 +151,7 @@ def capture_inputs(
                 captured.dropped += 1
                 return
             captured.bytes_kept += size
-            captured.calls.setdefault(key, []).append((_detached(args), _detached(call_kwargs)))
+            captured.calls.setdefault(key, []).append((_detached(args, grad), _detached(call_kwargs, grad)))
 
     shared_functions: dict[int, nn.Module] = {}
     for name, group in board.groups.items():
@@ -172,7 +185,7 @@ def capture_inputs(
         handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
     try:
         with board.lock:
-            run_model(board.model, kwargs)
+            run_model(board.model, kwargs, grad=grad)
     finally:
         for handle in handles:
             handle.remove()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.records import LayerDivergence
+    from kernel_explorer.records import GradientDivergence, LayerDivergence
 
 _INT_VIEW = {4: "int32", 2: "int16"}
 
@@ -85,7 +85,7 @@ BITWISE_EQUAL = "bitwise equal"
 AS_ACCURATE = "rounds differently (as accurate as PyTorch against float64)"
 
 
-def accuracy_verdict(found: Sequence[LayerDivergence]) -> str:
+def accuracy_verdict(found: Sequence[LayerDivergence | GradientDivergence]) -> str:
     """One phrase for a layer's divergence records, judged against float64, never against PyTorch alone.
 
     "As accurate" allows the kernel's worst error against float64 to exceed PyTorch's by at most one
@@ -113,7 +113,8 @@ def accuracy_verdict(found: Sequence[LayerDivergence]) -> str:
     return f"less accurate ({worst:.1f}x PyTorch's error against float64)"
 
 
-def _to_float64(value: Any) -> Any:
+def to_float64(value: Any) -> Any:
+    """`value` with every floating tensor in it as float64 (other leaves as they are)."""
     import torch
     from torch.utils._pytree import tree_map
 
@@ -122,17 +123,13 @@ def _to_float64(value: Any) -> Any:
     )
 
 
-def float64_reference(target: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The original (class) forward of `target` on float64 inputs and weights.
-
-    Casts the original forward makes to float32/bfloat16/float16 are redirected to float64 for the
-    call, so a layer that upcasts internally (RMSNorm computes in float32) is really computed in
-    float64.
-    """
+def float64_everywhere() -> Any:
+    """A TorchFunctionMode in which an original forward's casts to float32/bfloat16/float16 give
+    float64, so a layer that upcasts internally (RMSNorm computes in float32) really runs in float64."""
     import torch
     from torch.overrides import TorchFunctionMode
 
-    class _Float64Everywhere(TorchFunctionMode):
+    class Float64Everywhere(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = dict(kwargs or {})
             if func in (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16):
@@ -143,14 +140,34 @@ def float64_reference(target: nn.Module, args: tuple[Any, ...], kwargs: dict[str
                     kwargs["dtype"] = torch.float64
             return func(*args, **kwargs)
 
+    return Float64Everywhere()
+
+
+def float64_shadow(target: nn.Module, *, grad: bool = False) -> nn.Module:
+    """A shallow copy of `target` running its class forward, with float64 copies of its own
+    parameters (requiring grad like the originals when `grad`) and buffers."""
     shadow = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
     shadow.__dict__.pop("forward", None)
     shadow._parameters = {
-        k: (None if v is None else v.detach().double()) for k, v in target._parameters.items()
+        k: (None if v is None else v.detach().double().requires_grad_(grad and v.requires_grad))
+        for k, v in target._parameters.items()
     }
-    shadow._buffers = {k: (None if v is None else _to_float64(v)) for k, v in target._buffers.items()}
-    with torch.no_grad(), _Float64Everywhere():
-        return type(target).forward(shadow, *_to_float64(args), **_to_float64(kwargs))
+    shadow._buffers = {k: (None if v is None else to_float64(v)) for k, v in target._buffers.items()}
+    return shadow
+
+
+def float64_reference(target: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The original (class) forward of `target` on float64 inputs and weights.
+
+    Casts the original forward makes to float32/bfloat16/float16 are redirected to float64 for the
+    call, so a layer that upcasts internally (RMSNorm computes in float32) is really computed in
+    float64.
+    """
+    import torch
+
+    shadow = float64_shadow(target)
+    with torch.no_grad(), float64_everywhere():
+        return type(target).forward(shadow, *to_float64(args), **to_float64(kwargs))
 
 
 def _is_low_float(value: Any) -> bool:

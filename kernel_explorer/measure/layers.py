@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
@@ -24,8 +23,7 @@ from kernel_explorer.measure.provenance import provenance
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
-    MIN_PAIRS,
-    MIN_SECONDS,
+    StopRule,
     check_sampling,
     noise_floor,
     speedup_interval,
@@ -33,6 +31,7 @@ from kernel_explorer.measure.stats import (
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 from kernel_explorer.records import (
+    GradientDivergence,
     LayerCalibration,
     LayerDeterminism,
     LayerDivergence,
@@ -40,10 +39,13 @@ from kernel_explorer.records import (
     LayerVerdict,
     Provenance,
     Record,
+    TrainingLatency,
+    TrainingVerdict,
 )
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
+V = TypeVar("V", LayerVerdict, TrainingVerdict)
 
 if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
@@ -57,7 +59,7 @@ def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[
         yield
 
 
-def _calls(captured: CapturedInputs, name: str, paths: list[str]) -> list[Call]:
+def calls_for(captured: CapturedInputs, name: str, paths: list[str]) -> list[Call]:
     by_path = captured.for_layer(name)
     calls = [(path, args, kwargs) for path in paths for args, kwargs in by_path.get(path, [])[:1]]
     if not calls:
@@ -128,7 +130,7 @@ def compare_layer(
 
     check_sampling(pairs, precision, budget_s)
     paths = board.select(name, instances)
-    calls = _calls(captured, name, paths)
+    calls = calls_for(captured, name, paths)
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
     with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
@@ -173,44 +175,38 @@ def compare_layer(
                 provenance=origin(*call),
             )
         samples: list[LayerLatency] = []
-        start, rounds = time.perf_counter(), 0
-        while True:
+        stop, stopped_by = StopRule(pairs, precision, budget_s), None
+        while stopped_by is None:
             for call in calls:
-                t_pytorch, t_other, on, repeat = _pair(clock, board, name, call, repeats, rounds, aa=False)
+                index = stop.rounds
+                t_pytorch, t_other, on, repeat = _pair(clock, board, name, call, repeats, index, aa=False)
                 sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
                 samples.append(sample)
                 yield Record(run_id, sample, name, call[0], provenance=origin(*call))
-            rounds += 1
-            if pairs is not None and rounds >= pairs:
-                stopped_by = "pairs"
-                break
-            elapsed = time.perf_counter() - start
-            narrow = pairs is None and len(samples) >= MIN_PAIRS and elapsed >= MIN_SECONDS
-            if narrow and speedup_interval([s.speedup for s in samples]).half_width <= precision:
-                stopped_by = "precision"
-                break
-            if time.perf_counter() - start >= budget_s:
-                stopped_by = "budget"
-                break
+            stopped_by = stop.after_round([s.speedup for s in samples])
         if not conclude:
             return
         yield Record(
             run_id,
-            _verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
+            layer_verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
             name,
             provenance=origin(*calls[0]),
         )
 
 
-def _verdict(
-    samples: list[LayerLatency],
+def layer_verdict(
+    samples: Sequence[LayerLatency | TrainingLatency],
     aa_ratios: list[float],
-    divergences: list[LayerDivergence],
+    divergences: Sequence[LayerDivergence | GradientDivergence],
     calls: list[Call],
     ignores_input: bool,
     stopped_by: str,
-) -> LayerVerdict:
-    """The layer's conclusion from its samples: pairs on a kernel when there are any, else A/A."""
+    cls: type[V] = LayerVerdict,  # type: ignore[assignment]
+) -> V:
+    """The layer's conclusion from its samples: pairs on a kernel when there are any, else A/A.
+
+    `cls` is `LayerVerdict`, or `TrainingVerdict` for forward+backward pairs and gradients.
+    """
     on = [s for s in samples if s.kernel_on]
     used = on or samples
     interval = speedup_interval([s.speedup for s in used])
@@ -223,7 +219,7 @@ def _verdict(
         bytes_moved=2 * tensor_bytes(args, kwargs),  # inputs read, and an output at least that large
         ignores_input=ignores_input,
     )
-    return LayerVerdict(
+    return cls(
         pairs=len(used),
         instances=len(calls),
         **verdict_fields(interval, floor),  # type: ignore[arg-type]
@@ -249,7 +245,7 @@ def determinism(
     import torch
 
     paths = board.select(name, instances)
-    calls = _calls(captured, name, paths)
+    calls = calls_for(captured, name, paths)
 
     def identical_rate(fn: Any, args: tuple, kwargs: dict) -> float:
         first = first_tensor(fn(*args, **kwargs))

@@ -28,7 +28,7 @@ def all_pytorch(board: Switchboard) -> Iterator[None]:
         yield
 
 
-def _token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
+def token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -40,7 +40,7 @@ def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
         return clock.per_call(fn, 1)
 
 
-def _model_verdict(measure: str, tokens: int, speedups: list[float], floor: float) -> ModelVerdict:
+def model_verdict(measure: str, tokens: int, speedups: list[float], floor: float) -> ModelVerdict:
     interval = speedup_interval(speedups)
     return ModelVerdict(measure=measure, tokens=tokens, pairs=interval.n, **verdict_fields(interval, floor))  # type: ignore[arg-type]
 
@@ -60,7 +60,7 @@ def compare_prefill(
     `pairs` interleaved pairs; a `ModelVerdict` per length closes the measurement.
     """
     clock = Clock(board.device)
-    inputs = {length: {"input_ids": _token_ids(vocab_size, length)} for length in lengths}
+    inputs = {length: {"input_ids": token_ids(vocab_size, length)} for length in lengths}
     for length in lengths:
         run_model(board.model, inputs[length])  # warm-up, also checks the model accepts them
     floors: dict[int, float] = {}
@@ -94,7 +94,7 @@ def compare_prefill(
             yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s))
     for length in lengths:
         if speedups[length]:
-            yield Record(run_id, _model_verdict("prefill", length, speedups[length], floors[length]))
+            yield Record(run_id, model_verdict("prefill", length, speedups[length], floors[length]))
 
 
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
@@ -138,7 +138,7 @@ def compare_decode(
         speedups.append(values.speedup)
         yield Record(run_id, values)
     if speedups:
-        yield Record(run_id, _model_verdict("decode", new_tokens, speedups, noise_floor_hint))
+        yield Record(run_id, model_verdict("decode", new_tokens, speedups, noise_floor_hint))
 
 
 def compare_outputs(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -131,6 +132,30 @@ def speed_verdict(interval: Interval, floor: float) -> str:
     if interval.high < 1.0 / (1.0 + floor):
         return SLOWER
     return NO_DIFFERENCE
+
+
+class StopRule:
+    """When an interleaved series of pairs stops: after `pairs` rounds when given, else once the
+    speedup's interval is within `precision` (after `MIN_PAIRS` pairs and `MIN_SECONDS`), and in
+    either case after `budget_s` seconds. Shared by every comparison, so they all stop alike."""
+
+    def __init__(self, pairs: int | None, precision: float, budget_s: float) -> None:
+        self.pairs, self.precision, self.budget_s = pairs, precision, budget_s
+        self.start = time.perf_counter()
+        self.rounds = 0
+
+    def after_round(self, speedups: Sequence[float]) -> str | None:
+        """Count one round; the reason to stop ("pairs", "precision", "budget"), or None to go on."""
+        self.rounds += 1
+        if self.pairs is not None and self.rounds >= self.pairs:
+            return "pairs"
+        elapsed = time.perf_counter() - self.start
+        narrow = self.pairs is None and len(speedups) >= MIN_PAIRS and elapsed >= MIN_SECONDS
+        if narrow and speedup_interval(speedups).half_width <= self.precision:
+            return "precision"
+        if time.perf_counter() - self.start >= self.budget_s:
+            return "budget"
+        return None
 
 
 class NoisyMachineWarning(UserWarning):

@@ -1,0 +1,107 @@
+"""Which measurements a comparison runs, in order: what `Explorer.compare` and `compare_model` start.
+
+Kept apart from the explorer so the choice of measurements per mode (inference, training,
+torch.compile) reads in one place and the explorer stays a thin front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.modes import parse_mode
+from kernel_explorer.errors import KernelExplorerError
+
+if TYPE_CHECKING:
+    from kernel_explorer.measure.capture import CapturedInputs
+    from kernel_explorer.measure.runner import Measurement
+    from kernel_explorer.switchboard import Switchboard
+
+
+def layer_mode(mode: str) -> str:
+    """ "inference" or "training"; any other mode is one line naming what a layer comparison takes."""
+    parse_mode(mode)  # an unknown mode: the one line naming the three
+    if mode not in ("inference", "training"):
+        raise KernelExplorerError(
+            f"compare takes mode 'inference' or 'training', not {mode!r} "
+            "(torch.compile is compared for the whole model: compare_model(mode='torch.compile'))."
+        )
+    return mode
+
+
+def layer_plan(
+    board: Switchboard,
+    inputs: Callable[[bool], CapturedInputs],
+    names: list[str],
+    *,
+    mode: str,
+    determinism_runs: int,
+    **sampling: Any,
+) -> list[Measurement]:
+    """Per layer: the comparison in `mode` (`sampling`: instances, pairs, precision, budget_s,
+    calibration_pairs), then, with `determinism_runs`, repeat-run identity. `inputs(grad)` gives the
+    captured inputs (with autograd on for training), read when the run starts."""
+    from kernel_explorer.measure.layers import compare_layer, determinism
+    from kernel_explorer.measure.training import compare_layer_training
+
+    training = layer_mode(mode) == "training"
+    compare = compare_layer_training if training else compare_layer
+    measurements: list[Measurement] = []
+    for name in names:
+        measurements.append(
+            lambda run_id, n=name: compare(board, inputs(training), n, run_id=run_id, **sampling)
+        )
+        if determinism_runs:
+            measurements.append(
+                lambda run_id, n=name: determinism(
+                    board,
+                    inputs(False),
+                    n,
+                    run_id=run_id,
+                    instances=sampling["instances"],
+                    runs=determinism_runs,
+                )
+            )
+    return measurements
+
+
+def model_plan(
+    board: Switchboard,
+    kwargs: dict[str, Any],
+    *,
+    mode: str,
+    lengths: tuple[int, ...],
+    pairs: int,
+    vocab_size: int,
+    decode_tokens: int,
+    decode_pairs: int,
+    floor_so_far: Callable[[str], float],
+) -> list[Measurement]:
+    """The model comparison in `mode`: inference (logits and greedy agreement, prefill, decode),
+    "training" (a training step per length) or "torch.compile" (compiled prefill per length).
+    `floor_so_far(run_id)` is the run's prefill noise floor, which decode borrows."""
+    from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
+    from kernel_explorer.measure.training_model import compare_compiled, compare_training_step
+
+    chosen = parse_mode(mode)
+    sized = {"lengths": lengths, "pairs": pairs, "vocab_size": vocab_size}
+    if chosen == parse_mode("training"):
+        return [lambda run_id: compare_training_step(board, run_id=run_id, **sized)]
+    if chosen == parse_mode("torch.compile"):
+        return [lambda run_id: compare_compiled(board, run_id=run_id, **sized)]
+    if chosen != parse_mode("inference"):
+        raise KernelExplorerError(
+            f"compare_model takes mode 'inference', 'training' or 'torch.compile', not {mode!r}."
+        )
+    return [
+        lambda run_id: compare_outputs(board, kwargs, run_id=run_id),
+        lambda run_id: compare_prefill(board, run_id=run_id, **sized),
+        lambda run_id: compare_decode(
+            board,
+            kwargs,
+            run_id=run_id,
+            new_tokens=decode_tokens,
+            pairs=decode_pairs,
+            noise_floor_hint=floor_so_far(run_id),
+        ),
+    ]
