@@ -104,7 +104,7 @@ class _Steps:
         self.label = HTML()
         self.box = HBox([self.bar, self.label])
         self.box.add_class("kx-explore-progress")
-        display(self.box)
+        self.handle = display(self.box, display_id=True)
 
     def next(self) -> None:
         step = self.bar.value
@@ -112,7 +112,12 @@ class _Steps:
         self.bar.value = min(step + 1, len(self.names))
 
     def done(self) -> None:
+        """Close the bar and empty its output, so a saved notebook keeps no dead widget there."""
+        from IPython.display import HTML
+
         self.box.close()
+        if self.handle is not None:
+            self.handle.update(HTML(""))
 
 
 class KernelsMagic:

@@ -114,8 +114,11 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
     expect(page.locator(".kx-status")).to_contain_text("cancelled", timeout=60_000)
     _run_cell(page, 6)
     median, *_ = _output(page, 6, "LIVE")
-    # the same measurement: the live median lies in compare's interval (or within its noise floor)
-    assert low / (1 + floor) <= median <= high * (1 + floor), (median, low, high, floor)
+    # the same measurement: the live median lies in compare's interval, widened by the larger of its
+    # A/A floor and the 5% precision both stop at (minutes apart, this host drifts more than one
+    # run's interval: bench/engine_check.py shows separate runs disagreeing beyond their intervals)
+    margin = max(floor, 0.05)
+    assert low / (1 + margin) <= median <= high * (1 + margin), (median, low, high, floor)
 
     page.wait_for_timeout(1000)  # the plots draw in batches every 0.3 s
     _dismiss_news(page)
@@ -172,7 +175,9 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
     expect(snapshot).to_be_visible(timeout=60_000)
     expect(snapshot).to_contain_text("RMSNorm")
     expect(snapshot).to_contain_text(re.compile(r"RMSNorm.*\d\.\d\dx \[\d"))
-    expect(page.get_by_text("Error displaying widget: model not found")).to_be_hidden()
+    errors = page.get_by_text("Error displaying widget: model not found")
+    for index in range(errors.count()):  # the widgets' outputs, when a snapshot stands in for them
+        expect(errors.nth(index)).to_be_hidden()
     screenshot(page, f"{lab.app}-dashboard-reopened")
 
 
