@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -137,7 +138,15 @@ def main() -> None:
         "rotary",
     ]
     parser.add_argument("--ops", nargs="+", default=ops, choices=ops)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads (default: torch's). On a shared 2-core guest, 1 thread keeps a preempted "
+        "worker from stalling every parallel op's join for a scheduler slice (about 8-12 ms)",
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from kernels import get_local_kernel
 
@@ -145,8 +154,10 @@ def main() -> None:
 
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False)}
     roof = copy_bandwidth()
+    forced = os.environ.get("KERNEL_EXPLORER_ISA")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, kernel ISA {hub['activation'].isa()}"
+        + (f" (forced by KERNEL_EXPLORER_ISA={forced})" if forced else " (this CPU's best)")
     )
     print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s\n")
     header = (

@@ -163,6 +163,29 @@ def test_large_outputs_are_ordinary_tensors_and_are_freed(hub: dict) -> None:
     assert _resident_mib() - before < 200, "huge-page outputs are not released"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_streamed_outputs_on_every_isa(hub: dict, isa: str, dtype: torch.dtype) -> None:
+    """Outputs of 8 MiB and more are written with non-temporal stores on the AVX-512 and AVX2
+    paths, in map1 (after a peel to the first 64-byte line), row by row in silu_and_mul, RMSNorm
+    and rotary: bitwise the same values as the cached stores give on a small slice."""
+    x = _inputs((1024, 4096), dtype)  # 8 MiB in bfloat16, 16 MiB in float32
+    act, rms = hub["activation"], hub["rmsnorm"]
+    shifted = torch.empty(x.numel() + 3, dtype=dtype)[3:].view(x.shape)
+    for op in ("silu", "gelu_new"):
+        small = getattr(act, op)(x[:2])
+        assert torch.equal(getattr(act, op)(x)[:2], small), op
+        assert torch.equal(getattr(act, op)(x, out=shifted)[:2], small), op
+    gated = torch.cat([x, x], dim=-1)
+    assert torch.equal(act.silu_and_mul(gated)[:2], act.silu_and_mul(gated[:2])), "silu_and_mul"
+    w = _inputs((4096,), dtype, scale=1.0)
+    assert torch.equal(rms.rms_norm(x, w, 1e-6)[:2], rms.rms_norm(x[:2], w, 1e-6)), "rms_norm"
+    q = x.view(1, 32, 1024, 128)
+    cos, sin = _inputs((1, 1024, 128), dtype), _inputs((1, 1024, 128), dtype)
+    head = q[:, :1].contiguous()
+    got = hub["rotary"].apply_rotary(q, q, cos, sin)[0][:, :1]
+    assert torch.equal(got, hub["rotary"].apply_rotary(head, head, cos, sin)[0]), "rotary"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("weight_dtype", ["same", torch.float32], ids=str)
 def test_rmsnorm_matches_llama_rmsnorm(hub: dict, isa: str, dtype: torch.dtype, weight_dtype) -> None:

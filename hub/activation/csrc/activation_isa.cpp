@@ -3,8 +3,8 @@
 // Each formula follows eager PyTorch operation by operation: ATen's own vectorized kernels for
 // F.silu / F.gelu, and for the Python formulas of Transformers' NewGELU, FastGELU and QuickGELU a
 // rounding to the storage dtype wherever eager materialises an intermediate tensor. One pass over
-// memory replaces eager's five to nine, and exp/tanh come from kx_vec.h's fast versions instead of
-// Sleef's (see there for the accuracy). The bfloat16 and float16 forms only fill the lookup tables
+// memory replaces eager's five to nine, and exp comes from kx_vec.h's fast version instead of
+// Sleef's (see there for the accuracy; the float32 tanh GELUs use it as x / (1 + exp(-2u))). The bfloat16 and float16 forms only fill the lookup tables
 // (activation_ops.cpp), once per process, so there exactness matters more than speed.
 #include "activation_table.h"
 #include "kx_vec.h"
@@ -13,18 +13,20 @@ namespace KX_ISA_NS {
 using kx::VecF;
 using kx::exp_fast;
 using kx::rnd;
-using kx::tanh_fast;
 
-// tanh rounded to T as eager stores it. Near -1, one ulp of that 16-bit rounding changes
-// `1 + tanh` by up to 100%, so the 16-bit forms take Sleef's tanh, eager's own, and match it
-// bitwise; float32 takes the fast one.
+// tanh rounded to T as eager stores it, for the 16-bit forms: near -1, one ulp of that 16-bit
+// rounding changes `1 + tanh` by up to 100%, so they take Sleef's tanh, eager's own, and match it
+// bitwise. (They only fill the lookup tables, so its cost does not matter.)
 template <typename T>
 inline VecF tanh_as_eager(const VecF& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return tanh_fast(v);
-  } else {
-    return rnd<T>(v.tanh());
-  }
+  return rnd<T>(v.tanh());
+}
+
+// The float32 forms of the tanh GELUs: 0.5 * x * (1 + tanh(u)) is x / (1 + exp(-2u)), one exp and
+// one division where tanh takes an exp, a division, a polynomial and a blend; and no cancellation
+// for u << 0, so it is closer to the exact value than eager's form (as gelu_tanh below).
+inline VecF x_sigmoid_2u(const VecF& x, const VecF& u) {
+  return x / (VecF(1.f) + exp_fast(u * VecF(-2.f)));
 }
 
 // erf(x) as x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (erf is 1 in float32 beyond): the
@@ -77,6 +79,11 @@ template <typename T>
 void gelu_new(const void* x, void* y, int64_t n) {
   // 0.5 * x * (1.0 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3.0))))
   const VecF c(static_cast<float>(0.7978845608028654)), kappa(0.044715f), one(1.f), half(0.5f);
+  if constexpr (std::is_same_v<T, float>) {
+    kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n,
+             [&](const VecF& v) { return x_sigmoid_2u(v, c * (v + kappa * (v * v * v))); });
+    return;
+  }
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n, [&](const VecF& v) {
     VecF t1 = rnd<T>(half * v);
     // eager pow(x, 3.0) rounds x*x to bfloat16 before the last multiply, but not for float16
@@ -91,6 +98,11 @@ template <typename T>
 void gelu_fast(const void* x, void* y, int64_t n) {
   // 0.5 * x * (1.0 + tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
   const VecF c(0.7978845608f), kappa(0.044715f), one(1.f), half(0.5f);
+  if constexpr (std::is_same_v<T, float>) {
+    kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n,
+             [&](const VecF& v) { return x_sigmoid_2u(v, v * c * (one + kappa * v * v)); });
+    return;
+  }
   kx::map1(static_cast<const T*>(x), static_cast<T*>(y), n, [&](const VecF& v) {
     VecF t1 = rnd<T>(half * v);
     VecF u = rnd<T>(v * c);

@@ -11,7 +11,11 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #define KX_STR_(x) #x
 #define KX_STR(x) KX_STR_(x)
@@ -92,22 +96,75 @@ inline void check_out(const at::Tensor& out, const at::Tensor& like, const char*
               ", got ", out.scalar_type(), " ", out.sizes(), out.is_contiguous() ? "" : " (non-contiguous)");
 }
 
-// Outputs of 32 MiB and more come from 2 MiB transparent huge pages. glibc serves every such
-// allocation with a fresh mmap (its adaptive threshold stops at 32 MiB), so the first write faults
-// in every 4 KiB page, and at LLM sizes that costs more than the kernel itself: about 25 ms for a
-// 2048 x 11008 float32 activation that the kernel computes in 5. Huge pages make that 512 times
-// fewer faults. PyTorch offers the same for every tensor behind THP_MEM_ALLOC_ENABLE=1; here it is
-// only the kernel's own outputs. MADV_HUGEPAGE is advice: where THP is off, 4 KiB pages it is.
+// Outputs of 32 MiB and more come from 2 MiB transparent huge pages, and their blocks are kept
+// for the next output of the same size. glibc serves every such allocation with a fresh mmap (its
+// adaptive threshold stops at 32 MiB) and unmaps it on free, so every call faults in and zeroes
+// every page of its output again: at LLM sizes that costs more than the kernel itself (about 25 ms
+// for a 2048 x 11008 float32 activation that the kernel computes in 5; 65.8 against 13.4 ms with
+// out= for silu_and_mul on a Zen 3, where THP's `defrag=madvise` also compacts memory on those
+// faults). Huge pages make the faults 512 times fewer; reusing a freed block of the same size
+// (a model's layers produce the same shapes over and over) removes them and the zeroing. At most
+// kKeepBytes of freed blocks are kept, oldest returned to the system first. PyTorch offers huge
+// pages for every tensor behind THP_MEM_ALLOC_ENABLE=1; here it is only the kernels' own outputs.
+// MADV_HUGEPAGE is advice: where THP is off, 4 KiB pages it is.
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugePagesFrom = size_t{32} << 20;
+constexpr size_t kKeepBytes = size_t{128} << 20;  // per kernel library
 
 struct HugePageAllocator final : c10::Allocator {
-  static void release(void* p) { std::free(p); }
+  // Blocks handed out (pointer -> rounded size) and freed blocks kept for reuse, oldest first.
+  // Never destroyed: a tensor may be freed during static destruction, after any static here.
+  struct Blocks {
+    std::mutex mutex;
+    std::unordered_map<void*, size_t> live;
+    std::deque<std::pair<void*, size_t>> kept;
+    size_t kept_bytes = 0;
+  };
+  static Blocks& blocks() {
+    static Blocks* b = new Blocks;
+    return *b;
+  }
+
+  static void release(void* p) {
+    Blocks& b = blocks();
+    std::lock_guard<std::mutex> lock(b.mutex);
+    auto it = b.live.find(p);
+    if (it == b.live.end()) return std::free(p);
+    size_t n = it->second;
+    b.live.erase(it);
+    if (n > kKeepBytes) return std::free(p);
+    b.kept.emplace_back(p, n);
+    b.kept_bytes += n;
+    while (b.kept_bytes > kKeepBytes) {
+      std::free(b.kept.front().first);
+      b.kept_bytes -= b.kept.front().second;
+      b.kept.pop_front();
+    }
+  }
 
   c10::DataPtr allocate(size_t n) override {
+    const size_t rounded = (n + kHugePage - 1) & ~(kHugePage - 1);
+    Blocks& b = blocks();
     void* p = nullptr;
-    TORCH_CHECK(posix_memalign(&p, kHugePage, n) == 0, "out of memory: could not allocate ", n, " bytes");
-    madvise(p, n & ~(kHugePage - 1), MADV_HUGEPAGE);  // whole huge pages inside the block only
+    {
+      std::lock_guard<std::mutex> lock(b.mutex);
+      for (auto it = b.kept.rbegin(); it != b.kept.rend(); ++it) {  // newest first: likeliest in cache
+        if (it->second == rounded) {
+          p = it->first;
+          b.kept_bytes -= rounded;
+          b.kept.erase(std::next(it).base());
+          break;
+        }
+      }
+    }
+    if (!p) {
+      TORCH_CHECK(posix_memalign(&p, kHugePage, rounded) == 0, "out of memory: could not allocate ", n, " bytes");
+      madvise(p, rounded, MADV_HUGEPAGE);
+    }
+    {
+      std::lock_guard<std::mutex> lock(b.mutex);
+      b.live.emplace(p, rounded);
+    }
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }

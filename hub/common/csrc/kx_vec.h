@@ -3,8 +3,8 @@
 // Each kernel source is compiled once per instruction set (AVX-512 with and without the BF16
 // conversions, AVX2, portable) with CPU_CAPABILITY set the way ATen sets it, so
 // `at::vec::Vectorized` picks the matching implementation, and every ISA's symbols live in their
-// own namespace (KX_ISA_NS). The registration unit then dispatches at run time. exp and tanh
-// are this file's fast versions rather than Sleef's (see "Fast float32 math" below).
+// own namespace (KX_ISA_NS). The registration unit then dispatches at run time. exp is this
+// file's fast version rather than Sleef's (see "Fast float32 math" below).
 //
 // Arithmetic is done in float32 and rounded to the storage type exactly where eager PyTorch
 // stores an intermediate tensor (`rnd<T>`), which is what makes the results match eager.
@@ -154,7 +154,8 @@ inline VecF rnd(const VecF& a) {
 // ---------------------------------------------------------------------------------------------
 // Fast float32 math. Sleef's u10 functions (what at::vec calls) are accurate to 1 ulp but slow:
 // tanhf alone costs about 100 cycles per AVX-512 vector, which is what makes eager GELU-tanh
-// compute-bound. These are within ~2 ulp and a quarter of the cost.
+// compute-bound. This exp is within ~2 ulp at a quarter of the cost; the tanh GELUs use it as
+// x / (1 + exp(-2u)) (activation_isa.cpp).
 
 // exp(r) for |r| <= ln2 / 2: Cephes' expf polynomial, shared by the ISA versions below.
 inline VecF exp_reduced(const VecF& r) {
@@ -179,47 +180,27 @@ inline VecF exp_fast(const VecF& x) {
   return VecF(_mm512_scalef_ps(exp_reduced(VecF(r)), n));
 }
 #elif defined(CPU_CAPABILITY_AVX2)
-// 2^n for integral n in [-150, 128], as two factors so each stays a normal float.
-inline __m256 pow2_split(__m256 y, __m256 n) {
-  __m256i ni = _mm256_cvtps_epi32(n);
-  __m256i half = _mm256_srai_epi32(ni, 1);
-  __m256i rest = _mm256_sub_epi32(ni, half);
-  __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
-  __m256 b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(rest, _mm256_set1_epi32(127)), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(y, a), b);
-}
-
+// The clamp keeps n in [-126, 128], so 2^n is one float built in its exponent field (n = 128 gives
+// inf): three integer operations and a multiply where a two-factor scale with gradual underflow
+// took nine. exp is then 1.6e-38 below -87 rather than a subnormal or 0, where every formula here
+// adds it to 1 (the same result), and inf from 88.38 rather than from 88.72, where it divides a
+// number that would have to exceed 1e37 to tell. NaN passes the clamp (minps/maxps return their
+// second operand) and the polynomial, and NaN times 2^n is NaN.
 inline VecF exp_fast(const VecF& x) {
-  __m256 v = _mm256_max_ps(_mm256_set1_ps(-104.f), _mm256_min_ps(_mm256_set1_ps(89.f), x));
+  __m256 v = _mm256_max_ps(_mm256_set1_ps(-87.f), _mm256_min_ps(_mm256_set1_ps(89.f), x));
   __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), v);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 out = pow2_split(exp_reduced(VecF(r)), n);
-  return VecF(_mm256_blendv_ps(out, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));  // NaN in, NaN out
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return VecF(_mm256_mul_ps(exp_reduced(VecF(r)), _mm256_castsi256_ps(e)));
 }
 #else
 inline VecF exp_fast(const VecF& x) { return x.exp(); }
 #endif
 
-// tanh(x): Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (exp(2|x|) + 1) above, sign restored.
-inline VecF tanh_fast(const VecF& x) {
-  const VecF one(1.f), two(2.f);
-  VecF ax = x.abs();
-  VecF z = x * x;
-  VecF p(-5.70498872745e-3f);
-  p = at::vec::fmadd(p, z, VecF(2.06390887954e-2f));
-  p = at::vec::fmadd(p, z, VecF(-5.37397155531e-2f));
-  p = at::vec::fmadd(p, z, VecF(1.33314422036e-1f));
-  p = at::vec::fmadd(p, z, VecF(-3.33332819422e-1f));
-  VecF small = at::vec::fmadd(p * z, x, x);
-  VecF big = one - two / (exp_fast(ax + ax) + one);
-  big = big | (x & VecF(-0.f));  // copy the sign of x
-  return VecF::blendv(big, small, ax < VecF(0.625f));
-}
-
-// Stores one block at p, which must be 64-byte aligned, around the cache (AVX-512 paths only;
-// used for outputs of kStreamFromBytes and more, see kx_limits.h).
+// Stores one block at p, which must be 64-byte aligned, around the cache (used for outputs of
+// kStreamFromBytes and more, see kx_limits.h). Call stream_fence() before the writing thread joins.
 template <typename T>
 inline void stream2(T* p, const VecF& a, const VecF& b) {
 #if defined(CPU_CAPABILITY_AVX512)
@@ -233,17 +214,40 @@ inline void stream2(T* p, const VecF& a, const VecF& b) {
   } else {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p), __m512i(at::vec::convert_from_float<T>(a, b)));
   }
+#elif defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    _mm256_stream_ps(p, a);
+    _mm256_stream_ps(p + kVecF, b);
+  } else {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), __m256i(at::vec::convert_from_float<T>(a, b)));
+  }
 #else
   store2(p, a, b);
 #endif
 }
 
 constexpr bool kCanStream =
-#if defined(CPU_CAPABILITY_AVX512)
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
     true;
 #else
     false;
 #endif
+
+// Streamed stores are weakly ordered: publish them before the join.
+inline void stream_fence() {
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+  _mm_sfence();
+#endif
+}
+
+// Whether rows of `cols` elements of T, written at y with row stride `stride`, can be streamed
+// block by block: the output is large, and every row starts on a 64-byte line.
+template <typename T>
+inline bool can_stream_rows(const T* y, int64_t rows, int64_t cols, int64_t stride) {
+  const int64_t bytes = rows * cols * static_cast<int64_t>(sizeof(T));
+  return kCanStream && bytes >= kStreamFromBytes && reinterpret_cast<uintptr_t>(y) % 64 == 0 &&
+         (stride * static_cast<int64_t>(sizeof(T))) % 64 == 0;
+}
 
 // Elementwise map over n contiguous elements: y = f(x). f works on float32 vectors.
 template <typename T, typename F>
@@ -266,9 +270,7 @@ inline void map1(const T* x, T* y, int64_t n, const F& f) {
         load2(x + i, a, b);
         stream2(y + i, f(a), f(b));
       }
-#if defined(CPU_CAPABILITY_AVX512)
-      _mm_sfence();  // streamed stores are weakly ordered: publish them before the join
-#endif
+      stream_fence();
     }
     for (; i + kBlock <= end; i += kBlock) {
       load2(x + i, a, b);
@@ -309,12 +311,21 @@ inline void for_each_row(int64_t rows, int64_t cols, const F& row) {
 template <typename T, typename F>
 inline void map2_rows(const T* x0, const T* x1, int64_t in_stride, T* y, int64_t out_stride, int64_t rows,
                       int64_t cols, const F& f) {
+  // Large outputs bypass the cache, as in map1, when every row starts on a 64-byte line.
+  const bool stream = can_stream_rows(y, rows, cols, out_stride);
   auto row = [&](int64_t r) {
     const T* a_row = x0 + r * in_stride;
     const T* b_row = x1 + r * in_stride;
     T* y_row = y + r * out_stride;
     int64_t i = 0;
     VecF a0, a1, b0, b1;
+    if (stream) {
+      for (; i + kBlock <= cols; i += kBlock) {
+        load2(a_row + i, a0, a1);
+        load2(b_row + i, b0, b1);
+        stream2(y_row + i, f(a0, b0), f(a1, b1));
+      }
+    }
     for (; i + kBlock <= cols; i += kBlock) {
       load2(a_row + i, a0, a1);
       load2(b_row + i, b0, b1);
@@ -326,7 +337,10 @@ inline void map2_rows(const T* x0, const T* x1, int64_t in_stride, T* y, int64_t
       store2_tail(y_row + i, cols - i, f(a0, b0), f(a1, b1));
     }
   };
-  for_each_row(rows, cols, row);
+  for_each_row_range(rows, cols, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) row(r);
+    if (stream) stream_fence();
+  });
 }
 
 }  // namespace KX_ISA_NS

@@ -15,6 +15,8 @@ void rmsnorm(const void* x_, int64_t x_row_stride, const void* w_, void* y_, int
   const T* x = static_cast<const T*>(x_);
   const W* w = static_cast<const W*>(w_);
   O* y = static_cast<O*>(y_);
+  // A large output bypasses the cache (see kx_vec.h) when every row starts on a 64-byte line.
+  const bool stream = kx::can_stream_rows(y, rows, hidden, hidden);
   auto row = [&](int64_t r) {
     const T* xr = x + r * x_row_stride;
     O* yr = y + r * hidden;
@@ -37,7 +39,11 @@ void rmsnorm(const void* x_, int64_t x_row_stride, const void* w_, void* y_, int
     for (i = 0; i + kx::kBlock <= hidden; i += kx::kBlock) {
       kx::load2(xr + i, a, b);
       kx::load2(w + i, wa, wb);
-      kx::store2(yr + i, wa * kx::rnd<T>(a * scale), wb * kx::rnd<T>(b * scale));
+      if (stream) {
+        kx::stream2(yr + i, wa * kx::rnd<T>(a * scale), wb * kx::rnd<T>(b * scale));
+      } else {
+        kx::store2(yr + i, wa * kx::rnd<T>(a * scale), wb * kx::rnd<T>(b * scale));
+      }
     }
     if (i < hidden) {
       int64_t n = hidden - i;
@@ -46,7 +52,10 @@ void rmsnorm(const void* x_, int64_t x_row_stride, const void* w_, void* y_, int
       kx::store2_tail(yr + i, n, wa * kx::rnd<T>(a * scale), wb * kx::rnd<T>(b * scale));
     }
   };
-  kx::for_each_row(rows, hidden, row);
+  kx::for_each_row_range(rows, hidden, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) row(r);
+    if (stream) kx::stream_fence();
+  });
 }
 
 // The gradient of the forward above, as eager autograd computes it through LlamaRMSNorm's seven ops,

@@ -66,9 +66,7 @@ void rotary(const void* x_, const void* c_, const void* s_, void* y_, int64_t ro
         idx[dim] = 0;
       }
     }
-#if defined(CPU_CAPABILITY_AVX512)
-    if (stream) _mm_sfence();  // streamed stores are weakly ordered: publish them before the join
-#endif
+    if (stream) kx::stream_fence();
   });
 }
 

@@ -1,0 +1,115 @@
+"""The memory limit under the bundled elementwise kernels: the same loop with no arithmetic.
+
+`kx::map1` (the loop every unary activation runs: vector loads, the 16-bit widening and
+narrowing, non-temporal stores from 8 MiB, torch's threads) is compiled here with an identity
+function for the chosen ISA path, and timed interleaved with the kernel's out= form and a plain
+tensor copy on the same bytes. What the kernel reaches against the identity loop is what its
+arithmetic costs; what the identity loop reaches against the copy is the loop's own ceiling.
+
+    python bench/limits.py                       # AVX2 path, float32 and bfloat16, 512 and 2048 tokens
+    python bench/limits.py --isa avx512 --tokens 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+
+import torch
+from kernel_ops import INTERMEDIATE, copy_bandwidth, interleaved
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include "kx_vec.h"
+
+template <typename T>
+void identity_t(const at::Tensor& x, at::Tensor& y) {
+  kx::map1(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), x.numel(),
+           [](const kx::VecF& v) { return v; });
+}
+
+void identity(const at::Tensor& x, at::Tensor y) {
+  if (x.scalar_type() == at::kFloat) return identity_t<float>(x, y);
+  if (x.scalar_type() == at::kBFloat16) return identity_t<c10::BFloat16>(x, y);
+  TORCH_CHECK(false, "float32 or bfloat16");
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("identity", &identity); }
+"""
+
+
+def build_identity(isa: str):
+    """kx::map1 with an identity function, compiled with the kernels' flags for `isa`."""
+    from torch.utils.cpp_extension import load_inline
+
+    from kernel_explorer import builder
+
+    common = Path(builder.__file__).resolve().parents[1] / "hub" / "common" / "csrc"
+    cache = Path(os.environ.get("KERNEL_EXPLORER_CACHE", "/tmp/kernel-explorer-cache")) / f"limits-{isa}"
+    cache.mkdir(parents=True, exist_ok=True)
+    flags = [*builder._COMMON_FLAGS, *builder._ISA_FLAGS[isa], "-DKX_ISA=" + isa]  # copies: load mutates
+    return load_inline(
+        name=f"kx_limits_{isa}",
+        cpp_sources=[_SOURCE],
+        extra_cflags=flags,
+        extra_include_paths=[str(common)],
+        extra_ldflags=["-fopenmp"],
+        build_directory=str(cache),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--isa", default="avx2", choices=["avx512bf16", "avx512", "avx2", "portable"])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[512, 2048])
+    parser.add_argument("--ops", nargs="+", default=["silu", "gelu_new", "gelu_fast"])
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from kernels import get_local_kernel
+
+    from kernel_explorer.builder import build_hub
+
+    act = next(get_local_kernel(b.repo_path) for b in build_hub(progress=False) if b.name == "activation")
+    act.set_isa(args.isa)
+    ident = build_identity(args.isa)
+    roof = copy_bandwidth()
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, ISA path {act.isa()} (kernel and loop)")
+    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
+    print("GB/s counts the bytes read and written once; medians over interleaved rounds, [p25, p75]\n")
+    header = f"{'dtype':<10}{'tokens':>6}  {'what':<22}{'us':>9}{'GB/s':>7}{'% copy':>7}"
+    header += f"  {'[p25, p75] % copy':>18}"
+    print(header)
+    print("-" * len(header))
+    for dtype in (torch.float32, torch.bfloat16):
+        for tokens in args.tokens:
+            x = (torch.randn(tokens, INTERMEDIATE, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
+            out = torch.empty_like(x)
+            nbytes = 2 * x.numel() * x.element_size()
+            rows = {
+                "torch copy_": lambda x=x, out=out: out.copy_(x),
+                "map1 identity (limit)": lambda x=x, out=out: ident.identity(x, out),
+            }
+            for op in args.ops:
+                rows[f"{op} out="] = lambda op=op, x=x, out=out: getattr(act, op)(x, out=out)
+            with torch.inference_mode():
+                times = interleaved(list(rows.values()))
+            for name, t in zip(rows, times, strict=True):
+                q = statistics.quantiles(t, n=4)
+                pct = [100 * nbytes / s / 1e9 / roof for s in (statistics.median(t), q[2], q[0])]
+                med = statistics.median(t)
+                gbs = nbytes / med / 1e9
+                print(
+                    f"{str(dtype)[6:]:<10}{tokens:>6}  {name:<22}{med * 1e6:>9.1f}{gbs:>7.1f}"
+                    f"{pct[0]:>6.0f}%  [{pct[1]:>5.0f}%, {pct[2]:>5.0f}%]",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
