@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kernel_explorer.errors import KernelExplorerError
@@ -39,6 +39,7 @@ from kernel_explorer.records import (
     LayerVerdict,
     Provenance,
     Record,
+    TrainingCalibration,
     TrainingLatency,
     TrainingVerdict,
 )
@@ -162,28 +163,15 @@ def compare_layer(
             divergences.append(found)
             yield Record(run_id, found, name, path, provenance=origin(path, args, kwargs))
         repeats: dict[str, int] = {}
-        aa_ratios: list[float] = []
-        for index in range(calibration_pairs):
-            call = calls[index % len(calls)]
-            first, second, _, repeat = _pair(clock, board, name, call, repeats, index, aa=True)
-            aa_ratios.append(first / second)
-            yield Record(
-                run_id,
-                LayerCalibration(first, second, first / second, repeat),
-                name,
-                call[0],
-                provenance=origin(*call),
-            )
-        samples: list[LayerLatency] = []
-        stop, stopped_by = StopRule(pairs, precision, budget_s), None
-        while stopped_by is None:
-            for call in calls:
-                index = stop.rounds
-                t_pytorch, t_other, on, repeat = _pair(clock, board, name, call, repeats, index, aa=False)
-                sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
-                samples.append(sample)
-                yield Record(run_id, sample, name, call[0], provenance=origin(*call))
-            stopped_by = stop.after_round([s.speedup for s in samples])
+        aa_ratios, samples, stopped_by = yield from interleaved_series(
+            lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
+            calls,
+            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(*call)),
+            calibration_pairs=calibration_pairs,
+            stop=StopRule(pairs, precision, budget_s),
+            calibration=LayerCalibration,
+            latency=LayerLatency,
+        )
         if not conclude:
             return
         yield Record(
@@ -192,6 +180,40 @@ def compare_layer(
             name,
             provenance=origin(*calls[0]),
         )
+
+
+def interleaved_series(
+    pair: Callable[[Any, int, bool], tuple[float, float, bool, int]],
+    items: Sequence[Any],
+    record: Callable[[Any, Any], Record],
+    *,
+    calibration_pairs: int,
+    stop: StopRule,
+    calibration: type[LayerCalibration] | type[TrainingCalibration],
+    latency: type[LayerLatency] | type[TrainingLatency],
+) -> Generator[Record, None, tuple[list[float], list[Any], str]]:
+    """A/A pairs, then interleaved pairs round-robin over `items` until `stop` says; yields a record
+    per pair and returns (A/A ratios, samples, why it stopped).
+
+    The one loop of every comparison (inference and training): `pair(item, index, aa)` times one
+    pair, `record(item, values)` the record it makes for that item.
+    """
+    aa_ratios: list[float] = []
+    for index in range(calibration_pairs):
+        item = items[index % len(items)]
+        first, second, _, repeat = pair(item, index, True)
+        aa_ratios.append(first / second)
+        yield record(item, calibration(first, second, first / second, repeat))
+    samples: list[Any] = []
+    stopped_by = None
+    while stopped_by is None:
+        for item in items:
+            t_pytorch, t_other, on, repeat = pair(item, stop.rounds, False)
+            sample = latency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
+            samples.append(sample)
+            yield record(item, sample)
+        stopped_by = stop.after_round([s.speedup for s in samples])
+    return aa_ratios, samples, stopped_by
 
 
 def layer_verdict(

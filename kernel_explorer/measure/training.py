@@ -26,7 +26,13 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
 from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
-from kernel_explorer.measure.layers import CALIBRATION_PAIRS, Call, calls_for, layer_verdict
+from kernel_explorer.measure.layers import (
+    CALIBRATION_PAIRS,
+    Call,
+    calls_for,
+    interleaved_series,
+    layer_verdict,
+)
 from kernel_explorer.measure.provenance import provenance
 from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION, StopRule, check_sampling
 from kernel_explorer.measure.timing import Clock, interleaved_pair
@@ -235,23 +241,15 @@ def compare_layer_training(
                 found.append(record)
                 yield Record(run_id, record, name, step.path, provenance=origin[step.path])
         repeats: dict[str, int] = {}
-        aa_ratios: list[float] = []
-        for index in range(calibration_pairs):
-            step = steps[index % len(steps)]
-            first, second, _, repeat = _pair(clock, board, name, step, repeats, index, aa=True)
-            aa_ratios.append(first / second)
-            values = TrainingCalibration(first, second, first / second, repeat)
-            yield Record(run_id, values, name, step.path, provenance=origin[step.path])
-        samples: list[TrainingLatency] = []
-        stop, stopped_by = StopRule(pairs, precision, budget_s), None
-        while stopped_by is None:
-            for step in steps:
-                index = stop.rounds
-                t_pytorch, t_other, on, repeat = _pair(clock, board, name, step, repeats, index, aa=False)
-                sample = TrainingLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
-                samples.append(sample)
-                yield Record(run_id, sample, name, step.path, provenance=origin[step.path])
-            stopped_by = stop.after_round([s.speedup for s in samples])
+        aa_ratios, samples, stopped_by = yield from interleaved_series(
+            lambda step, index, aa: _pair(clock, board, name, step, repeats, index, aa=aa),
+            steps,
+            lambda step, values: Record(run_id, values, name, step.path, provenance=origin[step.path]),
+            calibration_pairs=calibration_pairs,
+            stop=StopRule(pairs, precision, budget_s),
+            calibration=TrainingCalibration,
+            latency=TrainingLatency,
+        )
         verdict = layer_verdict(samples, aa_ratios, found, calls, False, stopped_by, cls=TrainingVerdict)
         if refused:  # the instances a kernel refused for training ran PyTorch: say why
             verdict = dataclasses.replace(verdict, notes=(*verdict.notes, *refused))
