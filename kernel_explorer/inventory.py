@@ -124,8 +124,11 @@ class InventoryRow:
 
     @property
     def running_summary(self) -> str:
-        """`PyTorch x4, bundled/rmsnorm RMSNorm x1`: what the instances run now, by name."""
-        return ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
+        """`PyTorch x4, bundled/rmsnorm RMSNorm x1`: what the instances run now, by name; with why
+        PyTorch runs where a kernel was asked for and did not (`does not support training`, ...)."""
+        text = ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
+        reasons = dict.fromkeys(now.reason for now in self.running if not now.is_kernel and now.reason)
+        return text + "".join(f" ({reason})" for reason in reasons)
 
 
 def _same_repository(candidate: Candidate, repository: str | None) -> bool:

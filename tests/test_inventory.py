@@ -114,3 +114,20 @@ def test_the_inventory_shows_the_last_measured_speedup_with_its_interval(hub: di
         row.measured_summary in str(explorer.inventory())
         and "measured speedup" in explorer.inventory()._repr_html_()
     )
+
+
+def test_runs_now_says_why_pytorch_runs_where_a_kernel_was_refused(tmp_path, hub: dict) -> None:  # type: ignore[no-untyped-def]
+    from kernel_repos import NO_BACKWARD_RMSNORM, write_repo
+    from kernels import LocalLayerRepository
+
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import tiny_llama
+
+    path = write_repo(tmp_path, "kx-no-backward", layers=NO_BACKWARD_RMSNORM)
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=path, layer_name="RMSNorm")}}
+    explorer = Explorer(tiny_llama(), mapping, mode="training", include_transformers=False)
+    explorer.on("RMSNorm")
+    summary = explorer.inventory().row("RMSNorm").running_summary
+    assert summary.startswith("PyTorch x5 (") and "does not support training" in summary
+    explorer.off("RMSNorm")
+    assert explorer.inventory().row("RMSNorm").running_summary == "PyTorch x5"  # asked for nothing now
