@@ -74,3 +74,23 @@ def test_routing_is_per_thread() -> None:
         thread.join()
     function_routes.detach(routed, "scale")
     assert set(results["routed"]) == {3.0} and set(results["plain"]) == {2.0}
+
+
+def test_compiled_holders_each_keep_their_own_route() -> None:
+    """torch.compile caches one graph per code object and reuses it while its guards pass; the
+    route each holder takes must be part of what those guards check, or a second holder would run
+    the first one's kernel (compare_model's compiled sides depend on this)."""
+    routed, plain, attached_off = Holder(), Holder(), Holder()
+    copy = function_routes.copy_for(routed, "scale")
+    copy.forward = _triple.__get__(copy)
+    function_routes.copy_for(attached_off, "scale")  # a copy that runs the class forward
+    one = torch.ones(1)
+    try:
+        for order in ((routed, plain, attached_off), (attached_off, plain, routed)):
+            torch._dynamo.reset()
+            results = {id(h): torch.compile(h, backend="eager")(one).item() for h in order}
+            assert results == {id(routed): 3, id(plain): 2, id(attached_off): 2}, order
+    finally:
+        torch._dynamo.reset()
+        function_routes.detach(routed, "scale")
+        function_routes.detach(attached_off, "scale")
