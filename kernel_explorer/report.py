@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
 
@@ -125,6 +126,9 @@ def figures(log: ResultLog) -> list[Any]:
         found.append(
             _speedup_bars(frame, "label", "Model speedup (as switched vs all-PyTorch), 95% interval")
         )
+    breakdown = breakdown_figure(log)
+    if breakdown is not None:
+        found.append(breakdown)
     return found
 
 
@@ -222,6 +226,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
         if not breakdown.empty:
             parts += [
                 f"<h2>Where the model's time goes ({phase}, on PyTorch)</h2>",
+                f"<p><b>{html.escape(covered_line(log, phase))}</b></p>",
                 "<p>share: of the forward's time, exclusive; model_speedup_if_free: Amdahl's ceiling if "
                 "that part cost nothing; model_speedup_predicted: with its last measured kernel speedup.</p>",
                 breakdown.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep=""),

@@ -129,3 +129,28 @@ def test_named_runs_and_csv_downloads_after_a_run(dashboard: Dashboard) -> None:
     assert [name for name, _ in links] == ["kernel_explorer_records.csv", "kernel_explorer_summary.csv"]
     summary = base64.b64decode(links[1][1]).decode()
     assert "before," in summary and again.run_id in summary and "speedup_low" in summary
+
+
+def test_profile_draws_the_breakdown_chart_and_its_line(dashboard: Dashboard) -> None:
+    panel = dashboard.breakdown
+    assert panel.chart_box.layout.display == "none" and not panel.chart.data
+    panel.tokens = 32
+    panel.profile()
+    assert panel.button.disabled
+    assert _wait(lambda: panel.handle.done and not panel.button.disabled)
+    assert panel.chart_box.layout.display == "flex"
+    assert {trace.name for trace in panel.chart.data} >= {"Linear (matmul)", "RMSNorm (kernel layer)"}
+    assert "Kernel layers take" in panel.line.value
+    assert "Where the model's time goes" in dashboard.static_html()  # the report's figure too
+
+
+def test_a_breakdown_leaves_the_live_plots_of_the_last_measurement(dashboard: Dashboard) -> None:
+    dashboard.explorer.compare("SiLU", pairs=2)
+    dashboard.plots.flush()
+    before = dashboard.plots.points()
+    dashboard.explorer.breakdown(tokens=16, repeats=1)
+    dashboard.plots.flush()
+    assert before > 0 and dashboard.plots.points() == before
+    dashboard.explorer.compare("RMSNorm", pairs=2)
+    dashboard.plots.flush()
+    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}

@@ -14,6 +14,7 @@ import ipywidgets as widgets
 
 from kernel_explorer.measure.stats import noise_warning
 from kernel_explorer.records import LayerVerdict, RunEvent
+from kernel_explorer.ui.breakdown_panel import BreakdownPanel
 from kernel_explorer.ui.layer_table import LayerTable
 from kernel_explorer.ui.plots import LivePlots, static_html
 
@@ -57,6 +58,7 @@ class Dashboard:
         self.output = widgets.Output(layout={"max_height": "160px", "overflow": "auto"})  # download bars
         self.table = LayerTable(explorer, on_error=self.show_error, output=self.output)
         self.plots = LivePlots(explorer.results)
+        self.breakdown = BreakdownPanel(explorer, on_error=self.show_error)
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(
             description="Stop", button_style="danger", icon="stop", disabled=True
@@ -89,6 +91,7 @@ class Dashboard:
                 self.downloads,
                 widgets.Box([self.plots.latency, self.plots.speedup], layout=_ROW),
                 widgets.Box([self.plots.divergence, self.plots.throughput], layout=_ROW),
+                self.breakdown.widget,
             ]
         )
         self.widget.add_class("kx-dashboard")
@@ -165,6 +168,7 @@ class Dashboard:
         self._unsubscribe_switches()
         self.table.close()
         self.plots.close()
+        self.breakdown.close()
         self.widget.close()
 
     # -- display -------------------------------------------------------------------------------

@@ -27,6 +27,9 @@ from kernel_explorer.records import (
 )
 from kernel_explorer.results import ResultLog
 
+# the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
+_DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
+
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     """One look for every live plot: width follows the page, transparent so the theme shows through."""
@@ -110,6 +113,7 @@ class LivePlots:
         self._pending: list[Record] = []
         self._marks: list[float] = []
         self._run_id: str | None = None
+        self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
         self._start: float | None = None
         self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
         self._verdicts: dict[str, LayerVerdict] = {}
@@ -208,12 +212,12 @@ class LivePlots:
         values = record.values
         if isinstance(values, RunEvent):
             if values.event == "started":
-                self._reset(record.run_id, record.time)
+                self._starts[record.run_id] = record.time
             return
-        if self._run_id is None:  # records of a run that started before the plots: follow it
-            self._reset(record.run_id, record.time)
-        if record.run_id != self._run_id:
+        if not isinstance(values, _DRAWN):
             return
+        if record.run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
+            self._reset(record.run_id, self._starts.pop(record.run_id, record.time))
         seconds = record.time - (self._start or record.time)
         if isinstance(values, LayerLatency) and record.layer:
             trace = self._trace(record.layer, values.kernel_on)

@@ -79,7 +79,8 @@ def _dismiss_news(page: Page) -> None:
 def _plots_drawn(page: Page) -> list[tuple[str, int]]:
     """(title, traces) of each plot of the dashboard."""
     return page.evaluate(
-        """() => [...document.querySelectorAll('.kx-dashboard .js-plotly-plot')].map(p => [
+        """() => [...document.querySelectorAll('.kx-dashboard .js-plotly-plot')]
+            .filter(p => !p.closest('.kx-breakdown')).map(p => [
             p.querySelector('.gtitle')?.textContent || '',
             p.querySelectorAll('.scatterlayer .point, .barlayer .point').length])"""
     )
@@ -126,6 +127,15 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
     screenshot(page, f"{lab.app}-dashboard-light")
     drawn = _plots_drawn(page)
     assert len(drawn) == 4 and all(title and traces for title, traces in drawn), drawn
+
+    page.locator("button.kx-profile").click()  # where the time goes: one stacked bar per phase
+    expect(page.locator(".kx-breakdown-line")).to_contain_text("Kernel layers take", timeout=120_000)
+    breakdown = page.locator(".kx-breakdown")
+    expect(breakdown.locator(".barlayer .trace").first).to_be_visible(timeout=10_000)
+    legend = breakdown.locator(".legendtext").all_text_contents()
+    assert "Linear (matmul)" in legend and "RMSNorm (kernel layer)" in legend, legend
+    breakdown.scroll_into_view_if_needed()
+    screenshot(page, f"{lab.app}-breakdown")
 
     if lab.app == "jupyterlab":
         page.set_viewport_size({"width": 1280, "height": 1100})

@@ -1,0 +1,120 @@
+"""The time breakdown as one chart a reader takes in at a glance: a stacked bar per phase.
+
+Each phase (prefill, one decode step) is one horizontal bar of 100% split into its categories:
+the kernel layer names in colour, what no kernel covers (Linear, attention, embedding, the rest)
+in greys, so the question "how much of this model can the kernels I have reach at all?" is
+answered by the coloured length. Hover gives each category's milliseconds and Amdahl's figures
+(the model speedup if it cost nothing, and the one predicted from its measured kernel speedup).
+The same figure serves the dashboard (copied into a FigureWidget) and the HTML report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.measure.breakdown import ATTENTION, EMBEDDING, LINEAR, REST
+
+if TYPE_CHECKING:
+    from kernel_explorer.results import ResultLog
+
+#: what no kernel layer covers, in greys from dark to light (the order they stack in)
+UNCOVERED_COLOURS: dict[str, str] = {
+    LINEAR: "#57606a",
+    ATTENTION: "#8c959f",
+    EMBEDDING: "#afb8c1",
+    REST: "#d0d7de",
+}
+KERNEL_COLOURS = ("#0969da", "#1a7f37", "#bf8700", "#8250df", "#bf3989", "#1b7c83", "#953800")
+
+TITLE = "Where the model's time goes (all PyTorch; kernel layers in colour)"
+PHASE_LABELS = {"prefill": "prefill", "decode": "decode step"}
+
+
+def _phase_label(phase: str, tokens: int) -> str:
+    return f"{PHASE_LABELS.get(phase, phase)} ({tokens} token{'s' if tokens != 1 else ''})"
+
+
+def covered_line(log: ResultLog, phase: str = "prefill") -> str:
+    """One sentence: how much of `phase` the kernel layers cover, and the model speedup predicted
+    from their measured speedups (or the ceiling if none is measured yet). Empty before a breakdown."""
+    shares = log.latest_shares(phase)
+    if not shares:
+        return ""
+    covered = sum(share for name, share in shares.items() if name not in UNCOVERED_COLOURS)
+    ceiling = 1.0 / (1.0 - covered) if covered < 1 else float("inf")
+    line = (
+        f"Kernel layers take {covered:.0%} of the {phase} on PyTorch: even at zero cost they could make "
+        f"the model at most {ceiling:.2f}x faster."
+    )
+    summary = log.breakdown_summary(phase)
+    total = summary[summary["category"] == "every measured kernel on"] if not summary.empty else summary
+    if not total.empty:
+        predicted = total.iloc[0]["model_speedup_predicted"]
+        line += f" With the measured kernel speedups, Amdahl predicts {predicted:.2f}x."
+    return line
+
+
+def breakdown_figure(log: ResultLog) -> Any | None:
+    """The stacked-bar figure of the last time breakdown, or None before `Explorer.breakdown()`."""
+    import plotly.graph_objects as go
+
+    phases = [phase for phase in ("prefill", "decode") if log.latest_shares(phase)]
+    if not phases:
+        return None
+    tokens = {r.values.phase: r.values.tokens for r in log.records("time_share")}
+    labels = [_phase_label(phase, tokens.get(phase, 1)) for phase in phases]
+    frames = {phase: log.breakdown_summary(phase).set_index("category") for phase in phases}
+    categories = list(dict.fromkeys(name for phase in phases for name in log.latest_shares(phase)))
+    kernels = [name for name in categories if name not in UNCOVERED_COLOURS]
+    ordered = kernels + [name for name in UNCOVERED_COLOURS if name in categories]
+    figure = go.Figure()
+    for index, name in enumerate(ordered):
+        colour = UNCOVERED_COLOURS.get(name) or KERNEL_COLOURS[index % len(KERNEL_COLOURS)]
+        shares, hovers = [], []
+        for phase in phases:
+            row = frames[phase].loc[name] if name in frames[phase].index else None
+            share = float(row["share"]) if row is not None else 0.0
+            shares.append(share * 100)
+            hovers.append(_hover(name, row))
+        figure.add_trace(
+            go.Bar(
+                y=labels,
+                x=shares,
+                name=name if name in UNCOVERED_COLOURS else f"{name} (kernel layer)",
+                orientation="h",
+                marker={"color": colour},
+                text=[f"{s:.0f}%" if s >= 4 else "" for s in shares],
+                textposition="inside",
+                customdata=hovers,
+                hovertemplate="%{customdata}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        title={"text": TITLE, "font": {"size": 13}},
+        barmode="stack",
+        xaxis={"title": {"text": "share of the forward (%)", "standoff": 4}, "range": [0, 100]},
+        yaxis={"autorange": "reversed"},
+        height=190 + 40 * len(phases),
+        autosize=True,
+        margin={"t": 40, "b": 10, "l": 130, "r": 10},
+        legend={"orientation": "h", "y": -0.35, "yanchor": "top", "traceorder": "normal"},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return figure
+
+
+def _hover(name: str, row: Any) -> str:
+    if row is None:
+        return f"{name}: not seen in this phase"
+    text = (
+        f"<b>{name}</b>: {row['share']:.1%} ({row['ms']:.2f} ms)"
+        f"<br>if it cost nothing: model {row['model_speedup_if_free']:.2f}x"
+    )
+    speedup = row.get("kernel_speedup")
+    predicted = row.get("model_speedup_predicted")
+    if speedup is not None and speedup == speedup and predicted == predicted:  # NaN-safe
+        text += f"<br>measured kernel {speedup:.2f}x: model {predicted:.2f}x"
+    elif name not in UNCOVERED_COLOURS:
+        text += "<br>kernel not measured yet (compare it)"
+    return text

@@ -1,0 +1,93 @@
+"""The dashboard's "where the time goes" panel: a Profile button, the stacked-bar chart, one line.
+
+Profiling runs `Explorer.breakdown` on the worker thread (all layers on PyTorch for the length of
+it, the switches restored after), and the chart redraws when it ends. It also redraws after every
+other run, because a newly measured kernel speedup changes Amdahl's prediction in the line under it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
+from kernel_explorer.records import RunEvent
+
+if TYPE_CHECKING:
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.measure.runner import RunHandle
+    from kernel_explorer.records import Record
+
+_EMPTY_NOTE = (
+    "Profile one prefill and one decode step on PyTorch to see which share of the model's time "
+    "each kernel layer can reach (Linear, attention and the rest have no kernel layer here)."
+)
+
+
+class BreakdownPanel:
+    """A Profile button, the breakdown chart (hidden until there is one) and the coverage line."""
+
+    def __init__(self, explorer: Explorer, *, on_error: Any, tokens: int = 512) -> None:
+        import plotly.graph_objects as go
+
+        self.explorer = explorer
+        self.tokens = tokens
+        self.on_error = on_error
+        self.handle: RunHandle | None = None
+        self.button = widgets.Button(description="Profile time", icon="clock-o", tooltip=_EMPTY_NOTE)
+        self.button.add_class("kx-profile")
+        self.line = widgets.HTML(value=html.escape(_EMPTY_NOTE))
+        self.line.add_class("kx-breakdown-line")
+        self.chart = go.FigureWidget()
+        self.chart.add_class("kx-breakdown")
+        self.chart_box = widgets.Box([self.chart], layout={"display": "none", "width": "100%"})
+        self.widget = widgets.VBox([widgets.HBox([self.button, self.line]), self.chart_box])
+        self.button.on_click(lambda _: self._guarded(self.profile))
+        self._unsubscribe = explorer.results.subscribe(self._on_record)
+        self.redraw()
+
+    def profile(self) -> None:
+        """Start a breakdown on the worker thread (a second click while one runs does nothing)."""
+        if self.handle is not None and not self.handle.done:
+            return
+        self.button.disabled = True
+        self.line.value = html.escape(
+            f"Profiling a {self.tokens}-token prefill and one decode step, every layer on PyTorch..."
+        )
+        self.handle = self.explorer.breakdown(tokens=self.tokens, background=True)
+
+    def redraw(self) -> None:
+        """Copy the last breakdown's figure into the widget (one message), and refresh the line."""
+        figure = breakdown_figure(self.explorer.results)
+        if figure is None:
+            return
+        with self.chart.batch_update():
+            self.chart.data = ()
+            self.chart.add_traces(list(figure.data))
+            self.chart.layout = figure.layout
+        self.chart_box.layout.display = "flex"
+        self.line.value = html.escape(covered_line(self.explorer.results))
+
+    def _on_record(self, record: Record) -> None:
+        if not isinstance(record.values, RunEvent) or record.values.event == "started":
+            return
+        if self.handle is not None and record.run_id == self.handle.run_id:
+            self.button.disabled = False
+            if record.values.event == "failed":
+                self.on_error(record.values.detail or "the breakdown failed")
+                return
+        self.redraw()
+
+    def _guarded(self, action: Any) -> None:
+        try:
+            action()
+        except Exception as error:  # a callback error would otherwise vanish into the kernel log
+            self.button.disabled = False
+            self.on_error(f"{type(error).__name__}: {error}")
+
+    def close(self) -> None:
+        self._unsubscribe()
+        self.widget.close()
+        self.chart.close()
