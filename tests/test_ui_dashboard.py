@@ -129,3 +129,37 @@ def test_named_runs_and_csv_downloads_after_a_run(dashboard: Dashboard) -> None:
     assert [name for name, _ in links] == ["kernel_explorer_records.csv", "kernel_explorer_summary.csv"]
     summary = base64.b64decode(links[1][1]).decode()
     assert "before," in summary and again.run_id in summary and "speedup_low" in summary
+
+
+def test_an_extended_layer_appears_as_a_row_and_switches_from_the_table(
+    dashboard: Dashboard, tmp_path
+) -> None:
+    from kernel_repos import write_repo
+    from kernels import LocalLayerRepository
+    from torch import nn
+
+    layers = (
+        "import torch\nfrom torch import nn\n\n\nclass Same(nn.Module):\n"
+        "    def forward(self, input: torch.Tensor) -> torch.Tensor:\n"
+        "        return nn.functional.linear(input, self.weight, self.bias)\n"
+    )
+    repo = write_repo(tmp_path, "tiny-same-linear", layers=layers)
+    explorer = dashboard.explorer
+    explorer.extend(
+        "Linear",
+        nn.Linear,
+        "model.layers.*.mlp.*",
+        candidates={"cpu": LocalLayerRepository(repo, layer_name="Same")},
+    )  # the table hears of it without a refresh call
+    row = next(r for r in dashboard.table.rows if r["name"] == "Linear")
+    assert row["added"] is True and row["count"] == 6 and row["state"] == "ready"
+    assert not next(r for r in dashboard.table.rows if r["name"] == "RMSNorm")["added"]
+    dashboard.table._handle_message(
+        None,
+        {"type": "toggle", "layer": "Linear", "on": True, "instance": "model.layers.1.mlp.up_proj"},
+        None,
+    )
+    row = next(r for r in dashboard.table.rows if r["name"] == "Linear")
+    assert [i["path"] for i in row["instances"] if i["on"]] == ["model.layers.1.mlp.up_proj"]
+    explorer.retract("Linear")
+    assert all(r["name"] != "Linear" for r in dashboard.table.rows)
