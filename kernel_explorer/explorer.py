@@ -16,6 +16,7 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer_measure import Measuring
+from kernel_explorer.extension import adopt
 from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
@@ -96,6 +97,7 @@ class Explorer(Measuring):
             trust_remote_code=trust_remote_code,
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+        adopt(self.switchboard)  # rows an earlier explorer added keep their candidates
         self.tokenizer = tokenizer
         self.results = ResultLog()
         self._runner = Runner(self.results)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
 
 _MARKED: dict[tuple[type, str], type] = {}
+# model -> {layer name: the mappings extend added}: a second explorer of the model offers them too
+_MAPPINGS: weakref.WeakKeyDictionary[nn.Module, dict[str, list[tuple[dict[str, Any], str]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def marked_class(base: type[nn.Module], layer_name: str) -> type[nn.Module]:
@@ -200,9 +205,10 @@ def extend(
     known = [c.entry for c in board.catalog.candidates(name) if c.source in ("user", "registered")]
     _check_fits([*iter_mapping(mapping), *known], bases)
     with board.lock, switch_events.changing(board.model):
-        board.catalog.add(mapping, "user")
-        for bundled in extension_mappings(name, cls):
-            board.catalog.add(bundled, "bundled")
+        added = [(mapping, "user"), *((m, "bundled") for m in extension_mappings(name, cls))]
+        for found, source in added:
+            board.catalog.add(found, source)
+        _MAPPINGS.setdefault(board.model, {}).setdefault(name, []).extend(added)
         for path in paths:
             module = modules[path]
             if "kernel_explorer_base" not in type(module).__dict__:
@@ -227,6 +233,14 @@ def retract(board: Switchboard, name: str, instances: str | list[str] | None = N
             module.__class__ = type(module).__dict__["kernel_explorer_base"]
         board.rescan()
     return paths
+
+
+def adopt(board: Switchboard) -> None:
+    """Give a new switchboard's catalog the candidates `extend` added for rows its model has."""
+    for name, added in _MAPPINGS.get(board.model, {}).items():
+        if name in board.groups and board.groups[name].added:
+            for found, source in added:
+                board.catalog.add(found, source)
 
 
 def probe_inputs(module: nn.Module) -> tuple[torch.Tensor, ...] | None:

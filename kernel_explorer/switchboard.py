@@ -316,8 +316,8 @@ class Switchboard:
                 if state.get((name, path)) != self._on.get((name, path)):
                     self._to_pytorch(name, path)
             for (name, path), (chosen, mode) in state.items():
-                if (name, path) not in self._on:
-                    self.on(name, [path], mode=mode, candidate=chosen)
+                if (name, path) not in self._on and path in getattr(self.groups.get(name), "instances", ()):
+                    self.on(name, [path], mode=mode, candidate=chosen)  # (a retracted one is gone)
 
     @contextlib.contextmanager
     def holding(

@@ -305,3 +305,34 @@ def test_an_extended_instance_still_pickles_and_reads_the_same(explorer: Explore
     assert type(copy) is type(module) and torch.equal(copy.weight, module.weight)
     assert repr(explorer.model) == text
     assert list(explorer.model.state_dict()) == list(tiny_llama().state_dict())
+
+
+def test_a_second_explorer_of_the_model_offers_the_row_and_its_candidates(
+    explorer: Explorer, repo: Path
+) -> None:
+    explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*", candidates={"cpu": layer(repo, "Linear64")})
+    second = Explorer(explorer.model, include_transformers=False)
+    assert second.switchboard.group("Linear").added
+    assert [c.repository.layer_name for c in second.catalog.candidates("Linear")] == ["Linear64"]
+    assert all(now.is_kernel for now in second.on("Linear"))
+    second.reset()
+
+
+def test_a_retract_inside_a_held_state_does_not_break_the_restore(explorer: Explorer, repo: Path) -> None:
+    explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*", candidates={"cpu": layer(repo, "Linear64")})
+    with explorer.using("Linear", "RMSNorm"):
+        explorer.retract("Linear")
+    assert "Linear" not in explorer.layers and not any(now.is_kernel for now in explorer.running())
+
+
+def test_a_mapping_given_to_the_explorer_serves_the_row(hub: dict, repo: Path) -> None:
+    wrong = Explorer(
+        tiny_llama(), {"Linear": {"cpu": layer(repo, "WrongLinear")}}, include_transformers=False
+    )
+    with pytest.raises(KernelExplorerError, match=r"WrongLinear does not fit Linear\.forward"):
+        wrong.extend("Linear")
+    assert "Linear" not in wrong.layers
+    right = Explorer(tiny_llama(), {"Linear": {"cpu": layer(repo, "Linear64")}}, include_transformers=False)
+    assert len(right.extend("Linear")) == 15  # every Linear, the class found by the layer's name
+    assert all(now.is_kernel for now in right.on("Linear"))
+    right.reset()
