@@ -201,6 +201,12 @@ def extend(
                 f"use that row, or retract({own.kernel_layer_name!r}) first."
             )
     mapping = _per_device(name, candidates)
+    for entry in iter_mapping(mapping):
+        if not callable(getattr(entry.repository, "load", None)):
+            raise KernelExplorerError(
+                f"candidates[{entry.device!r}] is {type(entry.repository).__name__}, "
+                "not a kernel repository: pass LayerRepository(...) or LocalLayerRepository(...)."
+            )
     bases = {type(modules[p]).__dict__.get("kernel_explorer_base") or type(modules[p]) for p in paths}
     known = [c.entry for c in board.catalog.candidates(name) if c.source in ("user", "registered")]
     _check_fits([*iter_mapping(mapping), *known], bases)

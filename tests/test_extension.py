@@ -221,6 +221,8 @@ def test_bad_input_is_one_line_and_changes_nothing(explorer: Explorer, repo: Pat
     text = str(raised.value)
     assert text.startswith("tiny-linear:WrongLinear does not fit Linear.forward: Forward signature")
     assert "\n" not in text
+    with pytest.raises(KernelExplorerError, match=r"candidates\['cpu'\] is str, not a kernel repository"):
+        explorer.extend("Linear", nn.Linear, candidates={"cpu": "tiny-linear"})
     with pytest.raises(KernelExplorerError, match="candidates must be a dict"):
         explorer.extend("Linear", nn.Linear, candidates=[layer(repo, "Linear64")])
     assert state_of(model) == before and explorer.layers == layers
