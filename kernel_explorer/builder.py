@@ -27,7 +27,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path
+from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.cache import writable_cache_dir
 from kernel_explorer.errors import BuildError
 
@@ -37,17 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-def _hub_sources() -> Path:
-    """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
-    from importlib import resources
-
-    try:
-        return Path(str(resources.files("kernel_explorer.hub")))
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "hub"
-
-
-HUB_SOURCES = _hub_sources()
+HUB_SOURCES = hub_sources()
 _STAMP = ".kx-build.json"
 # Bump when the build recipe changes, so every cached build is redone.
 _RECIPE_VERSION = 2

@@ -27,8 +27,39 @@ BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
     "rotary_pos_emb": ("rotary", "apply_rotary_transformers"),
 }
 
-#: the bundled repositories (folders of hub/), derived from the layers they serve
-BUNDLED_REPOS: tuple[str, ...] = tuple(sorted({repo for repo, _ in BUNDLED_LAYERS.values()}))
+#: Kernels for layers the model does not mark (see `extension.py`), keyed by the class they fit
+#: (its qualified name): (bundled repository, layer class) in order of preference. The layer name is
+#: the user's choice when they extend, so these are mapped under that name then.
+BUNDLED_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "torch.nn.modules.linear.Linear": (
+        ("quantized_linear", "Q8_0Linear"),
+        ("quantized_linear", "Q4_1Linear"),
+    ),
+}
+
+
+def hub_sources() -> Path:
+    """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
+    from importlib import resources
+
+    try:
+        return Path(str(resources.files("kernel_explorer.hub")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "hub"
+
+
+def _has_sources(name: str) -> bool:
+    return (hub_sources() / name).is_dir()
+
+
+#: the bundled repositories (folders of hub/), derived from the layers they serve; an extension
+#: repository counts once its sources are there (a checkout without it builds and runs the rest)
+BUNDLED_REPOS: tuple[str, ...] = tuple(
+    sorted(
+        {repo for repo, _ in BUNDLED_LAYERS.values()}
+        | {repo for pairs in BUNDLED_EXTENSIONS.values() for repo, _ in pairs if _has_sources(repo)}
+    )
+)
 
 BUILD_HINT = "build it with `kernel-explorer build-hub` (or kernel_explorer.build_hub())"
 
@@ -44,3 +75,29 @@ def bundled_mapping() -> dict[str, dict[str, Any]]:
         layer: {"cpu": local_layer_repository(bundled_repo_path(repo), cls)}
         for layer, (repo, cls) in BUNDLED_LAYERS.items()
     }
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def extension_mappings(layer_name: str, cls: type) -> list[dict[str, dict[str, Any]]]:
+    """Bundled candidates for a class the user extends under `layer_name`, one mapping each.
+
+    Each is `{layer_name: {"cpu": LocalLayerRepository}}` (the form `use_kernel_mapping` takes),
+    in order of preference. A class fits a registered one when it is that class or a subclass that
+    keeps its forward. Empty when no bundled repository serves `cls`, or its repository is not
+    part of this checkout.
+    """
+    for base in cls.__mro__:
+        pairs = BUNDLED_EXTENSIONS.get(_qualname(base))
+        if pairs is None:
+            continue
+        if getattr(cls, "forward", None) is not getattr(base, "forward", None):
+            return []
+        return [
+            {layer_name: {"cpu": local_layer_repository(bundled_repo_path(repo), layer)}}
+            for repo, layer in pairs
+            if repo in BUNDLED_REPOS
+        ]
+    return []

@@ -90,6 +90,12 @@ class Candidate:
         return f"{self.label} [{self.source}]"
 
 
+def _key(entry: MappingEntry) -> tuple[str, str, str | None, Any, Any]:
+    """What makes two mapping entries the same candidate (Transformers' defaults, once registered,
+    appear twice)."""
+    return (entry.layer_name, entry.device, entry.properties, entry.mode, entry.repository)
+
+
 def first_usable(found: Iterable[tuple[Candidate, Availability]]) -> tuple[Candidate, Availability] | None:
     """The candidate the explorer switches on when the user does not choose: the first usable one.
 
@@ -147,12 +153,31 @@ class Catalog:
         found: list[Candidate] = []
         for source, entries in sources:
             for entry in entries:
-                key = (entry.layer_name, entry.device, entry.properties, entry.mode, entry.repository)
+                key = _key(entry)
                 if key in seen:  # Transformers' defaults, once registered, appear twice
                     continue
                 seen.add(key)
                 found.append(Candidate(entry, source))
         return found
+
+    def add(self, mapping: dict[str, dict[Any, Any]], source: str = "user") -> list[Candidate]:
+        """Add a mapping's candidates (for a layer the user names later, see `extension.py`).
+
+        They take their source's place in the preference order; entries already known are kept
+        once. Returns the candidates that are new.
+        """
+        if source not in SOURCES:
+            raise KernelExplorerError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+        with self._lock:
+            known = {_key(c.entry) for c in self._candidates}
+            added = []
+            for entry in iter_mapping(mapping):
+                if _key(entry) not in known:
+                    known.add(_key(entry))
+                    added.append(Candidate(entry, source))
+            merged = self._candidates + added
+            self._candidates = sorted(merged, key=lambda c: SOURCES.index(c.source))  # stable
+        return added
 
     def candidates(self, layer_name: str | None = None) -> list[Candidate]:
         """All candidates, or those for one layer name, most preferred source first."""
@@ -250,7 +275,11 @@ class Catalog:
         if isinstance(candidate, Candidate):
             return candidate, None
         if candidate is not None:
-            matches = [c for c in options if candidate in (c.label, c.repo_label, str(c))]
+            matches = [
+                c
+                for c in options
+                if candidate in (c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
+            ]
             if not matches:
                 known = "\n  ".join(c.label for c in options) or "(none)"
                 raise KernelExplorerError(

@@ -16,6 +16,7 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer_measure import Measuring
+from kernel_explorer.extension import adopt
 from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog import Candidate
     from kernel_explorer.hardware import HardwareSnapshot
     from kernel_explorer.inventory import Inventory
+    from kernel_explorer.layer_groups import LayerGroup
 
 
 # model -> its latest explorer (weak both ways: the explorer holds the model, so a strong value
@@ -95,6 +97,7 @@ class Explorer(Measuring):
             trust_remote_code=trust_remote_code,
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+        adopt(self.switchboard)  # rows an earlier explorer added keep their candidates
         self.tokenizer = tokenizer
         self.results = ResultLog()
         self._runner = Runner(self.results)
@@ -159,6 +162,35 @@ class Explorer(Measuring):
     def reset(self) -> None:
         """Every layer back to PyTorch."""
         self.switchboard.reset()
+
+    def extend(
+        self,
+        name: str,
+        cls: type[nn.Module] | str | None = None,
+        instances: str | list[str] | None = None,
+        *,
+        candidates: dict[Any, Any] | None = None,
+    ) -> LayerGroup:
+        """Give a kernel layer name to instances the model does not mark; they become a row.
+
+        `explorer.extend("Linear", nn.Linear, instances="model.layers.*.mlp.*")`, then
+        `explorer.on("Linear")` like any layer. `cls` is a module class or its name in the model
+        (default: the class named `name`); `instances` paths or glob patterns (default: all);
+        `candidates` a kernel per device, as one layer of a mapping (`{"cpu": LocalLayerRepository(
+        ...)}`). Bundled kernels for the class join the candidates. Only the chosen instances
+        change (see `extension.py`); bad input raises one line and changes nothing.
+        """
+        from kernel_explorer.extension import extend
+
+        group = extend(self.switchboard, name, cls, instances, candidates=candidates)
+        self._captured = self._captured_grad = None  # captured again (same inputs) with the new row
+        return group
+
+    def retract(self, name: str, instances: str | list[str] | None = None) -> list[str]:
+        """Undo `extend` (all or some instances): PyTorch, and the instances' own class, again."""
+        from kernel_explorer.extension import retract
+
+        return retract(self.switchboard, name, instances)
 
     def running(self, name: str | None = None) -> list[RunningNow]:
         """What each instance runs now."""

@@ -59,6 +59,8 @@ class Measuring:
         from kernel_explorer.measure.capture import capture_inputs, model_inputs
 
         if not grad:
+            if self._captured is None and self._capture_kwargs is not None:  # dropped by extend()
+                self._captured = capture_inputs(self.switchboard, self._capture_kwargs)
             return self._captured if self._captured is not None else self.capture()
         if self._captured_grad is None:
             kwargs = self._capture_kwargs or model_inputs(self.model, None, self.tokenizer)

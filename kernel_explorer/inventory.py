@@ -41,6 +41,11 @@ class InventoryRow:
     share: float | None = None  # of the model's prefill time on PyTorch (from the last `breakdown()`)
 
     @property
+    def kind(self) -> str:
+        """`module`, `function`, or `module, added by you` for a layer named with `Explorer.extend`."""
+        return self.group.kind + (", added by you" if self.group.added else "")
+
+    @property
     def share_summary(self) -> str:
         """The layer's share of model time, and what its measured kernel can give the model (Amdahl)."""
         if self.share is None:
@@ -183,7 +188,7 @@ class Inventory:
             lines.append(
                 (
                     row.group.name,
-                    row.group.kind,
+                    row.kind,
                     str(len(row.group)),
                     row.running_summary,
                     row.measured_summary,
@@ -246,7 +251,7 @@ class Inventory:
             body.append(
                 "<tr>"
                 f"<td><b>{html.escape(row.group.name)}</b><br><small>{html.escape(row.group.original)}</small></td>"
-                f"<td>{row.group.kind}</td><td>{len(row.group)}</td>"
+                f"<td>{html.escape(row.kind)}</td><td>{len(row.group)}</td>"
                 f"<td>{runs_now(row)}</td>"
                 f"<td>{html.escape(row.measured_summary)}</td><td>{html.escape(row.share_summary)}</td>"
                 f"<td>{options}</td>"
@@ -274,6 +279,7 @@ class Inventory:
                 {
                     "layer": row.group.name,
                     "kind": row.group.kind,
+                    "added": row.group.added,
                     "instance": now.instance,
                     "original": row.group.original,
                     "runs": "kernel" if now.is_kernel else "pytorch",

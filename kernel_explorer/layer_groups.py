@@ -5,6 +5,8 @@ works for any `nn.Module`, Transformers or not:
 - a module class decorated with `use_kernel_forward_from_hub(name)` carries `kernel_layer_name`;
 - a function decorated the same way and attached with `use_kernelized_func` is held, as a small
   module, by the modules that call it (read through `_backend.functions`).
+Instances the user gave a layer name (`extension.extend`) carry the same mark on a subclass of their
+own class; their group reads `added=True` and names that class as the original.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class LayerGroup:
     kind: str  # "module" (a layer class) or "function" (attached with use_kernelized_func)
     original: str  # qualified name of the class or function kernelize would replace
     instances: tuple[str, ...]  # module paths; for functions, the modules that hold them
+    added: bool = False  # the user gave these instances the name (the model's code does not mark them)
 
     def __len__(self) -> int:
         return len(self.instances)
@@ -37,16 +40,21 @@ def _qualname(obj: object) -> str:
 
 def find_kernel_layers(model: nn.Module) -> list[LayerGroup]:
     """Kernel layer groups of `model`, in the order they first appear in `named_modules()`."""
-    found: dict[str, tuple[str, str, list[str]]] = {}
+    found: dict[str, tuple[str, str, bool, list[str]]] = {}
     for path, module in model.named_modules():
         for func_module in kernel_functions(module).values():
             name = str(func_module.kernel_layer_name)
             original = _qualname(wrapped_function(func_module))
-            found.setdefault(name, ("function", original, []))[2].append(path)
+            found.setdefault(name, ("function", original, False, []))[3].append(path)
         cls = type(module)
         if hasattr(cls, "kernel_layer_name"):
             condition = getattr(cls, "kernel_condition", None)
             if condition is not None and not condition(module):
                 continue
-            found.setdefault(str(cls.kernel_layer_name), ("module", _qualname(cls), []))[2].append(path)
-    return [LayerGroup(name, kind, original, tuple(paths)) for name, (kind, original, paths) in found.items()]
+            base = cls.__dict__.get("kernel_explorer_base")  # set on extension subclasses only
+            entry = ("module", _qualname(base or cls), base is not None, [])
+            found.setdefault(str(cls.kernel_layer_name), entry)[3].append(path)
+    return [
+        LayerGroup(name, kind, original, tuple(paths), added=added)
+        for name, (kind, original, added, paths) in found.items()
+    ]

@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "on": ("LAYER [--instances PATH ...]", "switch LAYER (or chosen instances) to its kernel"),
     "off": ("LAYER [--instances PATH ...]", "switch LAYER back to PyTorch"),
     "reset": ("", "every layer back to PyTorch"),
+    "extend": (
+        "LAYER [CLASS] [--instances PATH ...] [--candidates VAR]",
+        "name CLASS's instances (default: the class named LAYER) kernel layer LAYER; VAR: {'cpu': repo}",
+    ),
+    "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
     "compare": ("LAYER [LAYER ...] [--pairs N] [--background]", "kernel against PyTorch, with intervals"),
     "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),
@@ -68,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("on", "off"):
         commands[name].add_argument("layer")
         commands[name].add_argument("--instances", nargs="+")
+    commands["extend"].add_argument("layer")
+    commands["extend"].add_argument("cls", nargs="?")
+    commands["extend"].add_argument("--instances", nargs="+")
+    commands["extend"].add_argument("--candidates")
+    commands["retract"].add_argument("layer")
+    commands["retract"].add_argument("--instances", nargs="+")
     commands["compare"].add_argument("layer", nargs="+")
     commands["compare"].add_argument("--pairs", type=int, default=7)
     for name in ("compare", "bench"):
@@ -226,6 +237,26 @@ class KernelsMagic:
 
     def _do_reset(self, args: argparse.Namespace) -> Any:
         self._need_explorer().reset()
+        return self.explorer.inventory()
+
+    def _do_extend(self, args: argparse.Namespace) -> Any:
+        explorer = self._need_explorer()
+        candidates = None if args.candidates is None else self._variable(args.candidates)
+        explorer.extend(args.layer, self._class(args.cls), args.instances, candidates=candidates)
+        return explorer.inventory()
+
+    def _class(self, word: str | None) -> Any:
+        """`nn.Linear` as the notebook's own object when the words name one; else the word itself."""
+        if word is None:
+            return None
+        head, *rest = word.split(".")
+        found = self.shell.user_ns.get(head)
+        for part in rest:
+            found = getattr(found, part, None)
+        return found if isinstance(found, type) else word
+
+    def _do_retract(self, args: argparse.Namespace) -> Any:
+        self._need_explorer().retract(args.layer, args.instances)
         return self.explorer.inventory()
 
     def _started(self, handle: Any, background: bool) -> None:

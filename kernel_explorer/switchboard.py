@@ -3,11 +3,13 @@
 Switching on runs `kernelize`'s per-layer step on each chosen instance with one candidate mapped,
 so the forward that runs is exactly the one `kernelize` (and Transformers' `use_kernels=True`)
 would install. Switching off deletes the instance's `forward` attribute, which is how the class's
-own PyTorch forward comes back: nothing of the explorer stays behind.
+own PyTorch forward comes back, and every attribute the kernel added to the instance while it ran
+(packed weights a kernel caches, say), so their memory goes: nothing of the explorer stays behind.
 
 Failures never leave a model half-switched: a kernel that fails to load leaves that layer on
 PyTorch with the reason kept; a kernel that raises when run is switched off on the spot and that
-call is answered by PyTorch. Only `strict=True` turns these into exceptions.
+call is answered by PyTorch; a `ValueError` declines one instance (weights it cannot pack): that
+one alone goes back. Only `strict=True` turns these into exceptions.
 
 All methods hold one re-entrant lock; a measurement thread holds the same lock (`board.lock`)
 around its forward calls, so a switch never lands in the middle of one.
@@ -29,6 +31,7 @@ from kernel_explorer._backend.hub import hub_session
 from kernel_explorer._backend.layers import bound_function, kernel_origin, kernelize_each, model_device
 from kernel_explorer._backend.modes import mode_name, parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
+from kernel_explorer.extension import probe, release_added
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 
 if TYPE_CHECKING:
@@ -129,6 +132,13 @@ class Switchboard:
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self._on: dict[tuple[str, str], tuple[Candidate, Mode]] = {}
         self._reasons: dict[tuple[str, str], str] = {}
+        self._keys: dict[tuple[str, str], frozenset[str]] = {}  # instance attributes before switching on
+
+    def rescan(self) -> None:
+        """Find the kernel layers again (after `extension.extend` or `retract` renamed some)."""
+        with self.lock:
+            self.groups = {g.name: g for g in find_kernel_layers(self.model)}
+            self._modules = dict(self.model.named_modules())
 
     # -- choosing what to switch ------------------------------------------------------------------
 
@@ -202,6 +212,8 @@ class Switchboard:
                 self._fall_back(name, paths, str(error))
                 return self.running(name, paths)
             targets = {path: self._target(name, path, for_switching=True) for path in paths}
+            for path, target in targets.items():
+                self._keys.setdefault((name, path), frozenset(target.__dict__))
             by_target = {id(t): p for p, t in targets.items()}
             failure: str | None = None
             with hub_session():
@@ -214,6 +226,8 @@ class Switchboard:
                     self._reasons[(name, path)] = f"{chosen.repo_label} failed to load: {failure}"
                     continue
                 self._install_guard(name, path, target, chosen, kernel_mode)
+            if self.groups[name].added:  # a declined instance shows it now, not at the first call
+                probe([self._modules[p] for p in paths if (name, p) in self._on])
             if failure is not None:
                 self.catalog.record_failure(chosen, failure)
                 if self.strict:
@@ -229,20 +243,25 @@ class Switchboard:
             return
         original = type(target).forward.__get__(target)
 
-        def on_error(error: Exception, name: str = name, chosen: Candidate = chosen) -> None:
-            self._kernel_raised(name, chosen, error)
+        def on_error(
+            error: Exception, name: str = name, path: str = path, chosen: Candidate = chosen
+        ) -> None:
+            self._kernel_raised(name, path, chosen, error)
 
         target.forward = _KernelForward(forward, original, on_error)
         self._on[(name, path)] = (chosen, mode)
         self._reasons.pop((name, path), None)
 
     @_announced
-    def _kernel_raised(self, name: str, chosen: Candidate, error: Exception) -> None:
-        reason = f"{chosen.repo_label} raised when run: {type(error).__name__}: {error}"
+    def _kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
+        declined = isinstance(error, ValueError)  # this instance only; the kernel stays usable
+        what = "declined this instance" if declined else f"raised when run: {type(error).__name__}"
+        reason = f"{chosen.repo_label} {what}: {error}"
         with self.lock:
-            self.catalog.record_failure(chosen, reason)
-            paths = [p for (n, p), (c, _) in self._on.items() if n == name and c == chosen]
-            self._fall_back(name, paths, reason)
+            if not declined:
+                self.catalog.record_failure(chosen, reason)
+            on = [p for (n, p), (c, _) in self._on.items() if n == name and c == chosen]
+            self._fall_back(name, [path] if declined else on, reason)
         if self.strict:
             raise KernelSwitchError(reason) from error
 
@@ -258,7 +277,9 @@ class Switchboard:
         self._reasons.pop((name, path), None)
         if self.groups[name].kind == "module":
             module.__dict__.pop("forward", None)
+            release_added(module, self._keys.pop((name, path), None))  # packed weights and the like
         else:
+            self._keys.pop((name, path), None)  # the holder's copy goes, and all it cached with it
             function_routes.detach(module, self.function_key(module, name))
 
     @_announced
@@ -295,8 +316,8 @@ class Switchboard:
                 if state.get((name, path)) != self._on.get((name, path)):
                     self._to_pytorch(name, path)
             for (name, path), (chosen, mode) in state.items():
-                if (name, path) not in self._on:
-                    self.on(name, [path], mode=mode, candidate=chosen)
+                if (name, path) not in self._on and path in getattr(self.groups.get(name), "instances", ()):
+                    self.on(name, [path], mode=mode, candidate=chosen)  # (a retracted one is gone)
 
     @contextlib.contextmanager
     def holding(

@@ -157,3 +157,25 @@ def test_compiled_training_step_with_kernels_matches_pytorch(mapping: dict) -> N
         torch.testing.assert_close(
             grad, eager_grads[name], rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
         )
+
+
+def test_extension_candidates_are_keyed_by_class_and_wait_for_their_sources() -> None:
+    from torch import nn
+
+    from kernel_explorer.bundled import BUNDLED_REPOS, extension_mappings, hub_sources
+
+    class SameForward(nn.Linear):
+        pass
+
+    class OwnForward(nn.Linear):
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            return super().forward(input) * 2
+
+    assert extension_mappings("Linear", nn.LayerNorm) == []
+    assert extension_mappings("Dense", OwnForward) == []  # another forward: the kernel may not fit
+    if not (hub_sources() / "quantized_linear").is_dir():  # this checkout does not bundle it (yet)
+        assert "quantized_linear" not in BUNDLED_REPOS and extension_mappings("Dense", SameForward) == []
+        return
+    assert "quantized_linear" in BUNDLED_REPOS
+    found = extension_mappings("Dense", SameForward)
+    assert [m["Dense"]["cpu"].layer_name for m in found] == ["Q8_0Linear", "Q4_1Linear"]

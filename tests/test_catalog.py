@@ -103,3 +103,22 @@ def test_choose(hub: dict, tmp_path: Path) -> None:
         catalog.choose("RMSNorm", device="cpu", mode=INFERENCE, candidate="nope")
     with pytest.raises(NoUsableKernelError, match="mapped for cpu, the model is on cuda"):
         catalog.choose("RMSNorm", device="cuda", mode=INFERENCE)
+
+
+def test_added_candidates_take_their_sources_place_once(hub: dict, tmp_path: Path) -> None:
+    repo = write_repo(tmp_path, "kx-dense")
+    first = LocalLayerRepository(repo_path=repo, layer_name="A")
+    second = LocalLayerRepository(repo_path=repo, layer_name="B")
+    catalog = Catalog(include_transformers=False)
+    assert catalog.add({"Dense": {"cpu": second}}, "bundled")[0].source == "bundled"
+    added = catalog.add({"Dense": {"cpu": first}})
+    assert [c.source for c in added] == ["user"]
+    assert catalog.add({"Dense": {"cpu": first}}) == []  # already there: kept once
+    assert [c.repository.layer_name for c in catalog.candidates("Dense")] == ["A", "B"]  # user before bundled
+    assert catalog.candidates()[0].source == "user"
+    with pytest.raises(KernelExplorerError, match="source must be one of user, registered"):
+        catalog.add({"Dense": {"cpu": first}}, "mine")
+    assert (
+        catalog.choose("Dense", device="cpu", mode=INFERENCE, candidate="bundled/kx-dense:B").repository
+        == second
+    )

@@ -159,3 +159,36 @@ def test_explore_shows_its_steps_then_removes_the_bar(shell: Any, hub: dict) -> 
     assert steps.label.value.startswith("3/3: reading the hardware")
     assert steps.box.comm is None  # closed once the dashboard was ready
     dashboard.close()
+
+
+def test_extend_names_a_layer_the_model_does_not_mark(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path
+) -> None:
+    from kernel_repos import write_repo
+
+    layers = (
+        "import torch\nfrom torch import nn\n\n\nclass Same(nn.Module):\n"
+        "    def forward(self, input: torch.Tensor) -> torch.Tensor:\n"
+        "        return nn.functional.linear(input, self.weight, self.bias)\n"
+    )
+    repo = write_repo(tmp_path, "magic-linear", layers=layers)
+    shell.run_cell(
+        "from torch import nn\nfrom kernels import LocalLayerRepository\nfrom pathlib import Path\n"
+        f"dense = {{'cpu': LocalLayerRepository(Path({str(repo)!r}), layer_name='Same')}}"
+    )
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    shell.run_line_magic("kernels", "extend Dense nn.Linear --instances model.layers.1.* --candidates nope")
+    assert "'nope' is not defined in this notebook" in capsys.readouterr().err
+    shell.run_line_magic("kernels", "extend Dense nn.Linear --instances model.layer.1.*")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matches no Linear instance. Nearest: model.layers.1." in err
+    inventory = shell.run_line_magic(
+        "kernels", "extend Dense nn.Linear --instances model.layers.1.* --candidates dense"
+    )
+    assert inventory.row("Dense").kind == "module, added by you" and len(inventory.row("Dense").group) == 7
+    inventory = shell.run_line_magic("kernels", "on Dense")
+    assert inventory.row("Dense").running_summary == "user/magic-linear Same x7"
+    inventory = shell.run_line_magic("kernels", "retract Dense")
+    assert all(row.group.name != "Dense" for row in inventory.rows)
+    assert type(shell.user_ns["model"].model.layers[1].mlp.up_proj).__module__ == "torch.nn.modules.linear"
+    dashboard.close()

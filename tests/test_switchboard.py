@@ -392,3 +392,48 @@ def test_explorer_of_reuses_the_latest_explorer_of_a_model(hub: dict) -> None:
     assert Explorer.of(model) is first
     second = Explorer(model, include_transformers=False)
     assert Explorer.of(model) is second and Explorer.of(tiny_llama()) is not second
+
+
+DECLINING_CACHING_RMSNORM = """
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.weight[0] < 0:
+            raise ValueError("a negative first weight: not for this kernel")
+        self._kernel_scratch = torch.empty(1 << 16)  # a plain attribute the kernel leaves behind
+        x = hidden_states.to(torch.float64)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return (self.weight.to(torch.float64) * x).to(hidden_states.dtype)
+"""
+
+
+def test_a_value_error_declines_that_instance_only_and_off_releases_what_the_kernel_left(
+    tmp_path: Path, hub: dict
+) -> None:
+    explorer = _with_fault(tmp_path, layers=DECLINING_CACHING_RMSNORM)
+    try:
+        keys = {path: tuple(m.__dict__) for path, m in explorer.model.named_modules()}
+        explorer.on("RMSNorm")
+        first = explorer.model.model.layers[0].input_layernorm
+        logits(explorer.model)
+        assert "_kernel_scratch" in first.__dict__
+        explorer.off("RMSNorm", "model.layers.0.input_layernorm")
+        assert tuple(first.__dict__) == keys["model.layers.0.input_layernorm"]
+        with torch.no_grad():
+            explorer.model.model.norm.weight[0] = -1.0
+        explorer.on("RMSNorm")
+        before = logits(explorer.model)
+        rms = {now.instance: now for now in explorer.running("RMSNorm")}
+        assert not rms["model.norm"].is_kernel
+        assert "declined this instance: a negative first weight" in rms["model.norm"].reason
+        assert sum(now.is_kernel for now in rms.values()) == 4  # the others keep the kernel
+        candidate = explorer.catalog.candidates("RMSNorm")[0]
+        assert explorer.catalog.availability(candidate, device="cpu", mode=explorer.mode).state.usable
+        torch.testing.assert_close(before, logits(explorer.model))
+        explorer.reset()
+        assert {path: tuple(m.__dict__) for path, m in explorer.model.named_modules()} == keys
+    finally:
+        explorer.reset()

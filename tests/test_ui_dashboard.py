@@ -154,3 +154,37 @@ def test_a_breakdown_leaves_the_live_plots_of_the_last_measurement(dashboard: Da
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
     assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}
+
+
+def test_an_extended_layer_appears_as_a_row_and_switches_from_the_table(
+    dashboard: Dashboard, tmp_path
+) -> None:
+    from kernel_repos import write_repo
+    from kernels import LocalLayerRepository
+    from torch import nn
+
+    layers = (
+        "import torch\nfrom torch import nn\n\n\nclass Same(nn.Module):\n"
+        "    def forward(self, input: torch.Tensor) -> torch.Tensor:\n"
+        "        return nn.functional.linear(input, self.weight, self.bias)\n"
+    )
+    repo = write_repo(tmp_path, "tiny-same-linear", layers=layers)
+    explorer = dashboard.explorer
+    explorer.extend(
+        "Linear",
+        nn.Linear,
+        "model.layers.*.mlp.*",
+        candidates={"cpu": LocalLayerRepository(repo, layer_name="Same")},
+    )  # the table hears of it without a refresh call
+    row = next(r for r in dashboard.table.rows if r["name"] == "Linear")
+    assert row["added"] is True and row["count"] == 6 and row["state"] == "ready"
+    assert not next(r for r in dashboard.table.rows if r["name"] == "RMSNorm")["added"]
+    dashboard.table._handle_message(
+        None,
+        {"type": "toggle", "layer": "Linear", "on": True, "instance": "model.layers.1.mlp.up_proj"},
+        None,
+    )
+    row = next(r for r in dashboard.table.rows if r["name"] == "Linear")
+    assert [i["path"] for i in row["instances"] if i["on"]] == ["model.layers.1.mlp.up_proj"]
+    explorer.retract("Linear")
+    assert all(r["name"] != "Linear" for r in dashboard.table.rows)

@@ -45,7 +45,7 @@ function render({ model, el: root }) {
       const badge = el("span", { class: `kx-badge kx-state-${row.state_key}`, title: row.reason, text: row.state });
       body.append(el("tr", { class: "kx-row", "data-layer": row.name },
         el("td", {}, switchBox),
-        el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.original })),
+        el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
         el("td", {}, badge, el("div", { class: "kx-candidate", text: row.candidate })),
         el("td", { class: "kx-runs", "data-layer": row.name, text: row.runs })));

@@ -15,6 +15,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.layer.repos", "_MODE_FALLBACK_PRIORITY"),
     ("kernels", "kernels.layer.globals", "_KERNEL_MAPPING"),
     ("kernels", "kernels.layer.layer", "kernelize_layer"),
+    ("kernels", "kernels.layer.layer", "_validate_layer"),
     ("kernels", "kernels.layer.kernelize", "_find_device"),
     ("kernels", "kernels.hf_hub", "_get_hf_api"),
     ("kernels", "kernels.backends", "_select_backend"),

@@ -88,3 +88,22 @@ def kernel_module(kernel_id: str) -> Any | None:
         if loaded.metadata.id == kernel_id:
             return loaded.module
     return None
+
+
+def check_layer_fits(repository: Any, cls: type[nn.Module]) -> None:
+    """Load `repository`'s layer and check it can replace `cls`'s forward, as `kernelize` will.
+
+    Raises `TypeError` with kernels' own reason (a different forward signature, extra members, a
+    constructor) before anything is switched, so a bad repository is refused up front instead of
+    falling back layer by layer at the first switch.
+    """
+    from kernels.layer.layer import _validate_layer
+
+    _validate_layer(check_cls=cls, cls=repository.load(), repo=repository)
+
+
+def mark_layer_class(cls: type[nn.Module], layer_name: str) -> None:
+    """Give `cls` a kernel layer name, through kernels' own `replace_kernel_forward_from_hub`."""
+    from kernels import replace_kernel_forward_from_hub
+
+    replace_kernel_forward_from_hub(cls, layer_name)

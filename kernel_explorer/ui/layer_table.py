@@ -45,6 +45,7 @@ def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
             {
                 "name": row.group.name,
                 "original": row.group.original,
+                "added": row.group.added,  # named with Explorer.extend, not by the model
                 "count": len(row.group),
                 "on_count": sum(i["on"] for i in instances),
                 "usable": bool(best and best[1].state.usable),
