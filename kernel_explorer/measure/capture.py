@@ -154,6 +154,8 @@ def capture_inputs(
             captured.calls.setdefault(key, []).append((_detached(args, grad), _detached(call_kwargs, grad)))
 
     shared_functions: dict[int, nn.Module] = {}
+    # hooks come and go under the lock, so no other thread's forward meets half of them
+    board.lock.acquire()
     for name, group in board.groups.items():
         for path in group.instances:
             module = modules[path]
@@ -169,7 +171,9 @@ def capture_inputs(
                 running.__dict__.setdefault("stack", []).append(key)
 
             def leave(mod, args, output):  # type: ignore[no-untyped-def]
-                running.stack.pop()
+                stack = running.__dict__.get("stack")
+                if stack:  # a forward that began before these hooks came has no entry here
+                    stack.pop()
 
             handles.append(module.register_forward_pre_hook(enter))
             handles.append(module.register_forward_hook(leave, always_call=True))
@@ -184,11 +188,11 @@ def capture_inputs(
     for shared in shared_functions.values():
         handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
     try:
-        with board.lock:
-            run_model(board.model, kwargs, grad=grad)
+        run_model(board.model, kwargs, grad=grad)
     finally:
         for handle in handles:
             handle.remove()
+        board.lock.release()
     return captured
 
 
