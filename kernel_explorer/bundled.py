@@ -27,6 +27,10 @@ BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
     "rotary_pos_emb": ("rotary", "apply_rotary_transformers"),
 }
 
+#: the bundled CPU attention repository (flash-attn 2's call contract), entered through Transformers'
+#: attention interface, not a layer mapping (see attention.py); absent until built, like any other
+BUNDLED_ATTENTION = "flash_attn"
+
 #: the bundled repositories (folders of hub/), derived from the layers they serve
 BUNDLED_REPOS: tuple[str, ...] = tuple(sorted({repo for repo, _ in BUNDLED_LAYERS.values()}))
 

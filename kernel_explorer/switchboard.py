@@ -28,6 +28,7 @@ from kernel_explorer._backend.functions import function_key, kernel_functions
 from kernel_explorer._backend.hub import hub_session
 from kernel_explorer._backend.layers import bound_function, kernel_origin, kernelize_each, model_device
 from kernel_explorer._backend.modes import mode_name, parse_mode
+from kernel_explorer.attention import ATTENTION, AttentionDoor
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 
@@ -129,6 +130,9 @@ class Switchboard:
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self._on: dict[tuple[str, str], tuple[Candidate, Mode]] = {}
         self._reasons: dict[tuple[str, str], str] = {}
+        self.attention = AttentionDoor.find(model, catalog, self.device)  # model-wide; None: no interface
+        if self.attention is not None:
+            self.groups[ATTENTION] = self.attention.group
 
     # -- choosing what to switch ------------------------------------------------------------------
 
@@ -192,6 +196,9 @@ class Switchboard:
         paths = self.select(name, instances)
         kernel_mode = parse_mode(mode)
         with self.lock:
+            if self.groups[name].kind == "attention":  # model-wide, through Transformers' own switch
+                self.attention.switch(candidate, mode=kernel_mode, strict=self.strict)  # type: ignore[union-attr]
+                return self.running(name)
             try:
                 chosen, entry = self.catalog.resolve(
                     name, device=self.device, mode=kernel_mode, candidate=candidate
@@ -253,13 +260,14 @@ class Switchboard:
 
     def _to_pytorch(self, name: str, path: str) -> None:
         """Back to the class's own forward, exactly: no attribute of ours stays on the module."""
-        module = self._modules[path]
         self._on.pop((name, path), None)
         self._reasons.pop((name, path), None)
-        if self.groups[name].kind == "module":
-            module.__dict__.pop("forward", None)
+        if self.groups[name].kind == "attention":
+            self.attention.to_pytorch()  # type: ignore[union-attr]  # model-wide
+        elif self.groups[name].kind == "module":
+            self._modules[path].__dict__.pop("forward", None)
         else:
-            function_routes.detach(module, self.function_key(module, name))
+            function_routes.detach(self._modules[path], self.function_key(self._modules[path], name))
 
     @_announced
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
@@ -285,17 +293,18 @@ class Switchboard:
     def snapshot(self) -> SwitchState:
         """The switches that are on, to hand back to `restore`."""
         with self.lock:
-            return dict(self._on)
+            switched = self.attention.switched() if self.attention is not None else None
+            return dict(self._on) | ({(ATTENTION, "*"): (switched, self.attention.mode)} if switched else {})
 
     @_announced
     def restore(self, state: SwitchState) -> None:
         """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
         with self.lock:
-            for name, path in list(self._on):
-                if state.get((name, path)) != self._on.get((name, path)):
+            for name, path in [*self._on, *([(ATTENTION, "*")] if self.attention is not None else [])]:
+                if state.get((name, path)) != self.snapshot().get((name, path)):
                     self._to_pytorch(name, path)
             for (name, path), (chosen, mode) in state.items():
-                if (name, path) not in self._on:
+                if (name, path) not in self.snapshot():
                     self.on(name, [path], mode=mode, candidate=chosen)
 
     @contextlib.contextmanager
@@ -344,6 +353,8 @@ class Switchboard:
         next sample.
         """
         with self.lock:
+            if self.groups[name].kind == "attention":
+                return self.attention.forwards(path)  # type: ignore[union-attr]
             target = self._target(name, path, for_switching=False)
             pytorch = type(target).forward.__get__(target)
             current = target.forward
@@ -362,6 +373,10 @@ class Switchboard:
         with self.lock:
             for layer in names:
                 group = self.group(layer)
+                if group.kind == "attention":
+                    now = self.attention.now()  # type: ignore[union-attr]
+                    found += [RunningNow(layer, p, *now) for p in (name and paths) or group.instances]
+                    continue
                 for path in paths if paths is not None and name is not None else group.instances:
                     target = self._target(layer, path, for_switching=False)
                     if group.kind == "function" and function_routes.is_routed(target):
