@@ -252,8 +252,9 @@ class AttentionDoor:
         candidate's "failed to load" reason) raises with `strict`; otherwise the reason is kept in
         `reason` (what the row's "runs now" says) and None returned.
         """
-        chosen = self.choose(candidate, mode=mode)
+        chosen = self.choose(candidate, mode=mode) if candidate is not None else None
         try:
+            chosen = chosen or self.choose(None, mode=mode)  # none usable: NoUsableKernelError
             found = self.availability(chosen, mode=mode, query_hub=True)
             if not found.state.usable:
                 raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")

@@ -31,10 +31,12 @@ def test_using_restores_the_state_before_also_on_error(hub: dict) -> None:
 
 def test_using_without_names_switches_every_layer(hub: dict) -> None:
     explorer = Explorer(tiny_gpt2())
-    assert explorer.layers == ["NewGELU"]
+    assert explorer.layers == ["NewGELU", "attention"]
     with explorer.using() as running:
-        assert [now.is_kernel for now in running] == [True, True]
-        assert repr(explorer) == "<Explorer GPT2LMHeadModel: 1 kernel layers, 2/2 instances on kernels>"
+        assert [now.is_kernel for now in running if now.layer_name == "NewGELU"] == [True, True]
+        # no attention kernel can run here (the bundled one is not built in this branch): it says why
+        assert all("No attention kernel" in now.reason for now in running if now.layer_name == "attention")
+        assert repr(explorer) == "<Explorer GPT2LMHeadModel: 2 kernel layers, 2/4 instances on kernels>"
     assert not any(now.is_kernel for now in explorer.running())
 
 
