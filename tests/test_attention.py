@@ -247,3 +247,64 @@ def test_the_breakdown_attributes_attention_to_the_row(explorer: Explorer) -> No
     row = explorer.inventory().row(ATTENTION)
     assert row.share == shares[ATTENTION]
     assert all(name != ATTENTION for name, _ in explorer.inventory().uncovered)
+
+
+# -- the Hub path, against the Hub stand-in (tests/hub_standin.py), in fresh processes -------------
+
+
+@pytest.fixture(scope="module")
+def standin(hub: dict, repos: dict[str, Path]):  # type: ignore[no-untyped-def]
+    from hub_standin import HubStandIn
+
+    server = HubStandIn().start()
+    server.trusted_orgs.add("kx-trusted")
+    server.publish("kx-trusted/torch-flash-attn", repos["good"])
+    server.publish("kx-untrusted/torch-flash-attn", repos["good"])
+    yield server
+    server.stop()
+
+
+HUB_CHILD = """
+from kernel_explorer.attention import ATTENTION
+from kernel_explorer._backend.modes import parse_mode
+repo = "{repo}"
+e = Explorer(tiny_llama(), include_transformers=False, attention=[repo])
+door = e.switchboard.attention
+(candidate,) = [c for c in door.candidates() if c.label == repo]
+result["state"] = door.availability(candidate, mode=parse_mode("inference"), query_hub=True).state.value
+now = e.on(ATTENTION, candidate=repo)[0]
+result["running"] = [now.is_kernel, now.repository, now.reason]
+result["implementation"] = e.model.config._attn_implementation
+import sys
+found = [m for n, m in list(sys.modules.items()) if n.startswith("_torch_flash_attn")]
+result["calls"] = 0
+if found:
+    before = found[0].CALLS["flash_attn_func"]
+    import torch
+    with torch.no_grad():
+        e.model(torch.tensor([[1, 2, 3, 4]]))
+    result["calls"] = found[0].CALLS["flash_attn_func"] - before
+"""
+
+
+def test_a_hub_repository_loads_through_transformers_and_kernels(standin, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from test_hub_access import run_child
+
+    home = tmp_path / "hf"
+    online, _ = run_child(
+        HUB_CHILD.format(repo="kx-trusted/torch-flash-attn"), hf_home=home, endpoint=standin.url
+    )
+    assert online["state"] == "downloadable"
+    assert online["running"][:2] == [True, "kx-trusted/torch-flash-attn"]
+    assert online["implementation"] == "kx-trusted/torch-flash-attn"  # Transformers' own string
+    assert online["calls"] == 2  # Transformers' flash wrapper called the downloaded repository
+    offline, _ = run_child(
+        HUB_CHILD.format(repo="kx-trusted/torch-flash-attn"), hf_home=home, HF_HUB_OFFLINE="1"
+    )
+    assert offline["state"] == "ready" and offline["running"][0] and offline["calls"] == 2
+    untrusted, _ = run_child(
+        HUB_CHILD.format(repo="kx-untrusted/torch-flash-attn"), hf_home=home, endpoint=standin.url
+    )
+    assert untrusted["state"] == "publisher not trusted"
+    assert untrusted["running"][0] is False and "trust_remote_code" in untrusted["running"][2]
+    assert untrusted["implementation"] == "sdpa"
