@@ -210,6 +210,7 @@ class AttentionDoor:
         if isinstance(candidate, Path):
             return self.add(candidate)[0]
         name = str(candidate).strip()
+        name = {n: repo for n, repo, _ in door.flash_fallbacks()}.get(name, name)  # as Transformers maps it
         for option in self.candidates():
             if name in (option.label, option.implementation, str(option)):
                 return option
