@@ -165,12 +165,11 @@ class AttentionDoor:
         return added
 
     def candidates(self) -> list[AttentionCandidate]:
-        """Kernels first (bundled, the user's, Transformers' fallbacks), PyTorch's implementations last."""
-        found: list[AttentionCandidate] = [
-            self._local_candidate(bundled_repo_path(BUNDLED_ATTENTION), "bundled")
-        ]
-        found += self._user
-        found += [c for n, c in self._names.items() if c.source == "registered"]
+        """Kernels first, in the catalog's source order (the user's, the one the model came with, the
+        bundled one, Transformers' fallbacks), then PyTorch's implementations."""
+        found: list[AttentionCandidate] = list(self._user)
+        found += [c for c in self._names.values() if c.source == "registered"]
+        found.append(self._local_candidate(bundled_repo_path(BUNDLED_ATTENTION), "bundled"))
         for _, repo, devices in door.flash_fallbacks():
             if all(c.implementation != repo for c in found):
                 found.append(self._hub_candidate(repo, "transformers", devices))

@@ -308,3 +308,17 @@ def test_a_hub_repository_loads_through_transformers_and_kernels(standin, tmp_pa
     assert untrusted["state"] == "publisher not trusted"
     assert untrusted["running"][0] is False and "trust_remote_code" in untrusted["running"][2]
     assert untrusted["implementation"] == "sdpa"
+
+
+def test_a_model_on_eager_comes_back_to_eager_bitwise(hub: dict, repos: dict[str, Path]) -> None:
+    model = tiny_llama()
+    model.set_attn_implementation("eager")
+    before = logits(model)
+    explorer = Explorer(model, include_transformers=False, attention=[repos["good"]])
+    assert explorer.inventory().row(ATTENTION).running_summary == "eager x2"
+    explorer.on(ATTENTION, candidate=repos["good"])
+    _, pytorch, on = explorer.switchboard.forwards(ATTENTION, "model.layers.0.self_attn")
+    assert on and pytorch.__self__.function.__name__ == "eager_attention_forward"  # PyTorch is eager here
+    torch.testing.assert_close(logits(model), before)
+    explorer.reset()
+    assert model.config._attn_implementation == "eager" and torch.equal(logits(model), before)
