@@ -1,10 +1,11 @@
 """The time breakdown as one chart a reader takes in at a glance: a stacked bar per phase.
 
 Each phase (prefill, one decode step) is one horizontal bar of 100% split into its categories:
-the kernel layer names in colour, what no kernel covers (Linear, attention, embedding, the rest)
-in greys, so the question "how much of this model can the kernels I have reach at all?" is
-answered by the coloured length. Hover gives each category's milliseconds and Amdahl's figures
-(the model speedup if it cost nothing, and the one predicted from its measured kernel speedup).
+the kernel layer names in colour (attention too: it is a row with kernel candidates), what no
+kernel covers (Linear, embedding, the rest) in greys, so the coloured length answers "how much of
+this model can the kernels I have reach at all?". Hover gives each category's milliseconds and
+Amdahl's figures (the model speedup if it cost nothing, and the one predicted from its measured
+kernel speedup).
 The same figure serves the dashboard (copied into a FigureWidget) and the HTML report.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.breakdown import ATTENTION, EMBEDDING, LINEAR, REST
+from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
     from kernel_explorer.results import ResultLog
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
 #: what no kernel layer covers, in greys from dark to light (the order they stack in)
 UNCOVERED_COLOURS: dict[str, str] = {
     LINEAR: "#57606a",
-    ATTENTION: "#8c959f",
-    EMBEDDING: "#afb8c1",
+    EMBEDDING: "#8c959f",
     REST: "#d0d7de",
 }
 KERNEL_COLOURS = ("#0969da", "#1a7f37", "#bf8700", "#8250df", "#bf3989", "#1b7c83", "#953800")

@@ -52,6 +52,10 @@ def _has_sources(name: str) -> bool:
     return (hub_sources() / name).is_dir()
 
 
+#: the bundled CPU attention repository (flash-attn 2's call contract), entered through Transformers'
+#: attention interface, not a layer mapping (see attention.py); absent until built, like any other
+BUNDLED_ATTENTION = "flash_attn"
+
 #: the bundled repositories (folders of hub/), derived from the layers they serve; an extension
 #: repository counts once its sources are there (a checkout without it builds and runs the rest)
 BUNDLED_REPOS: tuple[str, ...] = tuple(

@@ -10,6 +10,7 @@ import contextlib
 import weakref
 from collections.abc import Iterable, Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import parse_mode
@@ -49,6 +50,7 @@ class Explorer(Measuring):
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
         include_bundled / include_registered / include_transformers: which other sources to read.
+        attention: your attention repositories for the attention row (see `attention_candidates`).
 
     Example:
         ```python
@@ -74,6 +76,7 @@ class Explorer(Measuring):
         include_bundled: bool = True,
         include_registered: bool = True,
         include_transformers: bool = True,
+        attention: Iterable[str | Path] = (),
     ) -> None:
         from torch import nn
 
@@ -105,6 +108,8 @@ class Explorer(Measuring):
         self._captured_grad = None  # the same with autograd on, for training mode
         self._capture_kwargs: dict[str, Any] | None = None
         _latest[model] = weakref.ref(self)
+        if attention:
+            self.attention_candidates(*attention)
 
     @classmethod
     def of(cls, model: nn.Module, **kwargs: Any) -> Explorer:
@@ -143,6 +148,20 @@ class Explorer(Measuring):
             measured=self.results.latest_verdicts(),
             shares=self.results.latest_shares(),
         )
+
+    def attention_candidates(self, *repositories: str | Path) -> list[Candidate]:
+        """Add attention repositories to the attention row: Hub strings `org/repo[@rev][:fn]` (loaded
+        by Transformers through `kernels`) or local repository folders (a `Path`); returns them.
+
+        Attention is model-wide: `on("attention", candidate=...)` switches every attention module.
+        """
+        door = self.switchboard.attention
+        if door is None:
+            raise KernelExplorerError(
+                f"{type(self.model).__name__} has no attention interface (Transformers' "
+                "set_attn_implementation), so it has no attention row to add candidates to."
+            )
+        return list(door.add(*repositories))
 
     def on(
         self,

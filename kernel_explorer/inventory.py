@@ -63,8 +63,9 @@ class InventoryRow:
 
     @property
     def best(self) -> tuple[Candidate, Availability] | None:
-        """The candidate the explorer would switch on: the first usable one, else the first one."""
-        usable = first_usable(self.candidates)
+        """The candidate the explorer would switch on: the first usable one, else the first one
+        (attention's PyTorch implementations are candidates to switch to, never the kernel to pick)."""
+        usable = first_usable(pair for pair in self.candidates if not getattr(pair[0], "pytorch", False))
         if usable is not None:
             return usable
         return self.candidates[0] if self.candidates else None
@@ -111,6 +112,8 @@ class InventoryRow:
         Found by matching the loaded kernel's repository with this row's candidates; the op
         namespace (`_rmsnorm_cpu_23eb2fc398`) is an id for tooltips and exports, not for reading.
         """
+        if self.group.kind == "attention":  # the implementation's name: sdpa, eager, a repository
+            return now.repository or "PyTorch"
         if not now.is_kernel:
             return "PyTorch"
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
@@ -331,6 +334,8 @@ def build_inventory(
             (c, catalog.availability(c, device=board.device, mode=mode, query_hub=query_hub))
             for c in catalog.candidates(name)
         )
+        if group.kind == "attention" and board.attention is not None:
+            found = board.attention.found(mode=mode, query_hub=query_hub)
         now = tuple(r for r in running if r.layer_name == name)
         rows.append(
             InventoryRow(

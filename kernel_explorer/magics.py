@@ -21,7 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "MODEL [--inputs VAR] [--mode MODE]",
         "the dashboard of MODEL (its explorer, if it has one); MODE: inference, training, torch.compile",
     ),
-    "on": ("LAYER [--instances PATH ...]", "switch LAYER (or chosen instances) to its kernel"),
+    "on": (
+        "LAYER [--instances PATH ...] [--candidate NAME]",
+        "switch LAYER (or chosen instances) to its kernel; attention: model-wide, NAME e.g. org/repo",
+    ),
     "off": ("LAYER [--instances PATH ...]", "switch LAYER back to PyTorch"),
     "reset": ("", "every layer back to PyTorch"),
     "extend": (
@@ -79,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["extend"].add_argument("--candidates")
     commands["retract"].add_argument("layer")
     commands["retract"].add_argument("--instances", nargs="+")
+    commands["on"].add_argument("--candidate")
     commands["compare"].add_argument("layer", nargs="+")
     commands["compare"].add_argument("--pairs", type=int, default=7)
     for name in ("compare", "bench"):
@@ -228,7 +232,7 @@ class KernelsMagic:
         return dashboard
 
     def _do_on(self, args: argparse.Namespace) -> Any:
-        self._need_explorer().on(args.layer, args.instances)
+        self._need_explorer().on(args.layer, args.instances, candidate=args.candidate)
         return self.explorer.inventory()
 
     def _do_off(self, args: argparse.Namespace) -> Any:

@@ -211,7 +211,7 @@ class TimeShare:
     kind: ClassVar[str] = "time_share"
     phase: str  # "prefill" or "decode"
     tokens: int  # tokens in the forward (1 for a decode step)
-    category: str  # a kernel layer name, "Linear (matmul)", "attention (the model's own)", ...
+    category: str  # a kernel layer name ("attention" too), "Linear (matmul)", "embedding", "rest"
     seconds: float  # median exclusive seconds in that category
     share: float  # of the forward's median time; a phase's shares add to 1
     hook_overhead: float  # how much slower the hooked forward was than a plain one (0.02: 2%)

@@ -22,16 +22,17 @@ import fnmatch
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer import function_routes, switch_events
 from kernel_explorer._backend.functions import function_key, kernel_functions
 from kernel_explorer._backend.hub import hub_session
-from kernel_explorer._backend.layers import bound_function, kernel_origin, kernelize_each, model_device
+from kernel_explorer._backend.layers import bound_function, kernelize_each, model_device
 from kernel_explorer._backend.modes import mode_name, parse_mode
+from kernel_explorer.attention import ATTENTION, AttentionDoor
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.extension import probe, release_added
+from kernel_explorer.forwards import KernelForward, RunningNow, describe_forward
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 
 if TYPE_CHECKING:
@@ -42,61 +43,6 @@ if TYPE_CHECKING:
 
 #: the switches that are on: (layer name, instance path) -> (candidate, mode)
 SwitchState = dict[tuple[str, str], tuple["Candidate", "Mode"]]
-
-
-@dataclass(frozen=True)
-class RunningNow:
-    """What one instance's forward runs at this moment."""
-
-    layer_name: str
-    instance: str  # module path (for function layers: the module that calls the function)
-    kernel_id: str | None = None  # metadata id of the loaded kernel module; None means PyTorch
-    variant: str | None = None
-    repository: str | None = None
-    reason: str = ""  # why PyTorch runs although a kernel was asked for
-
-    @property
-    def is_kernel(self) -> bool:
-        return self.kernel_id is not None
-
-    def __str__(self) -> str:
-        if not self.is_kernel:
-            return "PyTorch" + (f" ({self.reason})" if self.reason else "")
-        return f"{self.repository} [{self.variant}] {self.kernel_id}"
-
-
-class _KernelForward:
-    """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises."""
-
-    __slots__ = ("kernel", "on_error", "original")
-
-    def __init__(self, kernel: Any, original: Any, on_error: Any) -> None:
-        self.kernel = kernel
-        self.original = original
-        self.on_error = on_error
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self.kernel(*args, **kwargs)
-        except Exception as error:
-            self.on_error(error)  # switches this layer off; re-raises in strict mode
-            return self.original(*args, **kwargs)
-
-
-def _describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
-    """(kernel id, variant, repository) of the kernel `target` runs, or None when it runs PyTorch."""
-    forward = target.__dict__.get("forward")
-    if forward is None:
-        return None
-    if isinstance(forward, _KernelForward):
-        forward = forward.kernel
-    function = bound_function(forward)
-    if function is type(target).forward:
-        return None
-    origin = kernel_origin(function)
-    if origin is None:
-        return (f"custom:{getattr(function, '__qualname__', function)}", "-", "unknown")
-    return origin.kernel_id, origin.variant, origin.repository
 
 
 def _announced(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -133,11 +79,16 @@ class Switchboard:
         self._on: dict[tuple[str, str], tuple[Candidate, Mode]] = {}
         self._reasons: dict[tuple[str, str], str] = {}
         self._keys: dict[tuple[str, str], frozenset[str]] = {}  # instance attributes before switching on
+        self.attention = AttentionDoor.find(model, catalog, self.device)  # model-wide; None: no interface
+        if self.attention is not None:
+            self.groups[ATTENTION] = self.attention.group
 
     def rescan(self) -> None:
         """Find the kernel layers again (after `extension.extend` or `retract` renamed some)."""
         with self.lock:
             self.groups = {g.name: g for g in find_kernel_layers(self.model)}
+            if self.attention is not None:
+                self.groups[ATTENTION] = self.attention.group
             self._modules = dict(self.model.named_modules())
 
     # -- choosing what to switch ------------------------------------------------------------------
@@ -202,6 +153,9 @@ class Switchboard:
         paths = self.select(name, instances)
         kernel_mode = parse_mode(mode)
         with self.lock:
+            if self.groups[name].kind == "attention":  # model-wide, through Transformers' own switch
+                self.attention.switch(candidate, mode=kernel_mode, strict=self.strict)  # type: ignore[union-attr]
+                return self.running(name)
             try:
                 chosen, entry = self.catalog.resolve(
                     name, device=self.device, mode=kernel_mode, candidate=candidate
@@ -248,7 +202,7 @@ class Switchboard:
         ) -> None:
             self._kernel_raised(name, path, chosen, error)
 
-        target.forward = _KernelForward(forward, original, on_error)
+        target.forward = KernelForward(forward, original, on_error)
         self._on[(name, path)] = (chosen, mode)
         self._reasons.pop((name, path), None)
 
@@ -272,15 +226,17 @@ class Switchboard:
 
     def _to_pytorch(self, name: str, path: str) -> None:
         """Back to the class's own forward, exactly: no attribute of ours stays on the module."""
-        module = self._modules[path]
         self._on.pop((name, path), None)
         self._reasons.pop((name, path), None)
-        if self.groups[name].kind == "module":
-            module.__dict__.pop("forward", None)
-            release_added(module, self._keys.pop((name, path), None))  # packed weights and the like
+        kind = self.groups[name].kind
+        if kind == "attention":
+            self.attention.to_pytorch()  # type: ignore[union-attr]  # model-wide
+        elif kind == "module":
+            self._modules[path].__dict__.pop("forward", None)
+            release_added(self._modules[path], self._keys.pop((name, path), None))  # packed weights
         else:
             self._keys.pop((name, path), None)  # the holder's copy goes, and all it cached with it
-            function_routes.detach(module, self.function_key(module, name))
+            function_routes.detach(self._modules[path], self.function_key(self._modules[path], name))
 
     @_announced
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
@@ -306,18 +262,20 @@ class Switchboard:
     def snapshot(self) -> SwitchState:
         """The switches that are on, to hand back to `restore`."""
         with self.lock:
-            return dict(self._on)
+            switched = self.attention.switched() if self.attention is not None else None
+            return dict(self._on) | ({(ATTENTION, "*"): (switched, self.attention.mode)} if switched else {})
 
     @_announced
     def restore(self, state: SwitchState) -> None:
         """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
         with self.lock:
-            for name, path in list(self._on):
-                if state.get((name, path)) != self._on.get((name, path)):
+            for name, path in [*self._on, *([(ATTENTION, "*")] if self.attention is not None else [])]:
+                if state.get((name, path)) != self.snapshot().get((name, path)):
                     self._to_pytorch(name, path)
             for (name, path), (chosen, mode) in state.items():
-                if (name, path) not in self._on and path in getattr(self.groups.get(name), "instances", ()):
-                    self.on(name, [path], mode=mode, candidate=chosen)  # (a retracted one is gone)
+                known = name == ATTENTION or path in getattr(self.groups.get(name), "instances", ())
+                if (name, path) not in self.snapshot() and known:  # (a retracted one is gone)
+                    self.on(name, [path], mode=mode, candidate=chosen)
 
     @contextlib.contextmanager
     def holding(
@@ -365,14 +323,16 @@ class Switchboard:
         next sample.
         """
         with self.lock:
+            if self.groups[name].kind == "attention":
+                return self.attention.forwards(path)  # type: ignore[union-attr]
             target = self._target(name, path, for_switching=False)
             pytorch = type(target).forward.__get__(target)
             current = target.forward
             if self.groups[name].kind == "function" and function_routes.is_routed(target):
                 stand_in = function_routes.stand_in(target)
                 current = pytorch if stand_in is None else stand_in.forward
-                return current, pytorch, stand_in is not None and _describe_forward(stand_in) is not None
-            return current, pytorch, _describe_forward(target) is not None
+                return current, pytorch, stand_in is not None and describe_forward(stand_in) is not None
+            return current, pytorch, describe_forward(target) is not None
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -383,11 +343,15 @@ class Switchboard:
         with self.lock:
             for layer in names:
                 group = self.group(layer)
+                if group.kind == "attention":
+                    now = self.attention.now()  # type: ignore[union-attr]
+                    found += [RunningNow(layer, p, *now) for p in (name and paths) or group.instances]
+                    continue
                 for path in paths if paths is not None and name is not None else group.instances:
                     target = self._target(layer, path, for_switching=False)
                     if group.kind == "function" and function_routes.is_routed(target):
                         target = function_routes.stand_in(target)
-                    described = None if target is None else _describe_forward(target)
+                    described = None if target is None else describe_forward(target)
                     if described is None:
                         found.append(RunningNow(layer, path, reason=self._reasons.get((layer, path), "")))
                     else:

@@ -80,6 +80,7 @@ def test_private_attributes_read_off_library_objects_exist(hub: dict) -> None:
     attention = tiny_llama().model.layers[0].self_attn
     assert all(name in vars(attention) for name in ATTRIBUTES["use_kernelized_func holders"])
     assert kernel_functions(attention)  # the rotary function layer, read through the accessor
+    assert all(hasattr(attention.config, name) for name in ATTRIBUTES["transformers.PretrainedConfig"])
 
 
 def test_a_moved_internal_is_named_with_the_installed_version(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,10 +31,14 @@ def test_using_restores_the_state_before_also_on_error(hub: dict) -> None:
 
 def test_using_without_names_switches_every_layer(hub: dict) -> None:
     explorer = Explorer(tiny_gpt2())
-    assert explorer.layers == ["NewGELU"]
+    assert explorer.layers == ["NewGELU", "attention"]
     with explorer.using() as running:
-        assert [now.is_kernel for now in running] == [True, True]
-        assert repr(explorer) == "<Explorer GPT2LMHeadModel: 1 kernel layers, 2/2 instances on kernels>"
+        assert [now.is_kernel for now in running if now.layer_name == "NewGELU"] == [True, True]
+        # attention too: the bundled attention kernel where it is built, else PyTorch and why
+        attention = [now for now in running if now.layer_name == "attention"]
+        assert len(attention) == 2 and all(now.is_kernel or now.reason for now in attention)
+        on = 2 + sum(now.is_kernel for now in attention)
+        assert repr(explorer) == f"<Explorer GPT2LMHeadModel: 2 kernel layers, {on}/4 instances on kernels>"
     assert not any(now.is_kernel for now in explorer.running())
 
 

@@ -18,7 +18,7 @@ def explorer(hub: dict) -> Explorer:
 
 def test_rows_follow_the_switches(explorer: Explorer) -> None:
     before = explorer.inventory()
-    assert [row.group.name for row in before.rows] == ["rotary_pos_emb", "SiLU", "RMSNorm"]
+    assert [row.group.name for row in before.rows] == ["rotary_pos_emb", "SiLU", "RMSNorm", "attention"]
     assert before.row("RMSNorm").running_summary == "PyTorch x5"
     explorer.on("RMSNorm", "model.norm")
     after = explorer.inventory().row("RMSNorm")
@@ -39,7 +39,7 @@ def test_text_and_html(explorer: Explorer) -> None:
     assert "  RMSNorm: +8 candidates for other devices (cuda, rocm, xpu, mps, npu)" in text.splitlines()
     assert "cuda, training" not in text  # folded: one line, not eight
     html = inventory._repr_html_()
-    assert html.count("<tr>") == 1 + 3  # header + one row per layer name
+    assert html.count("<tr>") == 1 + 4  # header + one row per layer name (attention's included)
     assert 'title="no mapping for this device or mode: mapped for cuda' in html  # reason on hover
     assert ">ready</span>" in html
     summary = "<summary><small>+8 candidates for other devices (cuda, rocm, xpu, mps, npu)</small></summary>"
@@ -73,13 +73,14 @@ def test_pandas_export(explorer: Explorer) -> None:
     explorer.on("SiLU")
     inventory = explorer.inventory()
     instances = inventory.to_pandas()
-    assert len(instances) == 2 + 2 + 5
+    assert len(instances) == 2 + 2 + 5 + 2  # two attention modules
     silu = instances[instances.layer == "SiLU"]
     assert set(silu.runs) == {"kernel"} and silu.kernel_id.notna().all()
     assert set(silu.kernel) == {"bundled/activation Silu"}  # the name beside the id
     candidates = inventory.to_pandas("candidates")
     assert {"layer", "candidate", "source", "state", "reason"} <= set(candidates.columns)
-    assert (candidates[candidates.source == "bundled"].state == "ready").all()
+    bundled = candidates[(candidates.source == "bundled") & (candidates.layer != "attention")]
+    assert (bundled.state == "ready").all()  # (the bundled attention repository: its own branch)
     with pytest.raises(ValueError, match="level must be"):
         inventory.to_pandas("rows")
 
@@ -91,8 +92,8 @@ def test_smollm2_inventory(hub: dict) -> None:
     model, _ = load_default_model(progress=False)
     inventory = Explorer(model).inventory()
     counts = {row.group.name: len(row.group) for row in inventory.rows}
-    assert counts == {"RMSNorm": 61, "rotary_pos_emb": 30, "SiLU": 30}
-    for row in inventory.rows:
+    assert counts == {"RMSNorm": 61, "rotary_pos_emb": 30, "SiLU": 30, "attention": 30}
+    for row in inventory.rows[:3]:
         assert row.best[0].source == "bundled" and row.status.startswith("ready"), row.status
         others = [found for c, found in row.candidates if c.source == "transformers"]
         assert others and all(f.state.value == "no mapping for this device or mode" for f in others)

@@ -126,6 +126,10 @@ def test_explore_then_switch_compare_and_report(
     assert inventory.row("RMSNorm").running_summary.endswith("x1")
     shell.run_line_magic("kernels", "on Nope")
     assert "has no kernel layer 'Nope'" in capsys.readouterr().err
+    inventory = shell.run_line_magic("kernels", "on attention --candidate eager")  # model-wide
+    assert inventory.row("attention").running_summary == "eager x2"
+    shell.run_line_magic("kernels", "on attention --candidate nonsense")
+    assert "is not an attention implementation" in capsys.readouterr().err
     summary = shell.run_line_magic("kernels", "compare SiLU --pairs 2")
     assert list(summary.layer) == ["SiLU"] and summary.pairs.iloc[0] == 4
     assert shell._kernel_explorer_magic.handle.run_id == summary.run_id.iloc[0]  # kept for %kernels stop

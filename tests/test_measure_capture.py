@@ -19,7 +19,7 @@ def explorer(hub: dict) -> Explorer:
 def test_every_instance_gets_its_real_inputs(explorer: Explorer) -> None:
     ids = torch.randint(0, 256, (1, 10))
     captured = explorer.capture(ids)
-    assert len(captured.calls) == 5 + 2 + 2 and captured.dropped == 0
+    assert len(captured.calls) == 5 + 2 + 2 + 2 and captured.dropped == 0  # attention's q/k/v too
     ((args, kwargs),) = captured.calls[("RMSNorm", "model.norm")]
     assert args[0].shape == (1, 10, 64) and kwargs == {}
     ((args, _),) = captured.calls[("rotary_pos_emb", "model.layers.1.self_attn")]

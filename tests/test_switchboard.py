@@ -44,7 +44,7 @@ def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[st
     handles = []
     modules = dict(explorer.model.named_modules())
     for name, group in explorer.switchboard.groups.items():
-        for path in group.instances:
+        for path in group.instances if group.kind != "attention" else ():  # tests/test_attention.py
             start: dict[str, Counter[str]] = {}
 
             def pre(module, args, key=(name, path), start=start):  # type: ignore[no-untyped-def]
@@ -70,6 +70,8 @@ def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[st
 def assert_reports_match_counts(explorer: Explorer) -> None:
     ran = kernels_run_per_instance(explorer)
     for now in explorer.running():
+        if now.layer_name == "attention":  # model-wide, its own checks in tests/test_attention.py
+            continue
         used = ran[(now.layer_name, now.instance)]
         if now.is_kernel:
             assert used == {now.kernel_id}, f"{now.instance} reported {now.kernel_id}, ran {used}"
@@ -103,9 +105,9 @@ def explorer(hub: dict) -> Explorer:
 
 def test_switching_on_runs_kernels_and_off_restores_exactly(explorer: Explorer) -> None:
     before = logits(explorer.model)
-    for name in explorer.layers:
+    for name in explorer.layers:  # attention too: no kernel for it here (flash_attn unbuilt), it says so
         explorer.on(name)
-    assert all(now.is_kernel for now in explorer.running())
+    assert all(now.is_kernel for now in explorer.running() if now.layer_name != "attention")
     assert_reports_match_counts(explorer)
     on = logits(explorer.model)
     torch.testing.assert_close(on, before)
@@ -185,7 +187,7 @@ def test_agrees_with_transformers_set_use_kernels(explorer: Explorer) -> None:
         explorer.on("SiLU")
         modules = dict(production.named_modules())
         for now in explorer.running():
-            if now.layer_name == "rotary_pos_emb":
+            if now.layer_name in ("rotary_pos_emb", "attention"):
                 continue
             produced = modules[now.instance].forward
             assert now.is_kernel and produced.__func__.__module__.startswith(now.kernel_id)

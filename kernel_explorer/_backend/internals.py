@@ -27,7 +27,13 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "variants_trace_str"),
     ("kernels", "kernels.variants", "VariantAccepted"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
+    ("kernels", "kernels.load", "_get_local_kernel_overrides"),  # reads LOCAL_KERNELS (attention.py)
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
+    ("transformers", "transformers.integrations.hub_kernels", "is_kernel"),
+    ("transformers", "transformers.integrations.hub_kernels", "get_attn_kernel_version"),
+    ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_FALLBACK"),
+    ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_DEVICES"),
+    ("transformers", "transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
 )
@@ -37,6 +43,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "kernels.LayerRepository": ("_repo_id", "_revision", "_version", "_trust_remote_code"),
     "kernels.LocalLayerRepository": ("_repo_path",),
     "use_kernelized_func holders": ("_kernel_funcs",),
+    "transformers.PretrainedConfig": ("_attn_implementation",),  # what the model's attention runs now
 }
 
 TESTED_WITH: dict[str, str] = {"kernels": "0.17.2", "transformers": "5.22.2"}

@@ -7,6 +7,7 @@ long prompt on a large model cannot exhaust memory.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -157,7 +158,7 @@ def capture_inputs(
     # hooks come and go under the lock, so no other thread's forward meets half of them
     board.lock.acquire()
     for name, group in board.groups.items():
-        for path in group.instances:
+        for path in group.instances if group.kind != "attention" else ():  # attention: board.attention
             module = modules[path]
             if group.kind == "module":
 
@@ -188,7 +189,9 @@ def capture_inputs(
     for shared in shared_functions.values():
         handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
     try:
-        run_model(board.model, kwargs, grad=grad)
+        door = board.attention.capturing(keep) if board.attention is not None else contextlib.nullcontext()
+        with door:
+            run_model(board.model, kwargs, grad=grad)
     finally:
         for handle in handles:
             handle.remove()

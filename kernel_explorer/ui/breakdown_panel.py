@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 _EMPTY_NOTE = (
     "Profile one prefill and one decode step on PyTorch to see which share of the model's time "
-    "each kernel layer can reach (Linear, attention and the rest have no kernel layer here)."
+    "each kernel layer can reach (Linear, the embedding and the rest have none unless you extend)."
 )
 
 

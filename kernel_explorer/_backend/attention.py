@@ -1,0 +1,197 @@
+"""Transformers' attention door: its interface, its names, and how a local repository enters it.
+
+Transformers switches attention model-wide with `model.set_attn_implementation(name)`; a name of
+the form `org/repo[@rev][:fn]` is loaded by `integrations.hub_kernels.load_and_register_attn_kernel`
+through `kernels.get_kernel` and registered in `ALL_ATTENTION_FUNCTIONS` with Transformers' own
+wrapper (`flash_attention_forward` for repositories exposing `flash_attn_varlen_func`), and that
+wrapper finds the kernel again, at every call, by the model's implementation name.
+
+That wrapper only knows Hub ids. A local repository (bundled, or a user's folder) therefore enters
+under a Hub-shaped alias that `kernels` itself resolves to the folder: `kernels.get_kernel` consults
+its `LOCAL_KERNELS` overrides (`repo_id=path:...`) before the Hub. So the whole path stays
+Transformers' and `kernels`' own: `set_attn_implementation(alias)` -> `load_and_register_attn_kernel`
+-> `kernels.get_kernel` -> the local build -> `flash_attention_forward`. `LOCAL_KERNELS` is
+undocumented in kernels 0.17 (an internal, listed in `internals.py`); the explorer only ever adds
+entries of its own to it and keeps the user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from torch import nn
+
+#: the implementations Transformers always has on a CPU (PyTorch's), in the order a row lists them
+BUILTIN: tuple[str, ...] = ("eager", "sdpa")
+LOCAL_ORG = "kernel-explorer-local"
+#: what Transformers' registration accepts from a repository, in the order it checks
+CONTRACT = (
+    "flash_attn_varlen_func",
+    "flash_attn_forward + supports_flash_attn",
+    "sparse_atten_func",
+    "a function named after ':' in the string",
+)
+_CAPTURE = "kernel_explorer_capture"  # no "flash", "sdpa" or "/": Transformers checks nothing more
+
+
+def has_attention_interface(model: nn.Module) -> bool:
+    """Whether `model` switches attention through Transformers' interface (`set_attn_implementation`)."""
+    config = getattr(model, "config", None)
+    if not hasattr(model, "set_attn_implementation") or config is None:
+        return False
+    if not hasattr(config, "_attn_implementation"):
+        return False
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(can_set()) if callable(can_set) else True
+
+
+def implementation(model: nn.Module) -> str:
+    """What the model's attention runs now (`eager`, `sdpa`, a Hub string...)."""
+    return str(model.config._attn_implementation)
+
+
+def set_implementation(model: nn.Module, name: str, *, allow_all_kernels: bool = False) -> None:
+    """Transformers' own switch; on any error the model's implementation is what it was."""
+    before = implementation(model)
+    try:
+        model.set_attn_implementation(name, allow_all_kernels=allow_all_kernels)
+    except BaseException:
+        if implementation(model) != before:
+            model.set_attn_implementation(before)
+        raise
+
+
+def is_hub_string(name: str) -> bool:
+    """Whether `name` has the `org/repo[@rev][:fn]` form Transformers loads through `kernels`."""
+    from transformers.integrations.hub_kernels import is_kernel
+
+    return bool(is_kernel(name))
+
+
+def parse_hub_string(name: str) -> tuple[str, str | None, int | None, str | None]:
+    """(repo id, revision, version, function) as `load_and_register_attn_kernel` reads the string."""
+    from transformers.integrations.hub_kernels import get_attn_kernel_version
+
+    repo, _, function = name.partition(":")
+    repo_id, _, revision = repo.partition("@")
+    revision = revision.strip() or None
+    repo_id = repo_id.strip()
+    version = None if revision is not None else get_attn_kernel_version(repo_id)
+    return repo_id, revision, version, (function.strip() or None)
+
+
+def known_implementations() -> list[str]:
+    """Every name `set_attn_implementation` accepts as it is (besides `org/repo` strings)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return list(dict.fromkeys([*BUILTIN, *ALL_ATTENTION_FUNCTIONS.valid_keys()]))
+
+
+def flash_fallbacks() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(implementation, Hub repo, devices Transformers lists for it) for its flash-attention fallbacks."""
+    from transformers.modeling_flash_attention_utils import (
+        FLASH_ATTN_KERNEL_DEVICES,
+        FLASH_ATTN_KERNEL_FALLBACK,
+    )
+
+    return [
+        (name, repo, tuple(FLASH_ATTN_KERNEL_DEVICES.get(repo, ())))
+        for name, repo in FLASH_ATTN_KERNEL_FALLBACK.items()
+    ]
+
+
+def contract_of(module: ModuleType, function: str | None = None) -> str | None:
+    """Which of Transformers' attention contracts `module` meets (None: none of them)."""
+    if hasattr(module, "flash_attn_varlen_func"):
+        return "flash_attn_varlen_func"
+    if hasattr(module, "sparse_atten_func"):
+        return "sparse_atten_func"
+    if hasattr(module, "flash_attn_forward") and hasattr(module, "supports_flash_attn"):
+        return "flash_attn_forward"
+    if function is not None and hasattr(module, function):
+        return function
+    return None
+
+
+def load_local(path: Path) -> ModuleType:
+    """The repository at `path`, through `kernels`' own local loader."""
+    from kernels import get_local_kernel
+
+    return get_local_kernel(Path(path))
+
+
+def local_alias(path: Path) -> str:
+    """A Hub-shaped name for the local repository at `path` that `kernels.get_kernel` resolves to it.
+
+    Registered in `LOCAL_KERNELS` (kept for the process: Transformers' wrapper may load it again at
+    any call when another implementation ran in between).
+    """
+    path = Path(path).resolve()
+    folder = re.sub(r"[^A-Za-z0-9._-]", "-", path.name) or "repo"
+    alias = f"{LOCAL_ORG}/{folder}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    map_to_folder(alias.split("@")[0], path)
+    return alias
+
+
+def map_to_folder(repo_id: str, path: Path) -> None:
+    """Make `kernels.get_kernel(repo_id)` load the repository in `path` (LOCAL_KERNELS)."""
+    text = str(path)
+    if ":" in text or "=" in text:
+        raise ValueError(f"{text} contains ':' or '=', which kernels' LOCAL_KERNELS cannot hold; move it")
+    entries = [e for e in os.environ.get("LOCAL_KERNELS", "").split(":") if e and "=" in e]
+    entries = [e for e in entries if e.split("=", 1)[0] != repo_id] + [f"{repo_id}={text}"]
+    os.environ["LOCAL_KERNELS"] = ":".join(entries)
+
+
+def attention_function(module: nn.Module, name: str) -> Callable[..., Any]:
+    """The function the model's attention calls for implementation `name` (as its forward looks it up)."""
+    if name == "eager":
+        found = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+        if found is None:
+            raise LookupError(f"{type(module).__module__} has no eager_attention_forward")
+        return found
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if name not in ALL_ATTENTION_FUNCTIONS.valid_keys():
+        raise LookupError(f"{name!r} is not registered in Transformers' attention interface")
+    return ALL_ATTENTION_FUNCTIONS[name]
+
+
+_capturing: contextvars.ContextVar[tuple[Callable[..., Any], Callable[..., Any]] | None] = (
+    contextvars.ContextVar("kernel_explorer_capture", default=None)
+)
+
+
+def _capturing_attention(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    record, delegate = _capturing.get() or (None, None)
+    if record is None or delegate is None:
+        raise RuntimeError("kernel_explorer's capture attention ran outside a capture")
+    record(module, args, kwargs)
+    return delegate(module)(module, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def capturing(
+    record: Callable[..., Any], delegate: Callable[[nn.Module], Callable[..., Any]]
+) -> Iterator[str]:
+    """For the block, the name of an attention implementation (registered in Transformers' interface)
+    that hands each call to `record(module, args, kwargs)` and then runs `delegate(module)`."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(_CAPTURE, _capturing_attention)
+    token = _capturing.set((record, delegate))
+    try:
+        yield _CAPTURE
+    finally:
+        _capturing.reset(token)

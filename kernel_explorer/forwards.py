@@ -1,0 +1,68 @@
+"""What an instance's forward runs: the kernel forward that falls back to PyTorch on its first error,
+and how to read the running kernel back from a module (its id, variant and repository), so every
+view reports what the model really runs rather than what was asked for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.layers import bound_function, kernel_origin
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+@dataclass(frozen=True)
+class RunningNow:
+    """What one instance's forward runs at this moment."""
+
+    layer_name: str
+    instance: str  # module path (for function layers: the module that calls the function)
+    kernel_id: str | None = None  # metadata id of the loaded kernel module; None means PyTorch
+    variant: str | None = None
+    repository: str | None = None
+    reason: str = ""  # why PyTorch runs although a kernel was asked for
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kernel_id is not None
+
+    def __str__(self) -> str:
+        if not self.is_kernel:
+            return "PyTorch" + (f" ({self.reason})" if self.reason else "")
+        return f"{self.repository} [{self.variant}] {self.kernel_id}"
+
+
+class KernelForward:
+    """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises."""
+
+    __slots__ = ("kernel", "on_error", "original")
+
+    def __init__(self, kernel: Any, original: Any, on_error: Any) -> None:
+        self.kernel = kernel
+        self.original = original
+        self.on_error = on_error
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.kernel(*args, **kwargs)
+        except Exception as error:
+            self.on_error(error)  # switches this layer off; re-raises in strict mode
+            return self.original(*args, **kwargs)
+
+
+def describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
+    """(kernel id, variant, repository) of the kernel `target` runs, or None when it runs PyTorch."""
+    forward = target.__dict__.get("forward")
+    if forward is None:
+        return None
+    if isinstance(forward, KernelForward):
+        forward = forward.kernel
+    function = bound_function(forward)
+    if function is type(target).forward:
+        return None
+    origin = kernel_origin(function)
+    if origin is None:
+        return (f"custom:{getattr(function, '__qualname__', function)}", "-", "unknown")
+    return origin.kernel_id, origin.variant, origin.repository
