@@ -33,7 +33,7 @@ def live_cycles(
     precision: float = DEFAULT_PRECISION,
     budget_s: float = DEFAULT_BUDGET_S,
 ) -> Iterator[Record]:
-    """Cycle over the layers (and the model's throughput) until cancelled, or `cycles` times.
+    """Cycle over the model's throughput and then the layers until cancelled, or `cycles` times.
 
     `captured` and `model_kwargs` are called here, on the run's thread, so starting a run answers
     at once even when the inputs still have to be captured.
@@ -42,6 +42,12 @@ def live_cycles(
     inputs, kwargs = captured(), model_kwargs()
     cycle = 0
     while cycles is None or cycle < cycles:
+        # the model's throughput first: its plot has a point within a second, however many layers follow
+        tokens = int(kwargs["input_ids"].numel())
+        with board.lock:
+            seconds = clock.per_call(lambda: run_model(board.model, kwargs), 1)
+        on = sum(now.is_kernel for now in board.running())
+        yield Record(run_id, ModelThroughput(tokens / seconds, on))
         for name in board.groups:
             yield from compare_layer(
                 board,
@@ -52,9 +58,4 @@ def live_cycles(
                 budget_s=budget_s,
                 switch_on=False,
             )
-        tokens = int(kwargs["input_ids"].numel())
-        with board.lock:
-            seconds = clock.per_call(lambda: run_model(board.model, kwargs), 1)
-        on = sum(now.is_kernel for now in board.running())
-        yield Record(run_id, ModelThroughput(tokens / seconds, on))
         cycle += 1
