@@ -133,6 +133,7 @@ class Catalog:
         self._lock = threading.Lock()
         self._hub_queries: dict[tuple[HubReference, tuple[str, ...]], Future[Availability]] = {}
         self._failures: dict[Candidate, str] = {}
+        self._unsupported: dict[tuple[Candidate, Mode], str] = {}  # refused a mode (kept PyTorch)
         self._pool: ThreadPoolExecutor | None = None
         self._candidates = self._collect(
             mapping or {}, include_registered, include_bundled, include_transformers
@@ -191,6 +192,12 @@ class Catalog:
         with self._lock:
             self._failures[candidate] = reason
 
+    def record_unsupported(self, candidate: Candidate, mode: Mode, reason: str) -> None:
+        """Remember that `candidate` refused `mode` here (kernelize kept PyTorch: no backward, say);
+        it reads "no mapping for this device or mode" with `reason` in that mode after."""
+        with self._lock:
+            self._unsupported[(candidate, mode)] = reason
+
     def clear_failure(self, candidate: Candidate) -> None:
         with self._lock:
             self._failures.pop(candidate, None)
@@ -230,6 +237,10 @@ class Catalog:
             failure = self._failures.get(candidate)
         if failure is not None:
             return Availability(State.FAILED, failure)
+        with self._lock:
+            refused = self._unsupported.get((candidate, mode))
+        if refused is not None:
+            return Availability(State.NO_MAPPING, refused)
         entry = candidate.entry
         if entry.device != device:
             return Availability(State.NO_MAPPING, f"mapped for {entry.device}, the model is on {device}")

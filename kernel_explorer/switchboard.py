@@ -194,6 +194,7 @@ class Switchboard:
             # kernelize kept PyTorch: the kernel does not support this mode
             self._to_pytorch(name, path)
             self._reasons[(name, path)] = f"{chosen.repo_label} does not support {mode_name(mode)}"
+            self.catalog.record_unsupported(chosen, mode, f"the kernel does not support {mode_name(mode)}")
             return
         original = type(target).forward.__get__(target)
 

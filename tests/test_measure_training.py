@@ -246,3 +246,24 @@ def test_compiled_with_kernels_against_compiled_pytorch(explorer: Explorer) -> N
     leaked = sorted({event.name for event in pytorch_run.events() if BUNDLED_OP.search(event.name)})
     assert not leaked, f"the compiled all-PyTorch side ran kernel ops: {leaked}"
     torch.testing.assert_close(kernel_logits, pytorch_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_that_refused_training_reads_so_in_the_training_inventory(tmp_path: Path, hub: dict) -> None:
+    """After kernelize kept PyTorch for a kernel without backward, the training-mode inventory says
+    why instead of "ready"; inference still offers it."""
+    from kernel_explorer._backend.modes import parse_mode
+    from kernel_explorer.availability import State
+
+    mapping = _mapping(tmp_path, NO_BACKWARD_RMSNORM)
+    explorer = Explorer(tiny_llama(), mapping, include_transformers=False, mode="training")
+    (candidate,) = [c for c in explorer.catalog.candidates("RMSNorm") if c.source == "user"]
+    row = next(r for r in explorer.inventory().rows if r.group.name == "RMSNorm")
+    assert dict(row.candidates)[candidate].state is State.READY  # not known before trying
+    explorer.on("RMSNorm", "model.norm")
+    assert not any(now.is_kernel for now in explorer.running("RMSNorm"))
+    row = next(r for r in explorer.inventory().rows if r.group.name == "RMSNorm")
+    found = dict(row.candidates)[candidate]
+    assert found.state is State.NO_MAPPING and "does not support training" in found.reason
+    inference = explorer.catalog.availability(candidate, device="cpu", mode=parse_mode("inference"))
+    assert inference.state is State.READY
+    explorer.reset()
