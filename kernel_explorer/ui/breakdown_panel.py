@@ -36,7 +36,12 @@ class BreakdownPanel:
         self.tokens = tokens
         self.on_error = on_error
         self.handle: RunHandle | None = None
-        self.button = widgets.Button(description="Profile time", icon="clock-o", tooltip=_EMPTY_NOTE)
+        self.button = widgets.Button(
+            description="Profile time",
+            icon="clock-o",
+            tooltip=_EMPTY_NOTE,
+            layout={"width": "auto", "min_width": "130px"},
+        )
         self.button.add_class("kx-profile")
         self.line = widgets.HTML(value=html.escape(_EMPTY_NOTE))
         self.line.add_class("kx-breakdown-line")
