@@ -27,8 +27,13 @@ BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
     "rotary_pos_emb": ("rotary", "apply_rotary_transformers"),
 }
 
+#: bundled repositories that no entry of BUNDLED_LAYERS names (yet): built all the same
+_UNMAPPED_REPOS: tuple[str, ...] = ("quantized_linear",)
+
 #: the bundled repositories (folders of hub/), derived from the layers they serve
-BUNDLED_REPOS: tuple[str, ...] = tuple(sorted({repo for repo, _ in BUNDLED_LAYERS.values()}))
+BUNDLED_REPOS: tuple[str, ...] = tuple(
+    sorted({repo for repo, _ in BUNDLED_LAYERS.values()} | set(_UNMAPPED_REPOS))
+)
 
 BUILD_HINT = "build it with `kernel-explorer build-hub` (or kernel_explorer.build_hub())"
 

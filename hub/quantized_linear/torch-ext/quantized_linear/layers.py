@@ -1,0 +1,73 @@
+"""Layers for `kernelize`: forwards for `nn.Linear` (uses its `weight` and `bias`; no `__init__`,
+as `kernels` requires) that run the weight as Q8_0 or Q4_1 blocks.
+
+The weight is packed on the first forward and kept on the module as the plain attribute
+`_kernel_packed` (a `PackedWeight`): not a parameter or buffer, so never in the state dict, and
+deleting the attribute releases it. It is packed again when the weight changes (another tensor,
+or the same one written in place: its data pointer or `_version` moves). A weight that cannot be
+packed raises ValueError with a one-line reason (`pack_error`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from . import linear, pack_error, quantize
+
+#: the attribute a packed weight is kept under on the module
+PACKED_ATTR = "_kernel_packed"
+
+
+class PackedWeight(NamedTuple):
+    """A module's packed weight and the weight it was packed from (to tell when it is stale)."""
+
+    format: str
+    source: tuple  # (data_ptr, _version, dtype, shape) of the float weight
+    data: torch.Tensor  # uint8 GGML blocks
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+
+def _source(weight: torch.Tensor) -> tuple:
+    return (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape))
+
+
+def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
+    """The module's weight packed as `format`, packing it now if it is missing or stale."""
+    weight = module.weight
+    cached = module.__dict__.get(PACKED_ATTR)
+    source = _source(weight)
+    if cached is not None and cached.format == format and cached.source == source:
+        return cached.data
+    reason = pack_error(weight)
+    if reason is not None:
+        raise ValueError(reason)
+    with torch.no_grad():
+        data = quantize(weight, format)
+    object.__setattr__(module, PACKED_ATTR, PackedWeight(format, source, data))
+    return data
+
+
+class Q8_0Linear(nn.Module):
+    """nn.Linear with its weight as Q8_0 blocks (fp16 scale per 32 weights, int8 values)."""
+
+    has_backward = False
+    can_torch_compile = False  # packs lazily from Python state (data_ptr, _version): not traceable
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return linear(input, packed_weight(self, "q8_0"), "q8_0", self.bias)
+
+
+class Q4_1Linear(nn.Module):
+    """nn.Linear with its weight as Q4_1 blocks (fp16 scale and min per 32 weights, 4-bit values)."""
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return linear(input, packed_weight(self, "q4_1"), "q4_1", self.bias)
