@@ -8,6 +8,8 @@
 #include "qlinear_table.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
 #include <algorithm>
 #include <vector>
@@ -21,8 +23,9 @@ using kx::kQBlock;
 // packed weight once, which beats dequantizing it for a matmul until the matmul's work dominates.
 constexpr int64_t kGemvMaxRows = 8;
 // The GEMM path dequantizes this many bytes of float32 weight rows at a time (a panel that stays
-// in cache while the matmul reads it) and multiplies them with ATen's matmul.
-constexpr int64_t kPanelBytes = int64_t{1} << 20;
+// in L2/L3 while the matmul reads it; larger panels make fewer, more efficient matmul calls) and
+// multiplies them with ATen's matmul.
+constexpr int64_t kPanelBytes = int64_t{4} << 20;
 
 const char* format_name(int format) { return format == kx::kQ8_0 ? "q8_0" : "q4_1"; }
 
@@ -89,23 +92,39 @@ void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* b
   }
 }
 
-// y (M, N) float32 = x @ W^T + bias: panels of weight rows dequantized to float32, then ATen's
-// matmul (its blocked, threaded GEMM) on each, written straight into y's columns.
+// y (M, N) float32 = x @ W^T + bias: panels of weight rows dequantized to float32, each multiplied
+// by ATen's matmul straight into y's columns. Threads take whole panels (their matmuls run on the
+// one thread, as nested parallel regions do), so a call joins its threads once: on a shared machine
+// every join can wait a scheduler slice for a preempted worker, and a join per panel made the
+// 49152-row lm_head 4x slower than PyTorch. Panels are at most kPanelBytes, and with several
+// threads at least two per thread, so that the threads finish together.
 void gemm_path(int format, const uint8_t* w, const at::Tensor& x, const at::Tensor& bias, at::Tensor& y, int64_t N) {
   const int64_t K = x.size(1);
-  const int64_t panel_rows = std::min(N, std::max<int64_t>(16, kPanelBytes / (K * 4)) / 16 * 16);
-  at::Tensor panel = at::empty({panel_rows, K}, x.options());
-  for (int64_t n0 = 0; n0 < N; n0 += panel_rows) {
-    const int64_t n = std::min(panel_rows, N - n0);
-    dequant_rows(format, w, K, panel.data_ptr<float>(), n0, n0 + n);
-    at::Tensor cols = y.narrow(1, n0, n);
-    at::Tensor wt = panel.narrow(0, 0, n).t();
-    if (bias.defined()) {
-      at::addmm_out(cols, bias.narrow(0, n0, n), x, wt);
-    } else {
-      at::mm_out(cols, x, wt);
+  const int64_t threads = at::get_num_threads();
+  const int64_t by_bytes = std::max<int64_t>(16, kPanelBytes / (K * 4));
+  const int64_t by_threads = threads > 1 ? (N + 2 * threads - 1) / (2 * threads) : N;
+  const int64_t panel_rows = std::max<int64_t>(16, (std::min(by_bytes, by_threads) + 15) / 16 * 16);
+  const int64_t panels = (N + panel_rows - 1) / panel_rows;
+  // The workers run ATen ops: they take this thread's state (inference mode, the dispatch keys
+  // excluded below autograd), or writing y, an inference tensor under inference mode, would fail.
+  const at::ThreadLocalState state;
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(state);
+    at::Tensor panel = at::empty({panel_rows, K}, x.options().dtype(at::kFloat));
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t n0 = p * panel_rows, n = std::min(panel_rows, N - n0);
+      table().dequant[format](w, K, panel.data_ptr<float>(), n0, n0 + n);
+      at::Tensor cols = y.narrow(1, n0, n);
+      at::Tensor wt = panel.narrow(0, 0, n);
+      if (x.scalar_type() != at::kFloat) wt = wt.to(x.scalar_type());  // bfloat16: ATen's bf16 GEMM
+      wt = wt.t();
+      if (bias.defined()) {
+        at::addmm_out(cols, bias.narrow(0, n0, n), x, wt);
+      } else {
+        at::mm_out(cols, x, wt);
+      }
     }
-  }
+  });
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
@@ -126,9 +145,17 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   at::Tensor out = at::empty(shape, x.options());
   const int64_t M = x.numel() / K;
   if (M == 0 || N == 0) return out;
+  const uint8_t* w = packed.data_ptr<uint8_t>();
+  if (M > kGemvMaxRows && x.scalar_type() == at::kBFloat16) {
+    // bfloat16 activations take ATen's bfloat16 GEMM (float32 accumulation) on the panels rounded
+    // to bfloat16, as F.linear on a bfloat16 model does: 3-4x the float32 GEMM where the CPU has
+    // bfloat16 dot products. The weights' rounding error is then that of the model's own weights.
+    at::Tensor y = out.view({M, N});
+    gemm_path(format, w, x.reshape({M, K}).contiguous(), b.defined() ? b.to(at::kBFloat16) : b, y, N);
+    return out;
+  }
   at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
   at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
-  const uint8_t* w = packed.data_ptr<uint8_t>();
   if (M <= kGemvMaxRows) {
     gemv_path(format, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
   } else {
@@ -167,7 +194,15 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
   m.impl("linear_q4_1", &linear_q4_1);
 }
 
-// Fake (meta) kernels and the no-backward autograd formulas are registered from Python, in the
-// package's _registrations.py, as for the other bundled repositories.
+// No backward (the layers say has_backward = False): PyTorch's C++ not-implemented kernel lets the
+// forward run and fails a backward through it with the op's name. A Python autograd formula would
+// cost several microseconds on every call outside inference mode (generate() runs under
+// no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+  for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
+                         "linear_q4_1"}) {
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  }
+}
 
 KX_PYTHON_MODULE(KX_OPS_NS)

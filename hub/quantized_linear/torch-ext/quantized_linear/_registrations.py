@@ -1,8 +1,9 @@
-"""Fake (meta) kernels of the quantized-linear ops, and autograd formulas that refuse a backward.
+"""Fake (meta) kernels of the quantized-linear ops, registered through torch.library.
 
-With the fake kernels, torch.compile and opcheck get shapes and dtypes without running the CPU
-kernel. The ops have no backward (the layers say `has_backward = False`): a backward through them
-raises a clear error instead of leaving an output silently without a gradient path.
+With them, torch.compile and opcheck get shapes and dtypes without running the CPU kernel. The
+ops have no backward (the layers say `has_backward = False`); their autograd kernel is PyTorch's
+C++ not-implemented one, registered in quantized_linear_ops.cpp, so a backward through them fails
+with the op's name instead of leaving an output silently without a gradient path.
 
 Imported once per process per build (see the rmsnorm repository's _registrations.py for why).
 """
@@ -48,16 +49,6 @@ def _register(format: str) -> None:
         n, k = _packed_shape(packed, format)
         torch._check(x.shape[-1] == k, lambda: "the input's last dimension must be in_features")
         return x.new_empty((*x.shape[:-1], n))
-
-    def _no_backward(ctx, *grads: torch.Tensor):
-        raise RuntimeError(
-            f"quantized-linear ({format}): these kernels have no backward; train with PyTorch's nn.Linear"
-        )
-
-    for op in (f"linear_{format}", f"quantize_{format}", f"dequantize_{format}"):
-        torch.library.register_autograd(
-            add_op_namespace_prefix(op), _no_backward, setup_context=lambda ctx, inputs, output: None
-        )
 
 
 for _format in _BLOCK_BYTES:

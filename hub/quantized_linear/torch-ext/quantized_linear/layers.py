@@ -15,7 +15,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from . import linear, pack_error, quantize
+from . import pack_error, quantize
+from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
@@ -60,7 +61,8 @@ class Q8_0Linear(nn.Module):
     can_torch_compile = False  # packs lazily from Python state (data_ptr, _version): not traceable
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return linear(input, packed_weight(self, "q8_0"), "q8_0", self.bias)
+        # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
+        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias)
 
 
 class Q4_1Linear(nn.Module):
@@ -70,4 +72,4 @@ class Q4_1Linear(nn.Module):
     can_torch_compile = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return linear(input, packed_weight(self, "q4_1"), "q4_1", self.bias)
+        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias)
