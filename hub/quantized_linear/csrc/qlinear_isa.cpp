@@ -5,7 +5,8 @@
 // Each block's dot product is taken on the small integers q first and scaled once:
 //   Q8_0:  sum_j x_j (d q_j)      = d * sum_j q_j x_j
 //   Q4_1:  sum_j x_j (d q_j + m)  = d * sum_j q_j x_j + m * sum_j x_j
-// so the weights are never materialised; the sums differ from a float32 matmul over the
+// (m's share in scalar registers, from the block sums of x computed once per call), so the
+// weights are never materialised; the sums differ from a float32 matmul over the
 // dequantized weights in rounding order only.
 #include "kx_vec.h"
 #include "qlinear_format.h"
@@ -14,6 +15,7 @@
 #include <c10/util/Half.h>
 
 #include <cstring>
+#include <vector>
 
 namespace KX_ISA_NS {
 using kx::kQ4_1Bytes;
@@ -26,14 +28,23 @@ inline uint16_t half_bits(const uint8_t* p) {
   return bits;
 }
 
-inline float half_at(const uint8_t* p) {
-  return static_cast<float>(c10::Half(half_bits(p), c10::Half::from_bits()));
+// float16 -> float32 for every bit pattern: a scale becomes one load (a broadcast from memory
+// for vectors), where converting in registers took a broadcast and a conversion on the shuffle
+// ports, which bounded the GEMV (5 cycles per Q4_1 block with d and m converted that way). The
+// values a weight's scales take are few, so the entries in use stay in L1/L2.
+inline const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = static_cast<float>(c10::Half(uint16_t(i), c10::Half::from_bits()));
+    return t;
+  }();
+  return table.data();
 }
 
+inline float half_at(const float* H, const uint8_t* p) { return H[half_bits(p)]; }
+
 #if defined(CPU_CAPABILITY_AVX512)
-inline __m512 bcast_half(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(half_bits(p))));
-}
+inline __m512 bcast_half(const float* H, const uint8_t* p) { return _mm512_set1_ps(H[half_bits(p)]); }
 inline void q8_0_block(const uint8_t* p, __m512& q0, __m512& q1) {
   q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))));
   q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18))));
@@ -50,6 +61,7 @@ template <int R>
 void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const float* bias, float* y,
                int64_t ldy, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ8_0Bytes;
     __m512 acc_a[R], acc_b[R];
@@ -58,7 +70,7 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
       const uint8_t* p = row + b * kQ8_0Bytes;
       __m512 q0, q1;
       q8_0_block(p, q0, q1);
-      const __m512 d = bcast_half(p);
+      const __m512 d = bcast_half(H, p);
       for (int r = 0; r < R; ++r) {
         const float* xr = x + r * K + b * kQBlock;
         __m512 t = _mm512_mul_ps(q0, _mm512_loadu_ps(xr));
@@ -80,34 +92,37 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
 }
 
 template <int R>
-void gemv_q4_1(const uint8_t* w, const float* x, const float* xpair, int64_t K, const float* bias, float* y,
+void gemv_q4_1(const uint8_t* w, const float* x, const float* xsum, int64_t K, const float* bias, float* y,
                int64_t ldy, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ4_1Bytes;
     __m512 acc_a[R], acc_b[R];
-    for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm512_setzero_ps();
-    auto step = [&](int64_t b, __m512 (&acc)[R]) {
+    float sm_a[R], sm_b[R];  // the min's share, m * (the block's sum of x), in scalar registers
+    for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm512_setzero_ps(), sm_a[r] = sm_b[r] = 0.f;
+    auto step = [&](int64_t b, __m512 (&acc)[R], float (&sm)[R]) {
       const uint8_t* p = row + b * kQ4_1Bytes;
       __m512 lo, hi;
       q4_1_block(p, lo, hi);
-      const __m512 d = bcast_half(p), m = bcast_half(p + 2);
+      const __m512 d = bcast_half(H, p);
+      const float m = half_at(H, p + 2);
       for (int r = 0; r < R; ++r) {
         const float* xr = x + r * K + b * kQBlock;
         __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
         t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
-        __m512 u = _mm512_mul_ps(m, _mm512_loadu_ps(xpair + r * (K / 2) + b * 16));
-        acc[r] = _mm512_add_ps(acc[r], _mm512_fmadd_ps(t, d, u));
+        acc[r] = _mm512_fmadd_ps(t, d, acc[r]);
+        sm[r] += m * xsum[r * nb + b];
       }
     };
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      step(b, acc_a);
-      step(b + 1, acc_b);
+      step(b, acc_a, sm_a);
+      step(b + 1, acc_b, sm_b);
     }
-    if (b < nb) step(b, acc_a);
+    if (b < nb) step(b, acc_a, sm_a);
     for (int r = 0; r < R; ++r) {
-      float s = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[r], acc_b[r]));
+      float s = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[r], acc_b[r])) + (sm_a[r] + sm_b[r]);
       y[r * ldy + o] = bias ? s + bias[o] : s;
     }
   }
@@ -115,13 +130,14 @@ void gemv_q4_1(const uint8_t* w, const float* x, const float* xpair, int64_t K, 
 
 void dequant_q8_0(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* p = w + o * nb * kQ8_0Bytes;
     float* dst = out + (o - o0) * K;
     for (int64_t b = 0; b < nb; ++b, p += kQ8_0Bytes, dst += kQBlock) {
       __m512 q0, q1;
       q8_0_block(p, q0, q1);
-      const __m512 d = bcast_half(p);
+      const __m512 d = bcast_half(H, p);
       _mm512_storeu_ps(dst, _mm512_mul_ps(q0, d));
       _mm512_storeu_ps(dst + 16, _mm512_mul_ps(q1, d));
     }
@@ -130,13 +146,14 @@ void dequant_q8_0(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 
 void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* p = w + o * nb * kQ4_1Bytes;
     float* dst = out + (o - o0) * K;
     for (int64_t b = 0; b < nb; ++b, p += kQ4_1Bytes, dst += kQBlock) {
       __m512 lo, hi;
       q4_1_block(p, lo, hi);
-      const __m512 d = bcast_half(p), m = bcast_half(p + 2);
+      const __m512 d = bcast_half(H, p), m = bcast_half(H, p + 2);
       _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_mul_ps(lo, d), m));  // product, then sum: ggml's rounding
       _mm512_storeu_ps(dst + 16, _mm512_add_ps(_mm512_mul_ps(hi, d), m));
     }
@@ -144,9 +161,7 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 }
 
 #elif defined(CPU_CAPABILITY_AVX2)
-inline __m256 bcast_half(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(half_bits(p))));
-}
+inline __m256 bcast_half(const float* H, const uint8_t* p) { return _mm256_set1_ps(H[half_bits(p)]); }
 inline __m256 widen8(__m128i bytes8, bool is_signed) {
   return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(bytes8) : _mm256_cvtepu8_epi32(bytes8));
 }
@@ -186,6 +201,7 @@ template <int R>
 void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const float* bias, float* y,
                int64_t ldy, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ8_0Bytes;
     __m256 acc_a[R], acc_b[R];
@@ -194,7 +210,7 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
       const uint8_t* p = row + b * kQ8_0Bytes;
       __m256 q[4];
       q8_0_block(p, q);
-      const __m256 d = bcast_half(p);
+      const __m256 d = bcast_half(H, p);
       for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(dot_block(q, x + r * K + b * kQBlock), d, acc[r]);
     };
     int64_t b = 0;
@@ -211,32 +227,34 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
 }
 
 template <int R>
-void gemv_q4_1(const uint8_t* w, const float* x, const float* xpair, int64_t K, const float* bias, float* y,
+void gemv_q4_1(const uint8_t* w, const float* x, const float* xsum, int64_t K, const float* bias, float* y,
                int64_t ldy, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ4_1Bytes;
     __m256 acc_a[R], acc_b[R];
-    for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm256_setzero_ps();
-    auto step = [&](int64_t b, __m256 (&acc)[R]) {
+    float sm_a[R], sm_b[R];  // the min's share, m * (the block's sum of x), in scalar registers
+    for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm256_setzero_ps(), sm_a[r] = sm_b[r] = 0.f;
+    auto step = [&](int64_t b, __m256 (&acc)[R], float (&sm)[R]) {
       const uint8_t* p = row + b * kQ4_1Bytes;
       __m256 q[4];
       q4_1_block(p, q);
-      const __m256 d = bcast_half(p), m = bcast_half(p + 2);
+      const __m256 d = bcast_half(H, p);
+      const float m = half_at(H, p + 2);
       for (int r = 0; r < R; ++r) {
-        const float* xp = xpair + r * (K / 2) + b * 16;
-        __m256 u = _mm256_mul_ps(m, _mm256_add_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(xp + 8)));
-        acc[r] = _mm256_add_ps(acc[r], _mm256_fmadd_ps(dot_block(q, x + r * K + b * kQBlock), d, u));
+        acc[r] = _mm256_fmadd_ps(dot_block(q, x + r * K + b * kQBlock), d, acc[r]);
+        sm[r] += m * xsum[r * nb + b];
       }
     };
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      step(b, acc_a);
-      step(b + 1, acc_b);
+      step(b, acc_a, sm_a);
+      step(b + 1, acc_b, sm_b);
     }
-    if (b < nb) step(b, acc_a);
+    if (b < nb) step(b, acc_a, sm_a);
     for (int r = 0; r < R; ++r) {
-      float s = hsum(_mm256_add_ps(acc_a[r], acc_b[r]));
+      float s = hsum(_mm256_add_ps(acc_a[r], acc_b[r])) + (sm_a[r] + sm_b[r]);
       y[r * ldy + o] = bias ? s + bias[o] : s;
     }
   }
@@ -244,13 +262,14 @@ void gemv_q4_1(const uint8_t* w, const float* x, const float* xpair, int64_t K, 
 
 void dequant_q8_0(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* p = w + o * nb * kQ8_0Bytes;
     float* dst = out + (o - o0) * K;
     for (int64_t b = 0; b < nb; ++b, p += kQ8_0Bytes, dst += kQBlock) {
       __m256 q[4];
       q8_0_block(p, q);
-      const __m256 d = bcast_half(p);
+      const __m256 d = bcast_half(H, p);
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(q[i], d));
     }
   }
@@ -258,13 +277,14 @@ void dequant_q8_0(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 
 void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock;
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* p = w + o * nb * kQ4_1Bytes;
     float* dst = out + (o - o0) * K;
     for (int64_t b = 0; b < nb; ++b, p += kQ4_1Bytes, dst += kQBlock) {
       __m256 q[4];
       q4_1_block(p, q);
-      const __m256 d = bcast_half(p), m = bcast_half(p + 2);
+      const __m256 d = bcast_half(H, p), m = bcast_half(H, p + 2);
       for (int i = 0; i < 4; ++i) _mm256_storeu_ps(dst + 8 * i, _mm256_add_ps(_mm256_mul_ps(q[i], d), m));
     }
   }
@@ -280,12 +300,13 @@ inline int q_at(const uint8_t* p, int format, int j) {
 template <int Format>
 void dequant(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock, bytes = kx::block_bytes(Format);
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* p = w + o * nb * bytes;
     float* dst = out + (o - o0) * K;
     for (int64_t b = 0; b < nb; ++b, p += bytes, dst += kQBlock) {
-      const float d = half_at(p);
-      const float m = Format == kx::kQ4_1 ? half_at(p + 2) : 0.f;
+      const float d = half_at(H, p);
+      const float m = Format == kx::kQ4_1 ? half_at(H, p + 2) : 0.f;
       for (int j = 0; j < kQBlock; ++j) {
         float v = static_cast<float>(q_at(p, Format, j)) * d;
         dst[j] = Format == kx::kQ4_1 ? v + m : v;
@@ -295,28 +316,24 @@ void dequant(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o1) {
 }
 
 template <int Format, int R>
-void gemv(const uint8_t* w, const float* x, const float* xpair, int64_t K, const float* bias, float* y,
+void gemv(const uint8_t* w, const float* x, const float* xsum, int64_t K, const float* bias, float* y,
           int64_t ldy, int64_t o0, int64_t o1) {
   const int64_t nb = K / kQBlock, bytes = kx::block_bytes(Format);
+  const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * bytes;
     float acc[R] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = row + b * bytes;
-      const float d = half_at(p);
-      const float m = Format == kx::kQ4_1 ? half_at(p + 2) : 0.f;
+      const float d = half_at(H, p);
+      const float m = Format == kx::kQ4_1 ? half_at(H, p + 2) : 0.f;
       float q[kQBlock];
       for (int j = 0; j < kQBlock; ++j) q[j] = static_cast<float>(q_at(p, Format, j));
       for (int r = 0; r < R; ++r) {
         const float* xr = x + r * K + b * kQBlock;
         float t = 0.f;
         for (int j = 0; j < kQBlock; ++j) t += q[j] * xr[j];
-        float u = 0.f;
-        if (Format == kx::kQ4_1) {
-          const float* xp = xpair + r * (K / 2) + b * 16;
-          for (int j = 0; j < 16; ++j) u += xp[j];
-        }
-        acc[r] += d * t + m * u;
+        acc[r] += d * t + (Format == kx::kQ4_1 ? m * xsum[r * nb + b] : 0.f);
       }
     }
     for (int r = 0; r < R; ++r) y[r * ldy + o] = bias ? acc[r] + bias[o] : acc[r];

@@ -6,9 +6,9 @@ namespace kx {
 
 // y[r * ldy + o] = sum_k x[r * K + k] * w[o, k] (+ bias[o]) for o in [o_begin, o_end) and the
 // `rows` (1 to kGemvRows) rows of x, float32, w read straight from its packed blocks.
-// `xpair` (Q4_1 only, else unused) holds, per row of x and per block, the 16 sums
-// x[32b + j] + x[32b + 16 + j]: the block's min m multiplies their total.
-using GemvFn = void (*)(const uint8_t* w, const float* x, const float* xpair, int64_t rows, int64_t K,
+// `xsum` (Q4_1 only, else unused) holds, per row of x and per block b, the sum of x[32b .. 32b+31]:
+// the block's min m multiplies it.
+using GemvFn = void (*)(const uint8_t* w, const float* x, const float* xsum, int64_t rows, int64_t K,
                         const float* bias, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 
 // Rows [o_begin, o_end) of the packed weight dequantized to float32 rows of K at

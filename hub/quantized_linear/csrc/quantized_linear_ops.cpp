@@ -68,13 +68,15 @@ at::Tensor dequantize_q4_1(const at::Tensor& packed) { return dequantize(packed,
 void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* bias, at::Tensor& y, int64_t N) {
   const int64_t M = x.size(0), K = x.size(1);
   const float* xp = x.data_ptr<float>();
-  std::vector<float> pairs;
-  if (format == kx::kQ4_1) {  // per block: x[j] + x[j + 16], which the block's min multiplies
-    pairs.resize(static_cast<size_t>(M * K / 2));
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t b = 0; b < K / kQBlock; ++b)
-        for (int64_t j = 0; j < 16; ++j)
-          pairs[r * K / 2 + b * 16 + j] = xp[r * K + b * kQBlock + j] + xp[r * K + b * kQBlock + 16 + j];
+  const int64_t nb = K / kQBlock;
+  std::vector<float> sums;
+  if (format == kx::kQ4_1) {  // per row and block: the sum of x over the block, which its min multiplies
+    sums.resize(static_cast<size_t>(M * nb));
+    for (int64_t i = 0; i < M * nb; ++i) {
+      float s = 0.f;
+      for (int64_t j = 0; j < kQBlock; ++j) s += xp[i * kQBlock + j];
+      sums[i] = s;
+    }
   }
   float* yp = y.data_ptr<float>();
   const auto fn = table().gemv[format];
@@ -82,7 +84,7 @@ void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* b
   for (int64_t r0 = 0; r0 < M; r0 += kx::kGemvRows) {
     const int64_t rows = std::min(kx::kGemvRows, M - r0);
     const float* xr = xp + r0 * K;
-    const float* pr = pairs.empty() ? nullptr : pairs.data() + r0 * K / 2;
+    const float* pr = sums.empty() ? nullptr : sums.data() + r0 * nb;
     float* yr = yp + r0 * N;
     if (N * K < kx::kSerialBelow) {
       fn(w, xr, pr, rows, K, bias, yr, N, 0, N);
