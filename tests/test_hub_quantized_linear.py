@@ -248,6 +248,14 @@ def test_layer_with_bfloat16_weights_and_no_bias(ql) -> None:
     _assert_close_to_float64(y, x, ql.dequantize(lin._kernel_packed.data, "q4_1"), None)
 
 
+def test_layer_whose_weight_is_an_inference_tensor(ql) -> None:
+    with torch.inference_mode():
+        lin = _linear()  # made under inference mode: its weight has no version counter
+    x = _randn(2, 64)
+    y = ql.layers.Q8_0Linear.forward(lin, x)
+    _assert_close_to_float64(y, x, ql.dequantize(lin._kernel_packed.data, "q8_0"), lin.bias)
+
+
 def test_layers_kernelize_into_a_linear_subclass(ql) -> None:
     """kernels accepts the layers for nn.Linear's forward (its validation of the class and the
     signature) and switches exactly the instances of the named class."""
