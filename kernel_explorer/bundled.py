@@ -39,9 +39,17 @@ BUNDLED_EXTENSIONS: dict[str, tuple[tuple[str, str], ...]] = {
 
 
 def hub_sources() -> Path:
-    """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
+    """The bundled repositories' sources: `hub/` beside the package in a checkout, else package data.
+
+    The checkout's own `hub/` comes first: under an editable install the package-data mapping
+    points at the installed checkout, which is the wrong tree when this package is imported from
+    another one (a git worktree put first on PYTHONPATH).
+    """
     from importlib import resources
 
+    checkout = Path(__file__).resolve().parent.parent / "hub"
+    if (checkout / "common" / "csrc").is_dir():
+        return checkout
     try:
         return Path(str(resources.files("kernel_explorer.hub")))
     except ModuleNotFoundError:
@@ -62,6 +70,7 @@ BUNDLED_REPOS: tuple[str, ...] = tuple(
     sorted(
         {repo for repo, _ in BUNDLED_LAYERS.values()}
         | {repo for pairs in BUNDLED_EXTENSIONS.values() for repo, _ in pairs if _has_sources(repo)}
+        | ({BUNDLED_ATTENTION} if _has_sources(BUNDLED_ATTENTION) else set())
     )
 )
 

@@ -315,7 +315,8 @@ def test_a_second_explorer_of_the_model_offers_the_row_and_its_candidates(
     explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*", candidates={"cpu": layer(repo, "Linear64")})
     second = Explorer(explorer.model, include_transformers=False)
     assert second.switchboard.group("Linear").added
-    assert [c.repository.layer_name for c in second.catalog.candidates("Linear")] == ["Linear64"]
+    names = [c.repository.layer_name for c in second.catalog.candidates("Linear")]
+    assert names == ["Linear64", "Q8_0Linear", "Q4_1Linear"]  # the user's first, then the bundled
     assert all(now.is_kernel for now in second.on("Linear"))
     second.reset()
 

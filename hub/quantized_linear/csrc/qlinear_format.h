@@ -1,0 +1,23 @@
+// The packed weight formats: GGML's Q8_0 and Q4_1 blocks, byte for byte, so that a block read
+// from a GGUF file and one packed here are the same bytes. A packed weight is a uint8 tensor of
+// shape (out_features, in_features / 32 * block bytes): row o holds the blocks of weight row o.
+#pragma once
+#include <cstdint>
+
+namespace kx {
+
+constexpr int64_t kQBlock = 32;  // weights per block, along in_features
+
+enum QFormat : int { kQ8_0 = 0, kQ4_1 = 1 };
+
+// Q8_0: fp16 scale d, then 32 int8 q;                  w[j] = d * q[j]
+// Q4_1: fp16 scale d, fp16 min m, then 16 bytes whose low nibbles are q[0..15] and high nibbles
+//       q[16..31] (0..15);                              w[j] = d * q[j] + m
+// Dequantization is float32 arithmetic, a product and then a sum (never fused), as ggml and the
+// gguf reader that Transformers loads GGUF files with compute it.
+constexpr int64_t kQ8_0Bytes = 2 + 32;
+constexpr int64_t kQ4_1Bytes = 2 + 2 + 16;
+
+inline int64_t block_bytes(int format) { return format == kQ8_0 ? kQ8_0Bytes : kQ4_1Bytes; }
+
+}  // namespace kx

@@ -1,0 +1,81 @@
+// ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_1_ref), formula for formula.
+// On a weight that is already the dequantization of such blocks (a GGUF checkpoint loaded as
+// float, as the default model is) they find the very same d, m and q again, so dequantizing the
+// packed weight gives back every float bit for bit:
+//   Q8_0: the block's largest |w| is 127 d exactly, so amax / 127 is d, and w / d is q.
+//   Q4_1: the smallest w is m (q = 0), the largest is 15 d + m (q = 15), so (max - min) / 15
+//         rounds to d in float16, and (w - min) / d is q within far less than the 0.5 that rounding
+//         tolerates.
+// tests/test_hub_quantized_linear.py checks it on every Linear of the default model.
+#include "qlinear_pack.h"
+
+#include "kx_limits.h"
+#include "qlinear_format.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace kx {
+namespace {
+
+inline void put_half(uint8_t* p, float v) {
+  uint16_t bits = c10::Half(v).x;
+  std::memcpy(p, &bits, 2);
+}
+
+void quantize_q8_0_block(const float* x, uint8_t* p) {
+  float amax = 0.f;
+  for (int64_t j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  put_half(p, d);
+  for (int64_t j = 0; j < kQBlock; ++j) p[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
+}
+
+void quantize_q4_1_block(const float* x, uint8_t* p) {
+  float lo = x[0], hi = x[0];
+  for (int64_t j = 1; j < kQBlock; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / 15.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  put_half(p, d);
+  put_half(p + 2, lo);
+  for (int64_t j = 0; j < 16; ++j) {
+    const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - lo) * id + 0.5f)));
+    const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - lo) * id + 0.5f)));
+    p[4 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+}
+
+}  // namespace
+
+at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op) {
+  TORCH_CHECK(weight.device().is_cpu(), op, ": packs CPU weights only, got a weight on ", weight.device());
+  TORCH_CHECK(weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16 ||
+                  weight.scalar_type() == at::kHalf,
+              op, ": packs float32, bfloat16 or float16 weights, got ", weight.scalar_type(),
+              "; keep this layer on PyTorch");
+  TORCH_CHECK(weight.dim() == 2, op, ": the weight must be 2-D (out_features, in_features), got shape ",
+              weight.sizes());
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK(K > 0 && K % kQBlock == 0, op, ": in_features must be a positive multiple of ", kQBlock,
+              " (the block size), got ", K, "; keep this layer on PyTorch");
+  at::Tensor w = weight.to(at::kFloat).contiguous();
+  const int64_t nb = K / kQBlock, bytes = block_bytes(format);
+  at::Tensor packed = at::empty({N, nb * bytes}, at::TensorOptions().dtype(at::kByte));
+  const float* src = w.data_ptr<float>();
+  uint8_t* dst = packed.data_ptr<uint8_t>();
+  auto pack = format == kQ8_0 ? quantize_q8_0_block : quantize_q4_1_block;
+  at::parallel_for(0, N * nb, std::max<int64_t>(1, kSerialBelow / kQBlock), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) pack(src + i * kQBlock, dst + i * bytes);
+  });
+  return packed;
+}
+
+}  // namespace kx

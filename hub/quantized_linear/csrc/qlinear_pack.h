@@ -1,0 +1,11 @@
+// Packing float weights into Q8_0 / Q4_1 blocks (qlinear_format.h). Runs once per weight, so it
+// is plain C++ compiled once, not per instruction set.
+#pragma once
+#include <ATen/ATen.h>
+
+namespace kx {
+
+// weight (out, in), float32 / bfloat16 / float16, in % 32 == 0 -> uint8 (out, in / 32 * block bytes).
+at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op);
+
+}  // namespace kx

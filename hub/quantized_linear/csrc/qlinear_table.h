@@ -1,0 +1,25 @@
+// The function table each per-ISA unit exports; the registration unit picks one at run time.
+#pragma once
+#include <cstdint>
+
+namespace kx {
+
+// y[r * ldy + o] = sum_k x[r * K + k] * w[o, k] (+ bias[o]) for o in [o_begin, o_end) and the
+// `rows` (1 to kGemvRows) rows of x, float32, w read straight from its packed blocks.
+// `xsum` (Q4_1 only, else unused) holds, per row of x and per block b, the sum of x[32b .. 32b+31]:
+// the block's min m multiplies it.
+using GemvFn = void (*)(const uint8_t* w, const float* x, const float* xsum, int64_t rows, int64_t K,
+                        const float* bias, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
+
+// Rows [o_begin, o_end) of the packed weight dequantized to float32 rows of K at
+// out[(o - o_begin) * K]: exactly ggml's values (d * q, or d * q + m, never fused).
+using DequantFn = void (*)(const uint8_t* w, int64_t K, float* out, int64_t o_begin, int64_t o_end);
+
+constexpr int64_t kGemvRows = 4;  // rows of x one GEMV pass serves (the weights are read once per pass)
+
+struct QLinearTable {
+  GemvFn gemv[2];  // [QFormat]
+  DequantFn dequant[2];
+};
+
+}  // namespace kx

@@ -1,0 +1,210 @@
+// Registers the quantized linear ops under the kernel's metadata id (every op of this repository
+// is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
+// activations and the GEMM path for many, both on the ISA table chosen at run time.
+#include "kx_dispatch.h"
+#include "kx_limits.h"
+#include "qlinear_format.h"
+#include "qlinear_pack.h"
+#include "qlinear_table.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+
+#include <algorithm>
+#include <vector>
+
+KX_ISA_TABLE(kx::QLinearTable, kx_qlinear_table)
+
+namespace {
+using kx::kQBlock;
+
+// Up to this many rows of activations take the GEMV path: each pass of kGemvRows rows streams the
+// packed weight once, which beats dequantizing it for a matmul until the matmul's work dominates.
+constexpr int64_t kGemvMaxRows = 8;
+// The GEMM path dequantizes this many bytes of float32 weight rows at a time (a panel that stays
+// in L2/L3 while the matmul reads it; larger panels make fewer, more efficient matmul calls) and
+// multiplies them with ATen's matmul.
+constexpr int64_t kPanelBytes = int64_t{4} << 20;
+
+const char* format_name(int format) { return format == kx::kQ8_0 ? "q8_0" : "q4_1"; }
+
+// (out_features, in_features) of a packed weight, after checking it is one.
+std::pair<int64_t, int64_t> packed_shape(const at::Tensor& packed, int format, const char* op) {
+  TORCH_CHECK(packed.device().is_cpu() && packed.scalar_type() == at::kByte && packed.dim() == 2 &&
+                  packed.is_contiguous(),
+              op, ": the packed weight must be a contiguous 2-D uint8 CPU tensor from quantize_",
+              format_name(format), ", got ", packed.scalar_type(), " ", packed.sizes(), " on ", packed.device());
+  const int64_t bytes = kx::block_bytes(format);
+  TORCH_CHECK(packed.size(1) > 0 && packed.size(1) % bytes == 0, op, ": a ", format_name(format),
+              " packed row holds whole blocks of ", bytes, " bytes, got rows of ", packed.size(1),
+              " bytes; pack the weight with quantize_", format_name(format));
+  return {packed.size(0), packed.size(1) / bytes * kQBlock};
+}
+
+at::Tensor quantize_q8_0(const at::Tensor& weight) { return kx::quantize_weight(weight, kx::kQ8_0, "quantize_q8_0"); }
+at::Tensor quantize_q4_1(const at::Tensor& weight) { return kx::quantize_weight(weight, kx::kQ4_1, "quantize_q4_1"); }
+
+// Rows [begin, end) of the packed weight to float32, split over threads when large.
+void dequant_rows(int format, const uint8_t* w, int64_t K, float* out, int64_t begin, int64_t end) {
+  const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
+  if ((end - begin) * K < kx::kSerialBelow) return table().dequant[format](w, K, out, begin, end);
+  at::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    table().dequant[format](w, K, out + (b - begin) * K, b, e);
+  });
+}
+
+at::Tensor dequantize(const at::Tensor& packed, int format, const char* op) {
+  auto [N, K] = packed_shape(packed, format, op);
+  at::Tensor out = at::empty({N, K}, at::TensorOptions().dtype(at::kFloat));
+  if (N > 0) dequant_rows(format, packed.data_ptr<uint8_t>(), K, out.data_ptr<float>(), 0, N);
+  return out;
+}
+
+at::Tensor dequantize_q8_0(const at::Tensor& packed) { return dequantize(packed, kx::kQ8_0, "dequantize_q8_0"); }
+at::Tensor dequantize_q4_1(const at::Tensor& packed) { return dequantize(packed, kx::kQ4_1, "dequantize_q4_1"); }
+
+// y (M, N) float32 = x (M, K) float32 @ W^T + bias, GEMV passes of up to kGemvRows rows.
+void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* bias, at::Tensor& y, int64_t N) {
+  const int64_t M = x.size(0), K = x.size(1);
+  const float* xp = x.data_ptr<float>();
+  const int64_t nb = K / kQBlock;
+  std::vector<float> sums;
+  if (format == kx::kQ4_1) {  // per row and block: the sum of x over the block, which its min multiplies
+    sums.resize(static_cast<size_t>(M * nb));
+    for (int64_t i = 0; i < M * nb; ++i) {
+      float s = 0.f;
+      for (int64_t j = 0; j < kQBlock; ++j) s += xp[i * kQBlock + j];
+      sums[i] = s;
+    }
+  }
+  float* yp = y.data_ptr<float>();
+  const auto fn = table().gemv[format];
+  const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
+  for (int64_t r0 = 0; r0 < M; r0 += kx::kGemvRows) {
+    const int64_t rows = std::min(kx::kGemvRows, M - r0);
+    const float* xr = xp + r0 * K;
+    const float* pr = sums.empty() ? nullptr : sums.data() + r0 * nb;
+    float* yr = yp + r0 * N;
+    if (N * K < kx::kSerialBelow) {
+      fn(w, xr, pr, rows, K, bias, yr, N, 0, N);
+    } else {
+      at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) { fn(w, xr, pr, rows, K, bias, yr, N, b, e); });
+    }
+  }
+}
+
+// y (M, N) float32 = x @ W^T + bias: panels of weight rows dequantized to float32, each multiplied
+// by ATen's matmul straight into y's columns. Threads take whole panels (their matmuls run on the
+// one thread, as nested parallel regions do), so a call joins its threads once: on a shared machine
+// every join can wait a scheduler slice for a preempted worker, and a join per panel made the
+// 49152-row lm_head 4x slower than PyTorch. Panels are at most kPanelBytes, and with several
+// threads at least two per thread, so that the threads finish together.
+void gemm_path(int format, const uint8_t* w, const at::Tensor& x, const at::Tensor& bias, at::Tensor& y, int64_t N) {
+  const int64_t K = x.size(1);
+  const int64_t threads = at::get_num_threads();
+  const int64_t by_bytes = std::max<int64_t>(16, kPanelBytes / (K * 4));
+  const int64_t by_threads = threads > 1 ? (N + 2 * threads - 1) / (2 * threads) : N;
+  const int64_t panel_rows = std::max<int64_t>(16, (std::min(by_bytes, by_threads) + 15) / 16 * 16);
+  const int64_t panels = (N + panel_rows - 1) / panel_rows;
+  // The workers run ATen ops: they take this thread's state (inference mode, the dispatch keys
+  // excluded below autograd), or writing y, an inference tensor under inference mode, would fail.
+  const at::ThreadLocalState state;
+  at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(state);
+    at::Tensor panel = at::empty({panel_rows, K}, x.options().dtype(at::kFloat));
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t n0 = p * panel_rows, n = std::min(panel_rows, N - n0);
+      table().dequant[format](w, K, panel.data_ptr<float>(), n0, n0 + n);
+      at::Tensor cols = y.narrow(1, n0, n);
+      at::Tensor wt = panel.narrow(0, 0, n);
+      if (x.scalar_type() != at::kFloat) wt = wt.to(x.scalar_type());  // bfloat16: ATen's bf16 GEMM
+      wt = wt.t();
+      if (bias.defined()) {
+        at::addmm_out(cols, bias.narrow(0, n0, n), x, wt);
+      } else {
+        at::mm_out(cols, x, wt);
+      }
+    }
+  });
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
+                  const char* op) {
+  kx::dtype_code(x, op);
+  auto [N, K] = packed_shape(packed, format, op);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": the input's last dimension (", x.dim() ? x.size(-1) : 0,
+              ") must be in_features of the packed weight (", K, ")");
+  at::Tensor b;
+  if (bias.has_value() && bias->defined()) {
+    kx::dtype_code(*bias, op);
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, op, ": bias of shape ", bias->sizes(),
+                " does not match out_features ", N);
+    b = bias->to(at::kFloat).contiguous();
+  }
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  at::Tensor out = at::empty(shape, x.options());
+  const int64_t M = x.numel() / K;
+  if (M == 0 || N == 0) return out;
+  const uint8_t* w = packed.data_ptr<uint8_t>();
+  if (M > kGemvMaxRows && x.scalar_type() == at::kBFloat16) {
+    // bfloat16 activations take ATen's bfloat16 GEMM (float32 accumulation) on the panels rounded
+    // to bfloat16, as F.linear on a bfloat16 model does: 3-4x the float32 GEMM where the CPU has
+    // bfloat16 dot products. The weights' rounding error is then that of the model's own weights.
+    at::Tensor y = out.view({M, N});
+    gemm_path(format, w, x.reshape({M, K}).contiguous(), b.defined() ? b.to(at::kBFloat16) : b, y, N);
+    return out;
+  }
+  at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
+  at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
+  if (M <= kGemvMaxRows) {
+    gemv_path(format, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
+  } else {
+    gemm_path(format, w, xf, b, y, N);
+  }
+  if (x.scalar_type() != at::kFloat) out.view({M, N}).copy_(y);
+  return out;
+}
+
+at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
+  return linear(x, packed, bias, kx::kQ8_0, "linear_q8_0");
+}
+at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
+  return linear(x, packed, bias, kx::kQ4_1, "linear_q4_1");
+}
+
+}  // namespace
+
+TORCH_LIBRARY(KX_OPS_NS, m) {
+  m.def("quantize_q8_0(Tensor weight) -> Tensor");
+  m.def("quantize_q4_1(Tensor weight) -> Tensor");
+  m.def("dequantize_q8_0(Tensor packed) -> Tensor");
+  m.def("dequantize_q4_1(Tensor packed) -> Tensor");
+  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
+  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
+  m.def("isa() -> str", &kx::current_isa);
+  m.def("set_isa(str isa) -> str", &kx::set_isa);
+}
+
+TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
+  m.impl("quantize_q8_0", &quantize_q8_0);
+  m.impl("quantize_q4_1", &quantize_q4_1);
+  m.impl("dequantize_q8_0", &dequantize_q8_0);
+  m.impl("dequantize_q4_1", &dequantize_q4_1);
+  m.impl("linear_q8_0", &linear_q8_0);
+  m.impl("linear_q4_1", &linear_q4_1);
+}
+
+// No backward (the layers say has_backward = False): PyTorch's C++ not-implemented kernel lets the
+// forward run and fails a backward through it with the op's name. A Python autograd formula would
+// cost several microseconds on every call outside inference mode (generate() runs under
+// no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+  for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
+                         "linear_q4_1"}) {
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  }
+}
+
+KX_PYTHON_MODULE(KX_OPS_NS)

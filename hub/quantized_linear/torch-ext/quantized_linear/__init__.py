@@ -1,0 +1,106 @@
+"""CPU weight-only quantized linear layers: GGML's Q8_0 and Q4_1 blocks of 32 weights.
+
+A weight is packed once (`quantize`) into a uint8 tensor of GGML blocks, byte for byte what a GGUF
+file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by it without ever
+materialising the float weight: a GEMV streaming the blocks for a few rows (decode), dequantized
+panels and ATen's matmul for many (prefill). On a weight that is the float dequantization of such
+blocks (a GGUF checkpoint), packing finds the same blocks again, so the kernel runs the very same
+weights PyTorch runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import ops
+
+#: the packed formats: Q8_0 (fp16 scale, int8 q: w = d*q) and Q4_1 (fp16 scale and min, 4-bit q: w = d*q + m)
+FORMATS = ("q8_0", "q4_1")
+#: weights per block, along in_features
+BLOCK = 32
+#: bytes per packed block
+BLOCK_BYTES = {"q8_0": 34, "q4_1": 20}
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_format(format: str) -> None:
+    if format not in FORMATS:
+        raise ValueError(f"quantized-linear: unknown format {format!r}; use one of {', '.join(FORMATS)}")
+
+
+def pack_error(weight: torch.Tensor) -> str | None:
+    """Why `weight` cannot be packed (one line, for the user), or None when it can."""
+    if weight.dim() != 2:
+        shape = tuple(weight.shape)
+        return f"quantized-linear: the weight must be 2-D (out_features, in_features), got shape {shape}"
+    if not weight.is_cpu:
+        where = weight.device
+        return f"quantized-linear: packs CPU weights only, weight on {where}; keep this layer on PyTorch"
+    if weight.dtype not in _DTYPES:
+        return (
+            f"quantized-linear: cannot pack a {weight.dtype} weight (float32, bfloat16 or float16 only); "
+            "keep this layer on PyTorch"
+        )
+    if weight.shape[1] == 0 or weight.shape[1] % BLOCK:
+        return (
+            f"quantized-linear: in_features={weight.shape[1]} is not a positive multiple of the block size "
+            f"{BLOCK}; keep this layer on PyTorch"
+        )
+    return None
+
+
+def quantize(weight: torch.Tensor, format: str) -> torch.Tensor:
+    """Pack a float weight (out, in) into `format` blocks: uint8 (out, in / 32 * BLOCK_BYTES[format])."""
+    _check_format(format)
+    reason = pack_error(weight)
+    if reason is not None:
+        raise ValueError(reason)
+    return getattr(ops, f"quantize_{format}")(weight.detach())
+
+
+def dequantize(packed: torch.Tensor, format: str) -> torch.Tensor:
+    """The float32 weight (out, in) a packed one stands for (ggml's arithmetic, bit for bit)."""
+    _check_format(format)
+    return getattr(ops, f"dequantize_{format}")(packed)
+
+
+def linear(
+    x: torch.Tensor, packed: torch.Tensor, format: str, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight; float32 accumulation."""
+    _check_format(format)
+    if not x.is_cpu:
+        raise RuntimeError(
+            f"quantized-linear: this is a CPU kernel, got a tensor on {x.device}; use PyTorch there"
+        )
+    if x.dtype not in _DTYPES:
+        raise TypeError(
+            f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
+        )
+    return getattr(ops, f"linear_{format}")(x, packed, bias)
+
+
+def isa() -> str:
+    """The instruction-set path in use: avx512bf16, avx512, avx2 or portable."""
+    return ops.isa()
+
+
+def set_isa(name: str) -> str:
+    """Force a code path (for tests and benchmarks)."""
+    return ops.set_isa(name)
+
+
+from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
+
+__all__ = [
+    "BLOCK",
+    "BLOCK_BYTES",
+    "FORMATS",
+    "dequantize",
+    "isa",
+    "layers",
+    "linear",
+    "pack_error",
+    "quantize",
+    "set_isa",
+]

@@ -1,0 +1,91 @@
+"""Layers for `kernelize`: forwards for `nn.Linear` (uses its `weight` and `bias`; no `__init__`,
+as `kernels` requires) that run the weight as Q8_0 or Q4_1 blocks.
+
+The weight is packed on the first forward and kept on the module as the plain attribute
+`_kernel_packed` (a `PackedWeight`): not a parameter or buffer, so never in the state dict, and
+deleting the attribute releases it. It is packed again when the weight changes (another tensor,
+or the same one written in place: its data pointer or `_version` moves). A weight that cannot be
+packed raises ValueError with a one-line reason (`pack_error`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from . import pack_error, quantize
+from ._ops import ops
+
+#: the attribute a packed weight is kept under on the module
+PACKED_ATTR = "_kernel_packed"
+
+
+class PackedWeight(NamedTuple):
+    """A module's packed weight and the weight it was packed from (to tell when it is stale)."""
+
+    format: str
+    data_ptr: int  # of the float weight packed
+    version: int | None  # its `_version` (None for an inference tensor, which has none)
+    dtype: torch.dtype
+    shape: torch.Size
+    data: torch.Tensor  # uint8 GGML blocks
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+
+def _version(weight: torch.Tensor) -> int | None:
+    # An inference tensor (a weight made under torch.inference_mode) has no version counter; it
+    # cannot be written outside inference mode, so its data pointer identifies it.
+    return None if weight.is_inference() else weight._version
+
+
+def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
+    """The module's weight packed as `format`, packing it now if it is missing or stale.
+
+    Runs on every forward (211 times per decoded token of SmolLM2): the check is kept to a few
+    attribute reads.
+    """
+    weight = module.weight
+    cached = module.__dict__.get(PACKED_ATTR)
+    if (
+        cached is not None
+        and cached.data_ptr == weight.data_ptr()
+        and cached.version == _version(weight)
+        and cached.format == format
+        and cached.shape == weight.shape
+        and cached.dtype == weight.dtype
+    ):
+        return cached.data
+    reason = pack_error(weight)
+    if reason is not None:
+        raise ValueError(reason)
+    with torch.no_grad():
+        data = quantize(weight, format)
+    packed = PackedWeight(format, weight.data_ptr(), _version(weight), weight.dtype, weight.shape, data)
+    object.__setattr__(module, PACKED_ATTR, packed)
+    return data
+
+
+class Q8_0Linear(nn.Module):
+    """nn.Linear with its weight as Q8_0 blocks (fp16 scale per 32 weights, int8 values)."""
+
+    has_backward = False
+    can_torch_compile = False  # packs lazily from Python state (data_ptr, _version): not traceable
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
+        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias)
+
+
+class Q4_1Linear(nn.Module):
+    """nn.Linear with its weight as Q4_1 blocks (fp16 scale and min per 32 weights, 4-bit values)."""
+
+    has_backward = False
+    can_torch_compile = False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias)

@@ -1,0 +1,356 @@
+"""The bundled `quantized-linear` repository: Q8_0 / Q4_1 packing, its ops and its layers, loaded
+through kernels' real loader.
+
+The kernel is checked against a float64 product with the dequantized weight (what it stands for)
+on every compiled ISA path, both activation dtypes, with and without bias, on shapes off every
+vector width and on both the GEMV (few rows) and the GEMM (many rows) paths. Packing is checked
+against ggml's reference quantizer (the `gguf` package's bit-exact port) and, on the default
+model, to give back the checkpoint's weights bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from kernel_explorer.bundled import bundled_repo_path
+
+FORMATS = ["q8_0", "q4_1"]
+DTYPES = [torch.float32, torch.bfloat16]
+EPS32 = torch.finfo(torch.float32).eps
+
+
+@pytest.fixture(scope="module")
+def ql(hub: dict):
+    return hub["quantized_linear"]
+
+
+def _randn(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def _assert_close_to_float64(
+    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+) -> None:
+    """y against x @ w^T + bias in float64; the bound is float32 accumulation over in_features
+    (relative to the sum of |terms|), plus, for bfloat16, the output's rounding and that of the
+    weights (the GEMM path multiplies bfloat16 activations by bfloat16 panels, as F.linear does)."""
+    ref = x.double() @ w.double().T
+    size = x.double().abs() @ w.double().abs().T
+    if bias is not None:
+        ref, size = ref + bias.double(), size + bias.double().abs()
+    allowed = 2 * (w.shape[1] + 2) * EPS32 * size + 1e-30
+    if y.dtype == torch.bfloat16:
+        allowed = allowed + 2.0**-8 * ref.abs() + 2.0**-8 * size
+    err = (y.double() - ref).abs()
+    assert (err <= allowed).all(), (err - allowed).max().item()
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel against float64, on every compiled path
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_linear_matches_float64_on_odd_shapes(
+    ql, isa: str, fmt: str, dtype: torch.dtype, with_bias: bool
+) -> None:
+    assert ql.isa() == isa
+    for k in (32, 64, 96):
+        for n in (1, 7, 129):
+            packed = ql.quantize(_randn(n, k, seed=k + n), fmt)
+            w = ql.dequantize(packed, fmt)
+            bias = _randn(n, seed=3).to(dtype) if with_bias else None
+            for rows in (1, 3, 17, 512):  # GEMV (one and several rows per pass) and GEMM
+                x = _randn(rows, k, seed=rows, scale=2.0).to(dtype)
+                y = ql.linear(x, packed, fmt, bias)
+                assert y.dtype == dtype and y.shape == (rows, n)
+                _assert_close_to_float64(y, x, w, bias)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_batched_and_strided_inputs(ql, isa: str, fmt: str) -> None:
+    packed = ql.quantize(_randn(40, 64), fmt)
+    w = ql.dequantize(packed, fmt)
+    for x in (_randn(2, 3, 64), _randn(2, 9, 64), _randn(64, 6).t(), _randn(5, 128)[:, ::2], _randn(0, 64)):
+        y = ql.linear(x, packed, fmt)
+        assert y.shape == (*x.shape[:-1], 40)
+        _assert_close_to_float64(y.reshape(-1, 40), x.reshape(-1, 64), w, None)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
+    """The GEMM path runs ATen's matmul on the exact dequantized weights: PyTorch's own answer to
+    float32 rounding; the GEMV path sums in another order (within float32 accumulation error)."""
+    packed = ql.quantize(_randn(96, 576), fmt)
+    w = ql.dequantize(packed, fmt)
+    for rows in (17, 64):
+        x = _randn(rows, 576, seed=rows)
+        torch.testing.assert_close(ql.linear(x, packed, fmt), nn.functional.linear(x, w))
+    for rows in (1, 5):
+        x = _randn(rows, 576, seed=rows)
+        torch.testing.assert_close(
+            ql.linear(x, packed, fmt), nn.functional.linear(x, w), rtol=1e-5, atol=1e-4
+        )
+
+
+@pytest.mark.parametrize("rows", [3, 64])
+def test_both_paths_under_inference_mode_and_autograd(ql, rows: int) -> None:
+    """The GEMM path's worker threads run ATen ops: they must see the caller's inference mode (the
+    output is an inference tensor) and run below autograd (an input may require grad)."""
+    packed = ql.quantize(_randn(300, 64), "q4_1")
+    w = ql.dequantize(packed, "q4_1")
+    x = _randn(rows, 64)
+    with torch.inference_mode():
+        y = ql.linear(x, packed, "q4_1")
+    assert y.is_inference()
+    _assert_close_to_float64(y, x, w, None)
+    y = ql.linear(x.requires_grad_(), packed, "q4_1")
+    assert y.requires_grad
+    _assert_close_to_float64(y.detach(), x.detach(), w, None)
+
+
+def test_forced_isa_from_the_environment(hub: dict) -> None:
+    """KERNEL_EXPLORER_ISA picks the path at load, in a fresh process, as a user would force it."""
+    from isa_paths import runnable_isas
+
+    forced = runnable_isas()[-1]  # the portable path: every CPU runs it
+    code = (
+        "import torch; from pathlib import Path; from kernels import get_local_kernel\n"
+        f"ql = get_local_kernel(Path({str(bundled_repo_path('quantized_linear'))!r}))\n"
+        "p = ql.quantize(torch.ones(3, 64), 'q4_1')\n"
+        "print(ql.isa(), ql.linear(torch.ones(1, 64), p, 'q4_1')[0, 0].item())"
+    )
+    env = {**os.environ, "KERNEL_EXPLORER_ISA": forced}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [forced, "64.0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_packing_is_ggmls_reference_quantizer(ql, fmt: str) -> None:
+    """Byte for byte what the `gguf` package's bit-exact port of ggml's quantizer writes."""
+    gguf = pytest.importorskip("gguf")
+    w = _randn(33, 96, scale=0.05)
+    w[3, :32] = 0.25  # a constant block (d = 0)
+    qtype = getattr(gguf.GGMLQuantizationType, fmt.upper())
+    expected = gguf.quants.quantize(w.numpy(), qtype)
+    assert torch.equal(ql.quantize(w, fmt), torch.from_numpy(expected))
+    assert torch.equal(
+        ql.dequantize(ql.quantize(w, fmt), fmt), torch.from_numpy(gguf.quants.dequantize(expected, qtype))
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_pack_dequantize_round_trips(ql, isa: str, fmt: str) -> None:
+    packed = ql.quantize(_randn(129, 96, scale=3.0), fmt)
+    w = ql.dequantize(packed, fmt)
+    assert w.dtype == torch.float32 and w.shape == (129, 96)
+    assert torch.equal(ql.quantize(w, fmt), packed)  # a dequantized weight packs to the same blocks
+    assert torch.equal(ql.dequantize(ql.quantize(w, fmt), fmt), w)  # and gives back the same floats
+    assert packed.shape == (129, 96 // 32 * ql.BLOCK_BYTES[fmt]) and packed.dtype == torch.uint8
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantization_error_is_within_half_a_step(ql, fmt: str) -> None:
+    """On float weights the packing is lossy: about half a quantization step per block (ggml
+    rounds with the exact scale, then stores it as float16)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        w = _randn(64, 128).to(dtype)
+        blocks = w.float().reshape(64, 4, 32)
+        err = (ql.dequantize(ql.quantize(w, fmt), fmt).reshape(64, 4, 32) - blocks).abs().amax(-1)
+        step = blocks.abs().amax(-1) / 127 if fmt == "q8_0" else (blocks.amax(-1) - blocks.amin(-1)) / 15
+        # half a step, plus float16's rounding of the scale (times q, up to 127) and of the min
+        assert (err <= 0.6 * step + 2.0**-10 * blocks.abs().amax(-1)).all()
+
+
+@pytest.mark.slow
+def test_default_model_weights_pack_to_the_checkpoint_exactly(ql) -> None:
+    """Every Linear of SmolLM2 (its GGUF's Q4_1 blocks; the Q8_0 tied lm_head) dequantizes back to
+    the very floats PyTorch runs, and the blocks are the file's own where Transformers did not
+    reorder the rows (it permutes q_proj / k_proj rows for its rotary layout)."""
+    gguf = pytest.importorskip("gguf")
+    from kernel_explorer.models import default_model_gguf, load_default_model
+
+    model, _ = load_default_model(progress=False)
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert len(linears) == 211
+    blocks = {t.name: t for t in gguf.GGUFReader(default_model_gguf()).tensors}
+    same_rows = {"mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+                 "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output"}  # fmt: skip
+    compared = 0
+    for name, module in linears.items():
+        fmt = "q8_0" if name == "lm_head" else "q4_1"
+        packed = ql.quantize(module.weight, fmt)
+        assert torch.equal(ql.dequantize(packed, fmt), module.weight), name
+        parts = name.split(".")
+        key = ".".join(parts[-2:])
+        if key in same_rows:
+            raw = blocks[f"blk.{parts[2]}.{same_rows[key]}.weight"].data
+            assert torch.equal(packed.flatten(), torch.from_numpy(raw.reshape(-1).copy())), name
+            compared += 1
+    raw = blocks["token_embd.weight"].data
+    assert torch.equal(
+        ql.quantize(linears["lm_head"].weight, "q8_0").flatten(), torch.from_numpy(raw.reshape(-1).copy())
+    )
+    assert compared == 150
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+
+
+def _linear(k: int = 64, n: int = 24, bias: bool = True, dtype: torch.dtype = torch.float32) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(k, n, bias=bias).to(dtype)
+
+
+@pytest.mark.parametrize("layer", ["Q8_0Linear", "Q4_1Linear"])
+def test_layer_packs_once_keeps_it_off_the_state_dict_and_repacks_on_change(ql, layer: str) -> None:
+    cls = getattr(ql.layers, layer)
+    fmt = "q8_0" if layer.startswith("Q8") else "q4_1"
+    lin = _linear()
+    x = _randn(3, 64)
+    with torch.inference_mode():
+        y = cls.forward(lin, x)
+    packed = lin._kernel_packed
+    assert "_kernel_packed" not in lin.state_dict() and all(
+        "_kernel" not in n for n, _ in lin.named_buffers()
+    )
+    assert torch.equal(y, ql.linear(x, packed.data, fmt, lin.bias))
+    cls.forward(lin, x)
+    assert lin._kernel_packed is packed  # unchanged weight: no repack
+    with torch.no_grad():
+        lin.weight.mul_(2)  # in place: same pointer, new version
+    y2 = cls.forward(lin, x)
+    assert lin._kernel_packed is not packed
+    _assert_close_to_float64(y2, x, ql.dequantize(lin._kernel_packed.data, fmt), lin.bias)
+    lin.weight = nn.Parameter(torch.zeros(24, 64))  # a new tensor
+    assert torch.equal(cls.forward(lin, x), lin.bias.expand(3, 24))
+    del lin._kernel_packed  # what switching off does: the packed copy goes with the attribute
+    assert not hasattr(lin, "_kernel_packed")
+
+
+def test_layer_with_bfloat16_weights_and_no_bias(ql) -> None:
+    lin = _linear(bias=False, dtype=torch.bfloat16)
+    x = _randn(2, 64).to(torch.bfloat16)
+    y = ql.layers.Q4_1Linear.forward(lin, x)
+    assert y.dtype == torch.bfloat16
+    _assert_close_to_float64(y, x, ql.dequantize(lin._kernel_packed.data, "q4_1"), None)
+
+
+def test_layer_whose_weight_is_an_inference_tensor(ql) -> None:
+    with torch.inference_mode():
+        lin = _linear()  # made under inference mode: its weight has no version counter
+    x = _randn(2, 64)
+    y = ql.layers.Q8_0Linear.forward(lin, x)
+    _assert_close_to_float64(y, x, ql.dequantize(lin._kernel_packed.data, "q8_0"), lin.bias)
+
+
+def test_layers_kernelize_into_a_linear_subclass(ql) -> None:
+    """kernels accepts the layers for nn.Linear's forward (its validation of the class and the
+    signature) and switches exactly the instances of the named class."""
+    from kernels import Mode, kernelize, replace_kernel_forward_from_hub, use_kernel_mapping
+
+    from kernel_explorer._backend.repositories import local_layer_repository
+
+    class NamedLinear(nn.Linear):
+        pass
+
+    replace_kernel_forward_from_hub(NamedLinear, "QuantizedLinearTest")
+    model = nn.Sequential(NamedLinear(64, 32), nn.ReLU(), nn.Linear(32, 8))
+    x = _randn(5, 64)
+    with torch.inference_mode():
+        eager = model(x)
+        repo = local_layer_repository(bundled_repo_path("quantized_linear"), "Q8_0Linear")
+        with use_kernel_mapping({"QuantizedLinearTest": {"cpu": repo}}, inherit_mapping=False):
+            kernelize(model, mode=Mode.INFERENCE, device="cpu")
+        kernel = model(x)
+    assert "forward" in vars(model[0]) and "forward" not in vars(model[2])
+    assert hasattr(model[0], "_kernel_packed") and not hasattr(model[2], "_kernel_packed")
+    torch.testing.assert_close(kernel, eager, atol=0.05, rtol=0.05)  # Q8_0 of a float weight: lossy
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize(
+    ("weight", "match"),
+    [
+        (torch.ones(4, 64, dtype=torch.float64), r"cannot pack a torch.float64 weight.*PyTorch"),
+        (torch.ones(4, 48), r"in_features=48 is not a positive multiple of the block size 32"),
+        (torch.ones(4, 0), r"in_features=0"),
+        (torch.ones(64), r"must be 2-D"),
+    ],
+)
+def test_unpackable_weights_raise_one_line_value_errors(ql, weight: torch.Tensor, match: str) -> None:
+    assert ql.pack_error(weight) is not None and "\n" not in ql.pack_error(weight)
+    for fmt in FORMATS:
+        with pytest.raises(ValueError, match=match):
+            ql.quantize(weight, fmt)
+    lin = _linear()
+    lin.weight = nn.Parameter(weight, requires_grad=False)
+    with pytest.raises(ValueError, match=match):
+        ql.layers.Q4_1Linear.forward(lin, torch.ones(2, weight.shape[-1]))
+    assert not hasattr(lin, "_kernel_packed")
+
+
+def test_bad_calls_name_the_problem(ql) -> None:
+    packed = ql.quantize(torch.ones(4, 64), "q4_1")
+    with pytest.raises(
+        RuntimeError, match=r"last dimension \(32\) must be in_features of the packed weight \(64\)"
+    ):
+        ql.linear(torch.ones(2, 32), packed, "q4_1")
+    with pytest.raises(RuntimeError, match="bias of shape"):
+        ql.linear(torch.ones(2, 64), packed, "q4_1", torch.ones(5))
+    with pytest.raises(RuntimeError, match="whole blocks of 34 bytes"):
+        ql.linear(torch.ones(2, 64), packed, "q8_0")  # a Q4_1 weight given as Q8_0
+    with pytest.raises(RuntimeError, match="contiguous 2-D uint8"):
+        ql.ops.linear_q4_1(torch.ones(2, 64), packed.float(), None)
+    with pytest.raises(TypeError, match="float32, bfloat16 and float16 inputs"):
+        ql.linear(torch.ones(2, 64, dtype=torch.float64), packed, "q4_1")
+    with pytest.raises(ValueError, match="unknown format 'q4_0'"):
+        ql.quantize(torch.ones(4, 64), "q4_0")
+
+
+def test_backward_is_refused_with_a_reason(ql) -> None:
+    packed = ql.quantize(torch.ones(4, 64), "q8_0")
+    x = torch.ones(2, 64, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"linear_q8_0.*not implemented"):
+        ql.linear(x, packed, "q8_0").sum().backward()
+    assert ql.layers.Q8_0Linear.has_backward is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake registrations
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_passes_for_every_op(ql, dtype: torch.dtype) -> None:
+    """PyTorch's custom-op checks: schema, fake kernel against the real one, AOT tracing."""
+    w = _randn(7, 64).to(dtype)
+    for fmt in FORMATS:
+        packed = ql.quantize(w, fmt)
+        cases = [
+            (f"quantize_{fmt}", (w,)),
+            (f"dequantize_{fmt}", (packed,)),
+            (f"linear_{fmt}", (_randn(3, 64).to(dtype), packed, None)),
+            (f"linear_{fmt}", (_randn(2, 20, 64).to(dtype), packed, _randn(7).to(dtype))),
+        ]
+        for name, args in cases:
+            result = torch.library.opcheck(getattr(ql.ops, name), args)
+            assert set(result.values()) == {"SUCCESS"}, (name, result)
+
+
+def test_packed_attribute_name_is_the_contract(ql) -> None:
+    assert ql.layers.PACKED_ATTR == "_kernel_packed"
