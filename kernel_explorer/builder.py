@@ -38,9 +38,17 @@ except ModuleNotFoundError:  # Python 3.10
 
 
 def _hub_sources() -> Path:
-    """The bundled repositories' sources: package data when installed, `hub/` in a checkout."""
+    """The bundled repositories' sources: `hub/` beside this package in a checkout, else package data.
+
+    The checkout comes first: an editable install maps `kernel_explorer.hub` to the checkout it was
+    installed from, so a second checkout (a git worktree) on PYTHONPATH would otherwise build the
+    first one's C++ sources.
+    """
     from importlib import resources
 
+    checkout = Path(__file__).resolve().parent.parent / "hub"
+    if (checkout / "common" / "csrc" / "kx_dispatch.h").is_file():
+        return checkout
     try:
         return Path(str(resources.files("kernel_explorer.hub")))
     except ModuleNotFoundError:

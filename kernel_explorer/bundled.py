@@ -27,8 +27,14 @@ BUNDLED_LAYERS: dict[str, tuple[str, str]] = {
     "rotary_pos_emb": ("rotary", "apply_rotary_transformers"),
 }
 
-#: the bundled repositories (folders of hub/), derived from the layers they serve
-BUNDLED_REPOS: tuple[str, ...] = tuple(sorted({repo for repo, _ in BUNDLED_LAYERS.values()}))
+#: bundled repositories that serve no kernelize layer: attention kernels enter a model through
+#: Transformers' attention interface (`attn_implementation`), not through a layer mapping
+BUNDLED_ATTENTION_REPOS: tuple[str, ...] = ("flash_attn",)
+
+#: the bundled repositories (folders of hub/): those the layers serve, and the attention ones
+BUNDLED_REPOS: tuple[str, ...] = tuple(
+    sorted({repo for repo, _ in BUNDLED_LAYERS.values()} | set(BUNDLED_ATTENTION_REPOS))
+)
 
 BUILD_HINT = "build it with `kernel-explorer build-hub` (or kernel_explorer.build_hub())"
 

@@ -1,0 +1,390 @@
+// Flash attention on the CPU: keys in blocks, an online softmax, no score matrix larger than one
+// block. Compiled once per ISA (see kx_vec.h); the registration unit cuts calls into tasks.
+//
+// Prefill tasks (many query rows) keep everything "rows along the vector": Q is packed transposed
+// (head_dim x rows), so the scores of a key block come out transposed (keys x rows) from
+// broadcast-K times Q^T FMAs, the row maxima, exponentials and sums of the online softmax are
+// plain vertical vector operations, and the output accumulates transposed (head_dim x rows) from
+// broadcast-V times P^T FMAs. Nothing needs a horizontal reduction, and K and V are read in the
+// layout they arrive in (float32 straight from the caller's tensor, 16-bit types widened one key
+// block at a time). Decode tasks (a few rows, many keys) take dot products along head_dim.
+#include "flash_attn_table.h"
+#include "kx_vec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace KX_ISA_NS {
+using kx::VecF;
+constexpr int64_t kV = kx::kVecF;
+constexpr int64_t kBK = 64;  // keys per block
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int kJT = 8;  // keys per score tile (x 2 row vectors = 16 accumulators of 32 registers)
+constexpr int kDT = 8;  // head_dim elements per output tile
+constexpr int64_t kRowsPerTask = 96;
+#else
+constexpr int kJT = 4;  // 8 accumulators of AVX2's 16 registers
+constexpr int kDT = 4;
+constexpr int64_t kRowsPerTask = 48;
+#endif
+constexpr int64_t kDecodeRows = 8;  // at most this many rows: the dot-product path
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Scratch of one thread, reused across tasks and calls.
+inline float* scratch(size_t n) {
+  static thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+template <typename T>
+inline void to_float(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    int64_t i = 0;
+    VecF a, b;
+    for (; i + kx::kBlock <= n; i += kx::kBlock) {
+      kx::load2(src + i, a, b);
+      a.store(dst + i);
+      b.store(dst + i + kV);
+    }
+    if (i < n) {
+      kx::load2_tail(src + i, n - i, a, b);
+      a.store(dst + i, std::min(n - i, kV));
+      if (n - i > kV) b.store(dst + i + kV, n - i - kV);
+    }
+  }
+}
+
+template <typename T>
+inline void from_float(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    int64_t i = 0;
+    for (; i + kx::kBlock <= n; i += kx::kBlock) kx::store2(dst + i, VecF::loadu(src + i), VecF::loadu(src + i + kV));
+    if (i < n) {
+      VecF a = VecF::loadu(src + i, std::min(n - i, kV));
+      VecF b = n - i > kV ? VecF::loadu(src + i + kV, n - i - kV) : VecF(0.f);
+      kx::store2_tail(dst + i, n - i, a, b);
+    }
+  }
+}
+
+// The last key (exclusive) any row of the task may see, and each row's own limit.
+inline int64_t key_end(const kx::AttnProblem& p, const kx::AttnTask& t) {
+  if (!p.causal) return t.k_end;
+  return std::max(t.k_begin, std::min(t.k_end, t.q0 + t.nq + t.lk - t.lq));
+}
+
+// Writes one finished row: o / l into out, m + log(l) into lse; a row that saw no key is 0.
+template <typename T>
+inline void finish_row(const kx::AttnProblem& p, const kx::AttnTask& t, int64_t r, float* o, float m, float l) {
+  const int64_t D = p.head_dim;
+  const int64_t tok = t.q0 + r / p.group, h = t.kv_head * p.group + r % p.group;
+  T* dst = static_cast<T*>(p.out) + t.out_off + tok * p.out_tok + h * p.out_head;
+  float* lse = p.lse + t.lse_off + tok * p.lse_tok + h * p.lse_head;
+  if (m == -kInf || !(l > 0.f)) {
+    std::fill(o, o + D, 0.f);
+    *lse = kInf;  // as flash-attn: no key, infinite log-sum-exp
+  } else {
+    const VecF inv(1.f / l);
+    int64_t d = 0;
+    for (; d + kV <= D; d += kV) (VecF::loadu(o + d) * inv).store(o + d);
+    for (; d < D; ++d) o[d] /= l;
+    *lse = m + std::log(l);
+  }
+  from_float(o, dst, D);
+}
+
+// S^T[j][i] = sum_d K[j][d] * QT[d][i] for NJ keys from j and two row vectors from i.
+template <int NJ>
+inline void score_tile(const float* k, int64_t ks, const float* qt, int64_t rp, float* st, int64_t D) {
+  VecF acc[NJ][2];
+  for (int jj = 0; jj < NJ; ++jj) acc[jj][0] = acc[jj][1] = VecF(0.f);
+  for (int64_t d = 0; d < D; ++d) {
+    const VecF q0 = VecF::loadu(qt + d * rp), q1 = VecF::loadu(qt + d * rp + kV);
+    for (int jj = 0; jj < NJ; ++jj) {
+      const VecF kb(k[jj * ks + d]);
+      acc[jj][0] = at::vec::fmadd(kb, q0, acc[jj][0]);
+      acc[jj][1] = at::vec::fmadd(kb, q1, acc[jj][1]);
+    }
+  }
+  for (int jj = 0; jj < NJ; ++jj) {
+    acc[jj][0].store(st + jj * rp);
+    acc[jj][1].store(st + jj * rp + kV);
+  }
+}
+
+// OT[d][i] += sum_j V[j][d] * PT[j][i] for ND head_dim elements from d and two row vectors.
+template <int ND>
+inline void value_tile(const float* v, int64_t vs, const float* pt, int64_t rp, float* ot, int64_t bk) {
+  VecF acc[ND][2];
+  for (int dd = 0; dd < ND; ++dd) {
+    acc[dd][0] = VecF::loadu(ot + dd * rp);
+    acc[dd][1] = VecF::loadu(ot + dd * rp + kV);
+  }
+  for (int64_t j = 0; j < bk; ++j) {
+    const VecF p0 = VecF::loadu(pt + j * rp), p1 = VecF::loadu(pt + j * rp + kV);
+    for (int dd = 0; dd < ND; ++dd) {
+      const VecF vb(v[j * vs + dd]);
+      acc[dd][0] = at::vec::fmadd(vb, p0, acc[dd][0]);
+      acc[dd][1] = at::vec::fmadd(vb, p1, acc[dd][1]);
+    }
+  }
+  for (int dd = 0; dd < ND; ++dd) {
+    acc[dd][0].store(ot + dd * rp);
+    acc[dd][1].store(ot + dd * rp + kV);
+  }
+}
+
+template <typename T>
+void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* partial) {
+  const int64_t D = p.head_dim, G = p.group, R = t.nq * G;
+  const int64_t rp = (R + 2 * kV - 1) / (2 * kV) * (2 * kV);  // rows padded to whole tiles
+  float* qt = scratch(static_cast<size_t>(rp) * (2 * D + kBK + 4) + 2 * kBK * D);
+  float* ot = qt + D * rp;
+  float* st = ot + D * rp;
+  float* m = st + kBK * rp;
+  float* l = m + rp;
+  float* lim = l + rp;
+  float* alpha = lim + rp;
+  float* kf = alpha + rp;
+  float* vf = kf + kBK * D;
+
+  std::fill(qt, qt + D * rp, 0.f);
+  std::fill(ot, ot + D * rp, 0.f);
+  const T* q = static_cast<const T*>(p.q) + t.q_off;
+  for (int64_t r = 0; r < R; ++r) {
+    const T* row = q + (t.q0 + r / G) * p.q_tok + (t.kv_head * G + r % G) * p.q_head;
+    for (int64_t d = 0; d < D; ++d) qt[d * rp + r] = static_cast<float>(row[d]) * p.scale;
+  }
+  for (int64_t r = 0; r < rp; ++r) {
+    m[r] = -kInf;
+    l[r] = 0.f;
+    lim[r] = (p.causal && r < R) ? static_cast<float>(t.q0 + r / G + t.lk - t.lq) : 3e38f;
+  }
+  const float min_lim = static_cast<float>(t.q0 + t.lk - t.lq);
+  const int64_t kend = key_end(p, t);
+  const T* kbase = static_cast<const T*>(p.k) + t.k_off + t.kv_head * p.k_head;
+  const T* vbase = static_cast<const T*>(p.v) + t.v_off + t.kv_head * p.v_head;
+
+  for (int64_t k0 = t.k_begin; k0 < kend; k0 += kBK) {
+    const int64_t bk = std::min(kBK, kend - k0);
+    const float* kp;
+    const float* vp;
+    int64_t ks, vs;
+    if constexpr (std::is_same_v<T, float>) {
+      kp = kbase + k0 * p.k_tok, ks = p.k_tok;
+      vp = vbase + k0 * p.v_tok, vs = p.v_tok;
+    } else {
+      for (int64_t j = 0; j < bk; ++j) {
+        to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
+        to_float(vbase + (k0 + j) * p.v_tok, vf + j * D, D);
+      }
+      kp = kf, ks = D, vp = vf, vs = D;
+    }
+    // Scores, transposed: st[j][i].
+    for (int64_t i = 0; i < rp; i += 2 * kV) {
+      int64_t j = 0;
+      for (; j + kJT <= bk; j += kJT) score_tile<kJT>(kp + j * ks, ks, qt + i, rp, st + j * rp + i, D);
+      for (; j < bk; ++j) score_tile<1>(kp + j * ks, ks, qt + i, rp, st + j * rp + i, D);
+    }
+    // The causal mask, only on blocks that reach past some row's last key.
+    if (p.causal && static_cast<float>(k0 + bk - 1) > min_lim) {
+      for (int64_t j = 0; j < bk; ++j) {
+        const VecF kj(static_cast<float>(k0 + j));
+        for (int64_t i = 0; i < rp; i += kV) {
+          VecF s = VecF::loadu(st + j * rp + i);
+          VecF::blendv(s, VecF(-kInf), VecF::loadu(lim + i) < kj).store(st + j * rp + i);
+        }
+      }
+    }
+    // Online softmax, vertical along the keys of the block.
+    for (int64_t i = 0; i < rp; i += kV) {
+      VecF mb(-kInf);
+      for (int64_t j = 0; j < bk; ++j) mb = at::vec::maximum(mb, VecF::loadu(st + j * rp + i));
+      const VecF m_old = VecF::loadu(m + i);
+      const VecF m_new = at::vec::maximum(m_old, mb);
+      const VecF m_safe = VecF::blendv(m_new, VecF(0.f), m_new == VecF(-kInf));
+      const VecF a = kx::exp_fast(m_old - m_safe);
+      VecF sum(0.f);
+      for (int64_t j = 0; j < bk; ++j) {
+        const VecF e = kx::exp_fast(VecF::loadu(st + j * rp + i) - m_safe);
+        e.store(st + j * rp + i);
+        sum = sum + e;
+      }
+      at::vec::fmadd(VecF::loadu(l + i), a, sum).store(l + i);
+      m_new.store(m + i);
+      a.store(alpha + i);
+    }
+    if (k0 != t.k_begin) {
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t i = 0; i < rp; i += kV) (VecF::loadu(ot + d * rp + i) * VecF::loadu(alpha + i)).store(ot + d * rp + i);
+      }
+    }
+    for (int64_t i = 0; i < rp; i += 2 * kV) {
+      int64_t d = 0;
+      for (; d + kDT <= D; d += kDT) value_tile<kDT>(vp + d, vs, st + i, rp, ot + d * rp + i, bk);
+      for (; d < D; ++d) value_tile<1>(vp + d, vs, st + i, rp, ot + d * rp + i, bk);
+    }
+  }
+
+  // Rows back from the transposed accumulator.
+  float* row = kf;  // free now
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t d = 0; d < D; ++d) row[d] = ot[d * rp + r];
+    if (partial) {
+      std::memcpy(partial->o + r * D, row, static_cast<size_t>(D) * sizeof(float));
+      partial->m[r] = m[r];
+      partial->l[r] = l[r];
+    } else {
+      finish_row<T>(p, t, r, row, m[r], l[r]);
+    }
+  }
+}
+
+inline float hsum(const VecF& v) {
+  return at::vec::vec_reduce_all<float>([](VecF& a, VecF& b) { return a + b; }, v);
+}
+
+// A few rows against many keys: scores as dot products along head_dim, the output along head_dim.
+template <typename T>
+void decode_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* partial) {
+  const int64_t D = p.head_dim, G = p.group, R = t.nq * G;
+  const int64_t dv = D / kV * kV;  // whole vectors of head_dim
+  float* qf = scratch(static_cast<size_t>(R) * (2 * D + kBK + 3) + 2 * kBK * D);
+  float* o = qf + R * D;
+  float* s = o + R * D;
+  float* m = s + R * kBK;
+  float* l = m + R;
+  float* lim = l + R;
+  float* kf = lim + R;
+  float* vf = kf + kBK * D;
+  const T* q = static_cast<const T*>(p.q) + t.q_off;
+  for (int64_t r = 0; r < R; ++r) {
+    to_float(q + (t.q0 + r / G) * p.q_tok + (t.kv_head * G + r % G) * p.q_head, qf + r * D, D);
+    for (int64_t d = 0; d < D; ++d) qf[r * D + d] *= p.scale;
+    m[r] = -kInf;
+    l[r] = 0.f;
+    lim[r] = p.causal ? static_cast<float>(t.q0 + r / G + t.lk - t.lq) : 3e38f;
+  }
+  std::fill(o, o + R * D, 0.f);
+  const int64_t kend = key_end(p, t);
+  const T* kbase = static_cast<const T*>(p.k) + t.k_off + t.kv_head * p.k_head;
+  const T* vbase = static_cast<const T*>(p.v) + t.v_off + t.kv_head * p.v_head;
+
+  for (int64_t k0 = t.k_begin; k0 < kend; k0 += kBK) {
+    const int64_t bk = std::min(kBK, kend - k0);
+    const float* kp;
+    const float* vp;
+    int64_t ks, vs;
+    if constexpr (std::is_same_v<T, float>) {
+      kp = kbase + k0 * p.k_tok, ks = p.k_tok;
+      vp = vbase + k0 * p.v_tok, vs = p.v_tok;
+    } else {
+      for (int64_t j = 0; j < bk; ++j) {
+        to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
+        to_float(vbase + (k0 + j) * p.v_tok, vf + j * D, D);
+      }
+      kp = kf, ks = D, vp = vf, vs = D;
+    }
+    for (int64_t j = 0; j < bk; ++j) {
+      const float* kr = kp + j * ks;
+      for (int64_t r = 0; r < R; ++r) {
+        const float* qr = qf + r * D;
+        VecF acc(0.f);
+        int64_t d = 0;
+        for (; d < dv; d += kV) acc = at::vec::fmadd(VecF::loadu(qr + d), VecF::loadu(kr + d), acc);
+        float dot = hsum(acc);
+        for (; d < D; ++d) dot += qr[d] * kr[d];
+        s[r * kBK + j] = static_cast<float>(k0 + j) > lim[r] ? -kInf : dot;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      float* sr = s + r * kBK;
+      float mb = -kInf;
+      for (int64_t j = 0; j < bk; ++j) mb = std::max(mb, sr[j]);
+      const float m_new = std::max(m[r], mb);
+      if (m_new == -kInf) continue;  // nothing visible yet
+      const float a = std::exp(m[r] - m_new);
+      float sum = 0.f;
+      int64_t j = 0;
+      VecF vsum(0.f);
+      for (; j + kV <= bk; j += kV) {
+        const VecF e = kx::exp_fast(VecF::loadu(sr + j) - VecF(m_new));
+        e.store(sr + j);
+        vsum = vsum + e;
+      }
+      for (; j < bk; ++j) sum += (sr[j] = std::exp(sr[j] - m_new));
+      l[r] = l[r] * a + sum + hsum(vsum);
+      m[r] = m_new;
+      float* orow = o + r * D;
+      if (a != 1.f) {
+        for (int64_t d = 0; d < D; ++d) orow[d] *= a;
+      }
+      for (int64_t jj = 0; jj < bk; ++jj) {
+        const float* vr = vp + jj * vs;
+        const VecF pj(sr[jj]);
+        int64_t d = 0;
+        for (; d < dv; d += kV) at::vec::fmadd(pj, VecF::loadu(vr + d), VecF::loadu(orow + d)).store(orow + d);
+        for (; d < D; ++d) orow[d] += sr[jj] * vr[d];
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    if (partial) {
+      std::memcpy(partial->o + r * D, o + r * D, static_cast<size_t>(D) * sizeof(float));
+      partial->m[r] = m[r];
+      partial->l[r] = l[r];
+    } else {
+      finish_row<T>(p, t, r, o + r * D, m[r], l[r]);
+    }
+  }
+}
+
+template <typename T>
+void task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* partial) {
+  if (t.nq * p.group <= kDecodeRows) {
+    decode_task<T>(p, t, partial);
+  } else {
+    prefill_task<T>(p, t, partial);
+  }
+}
+
+// Softmax-weighted sum of the partials: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+template <typename T>
+void merge(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* parts, int64_t n) {
+  const int64_t D = p.head_dim, R = t.nq * p.group;
+  float* o = scratch(static_cast<size_t>(D));
+  for (int64_t r = 0; r < R; ++r) {
+    float mx = -kInf;
+    for (int64_t s = 0; s < n; ++s) mx = std::max(mx, parts[s].m[r]);
+    std::fill(o, o + D, 0.f);
+    float l = 0.f;
+    if (mx != -kInf) {
+      for (int64_t s = 0; s < n; ++s) {
+        if (parts[s].m[r] == -kInf) continue;
+        const float w = std::exp(parts[s].m[r] - mx);
+        l += w * parts[s].l[r];
+        const float* os = parts[s].o + r * D;
+        const VecF wv(w);
+        int64_t d = 0;
+        for (; d + kV <= D; d += kV) at::vec::fmadd(wv, VecF::loadu(os + d), VecF::loadu(o + d)).store(o + d);
+        for (; d < D; ++d) o[d] += w * os[d];
+      }
+    }
+    finish_row<T>(p, t, r, o, mx, l);
+  }
+}
+
+}  // namespace KX_ISA_NS
+
+extern const kx::AttnTable KX_CAT(kx_flash_attn_table_, KX_ISA) = {
+    {KX_ISA_NS::task<float>, KX_ISA_NS::task<c10::BFloat16>, KX_ISA_NS::task<c10::Half>},
+    {KX_ISA_NS::merge<float>, KX_ISA_NS::merge<c10::BFloat16>, KX_ISA_NS::merge<c10::Half>},
+    KX_ISA_NS::kRowsPerTask,
+};
