@@ -21,11 +21,11 @@ using kx::VecF;
 constexpr int64_t kV = kx::kVecF;
 constexpr int64_t kBK = 64;  // keys per block
 #if defined(CPU_CAPABILITY_AVX512)
-constexpr int kJT = 8;  // keys per score tile (x 2 row vectors = 16 accumulators of 32 registers)
+constexpr int kJT = 4;  // keys per score tile (x 2 row vectors x 2 chains = 16 accumulators of 32 registers)
 constexpr int kDT = 8;  // head_dim elements per output tile
 constexpr int64_t kRowsPerTask = 96;
 #else
-constexpr int kJT = 4;  // 8 accumulators of AVX2's 16 registers
+constexpr int kJT = 2;  // 8 accumulators of AVX2's 16 registers
 constexpr int kDT = 4;
 constexpr int64_t kRowsPerTask = 48;
 #endif
@@ -91,31 +91,38 @@ inline void finish_row(const kx::AttnProblem& p, const kx::AttnTask& t, int64_t 
     std::fill(o, o + D, 0.f);
     *lse = kInf;  // as flash-attn: no key, infinite log-sum-exp
   } else {
-    const VecF inv(1.f / l);
+    const VecF lv(l);  // a division, not a multiply by 1/l: one rounding instead of two
     int64_t d = 0;
-    for (; d + kV <= D; d += kV) (VecF::loadu(o + d) * inv).store(o + d);
+    for (; d + kV <= D; d += kV) (VecF::loadu(o + d) / lv).store(o + d);
     for (; d < D; ++d) o[d] /= l;
     *lse = m + std::log(l);
   }
   from_float(o, dst, D);
 }
 
-// S^T[j][i] = sum_d K[j][d] * QT[d][i] for NJ keys from j and two row vectors from i.
+// S^T[j][i] = sum_d K[j][d] * QT[d][i] for NJ keys from j and two row vectors from i. Even and
+// odd d accumulate apart (two shorter chains round less than one long one: the scores' error is
+// what the exponentials amplify).
 template <int NJ>
 inline void score_tile(const float* k, int64_t ks, const float* qt, int64_t rp, float* st, int64_t D) {
-  VecF acc[NJ][2];
-  for (int jj = 0; jj < NJ; ++jj) acc[jj][0] = acc[jj][1] = VecF(0.f);
-  for (int64_t d = 0; d < D; ++d) {
+  VecF acc[2][NJ][2];
+  for (int c = 0; c < 2; ++c) {
+    for (int jj = 0; jj < NJ; ++jj) acc[c][jj][0] = acc[c][jj][1] = VecF(0.f);
+  }
+  auto step = [&](int c, int64_t d) {
     const VecF q0 = VecF::loadu(qt + d * rp), q1 = VecF::loadu(qt + d * rp + kV);
     for (int jj = 0; jj < NJ; ++jj) {
       const VecF kb(k[jj * ks + d]);
-      acc[jj][0] = at::vec::fmadd(kb, q0, acc[jj][0]);
-      acc[jj][1] = at::vec::fmadd(kb, q1, acc[jj][1]);
+      acc[c][jj][0] = at::vec::fmadd(kb, q0, acc[c][jj][0]);
+      acc[c][jj][1] = at::vec::fmadd(kb, q1, acc[c][jj][1]);
     }
-  }
+  };
+  int64_t d = 0;
+  for (; d + 2 <= D; d += 2) step(0, d), step(1, d + 1);
+  if (d < D) step(0, d);
   for (int jj = 0; jj < NJ; ++jj) {
-    acc[jj][0].store(st + jj * rp);
-    acc[jj][1].store(st + jj * rp + kV);
+    (acc[0][jj][0] + acc[1][jj][0]).store(st + jj * rp);
+    (acc[0][jj][1] + acc[1][jj][1]).store(st + jj * rp + kV);
   }
 }
 
