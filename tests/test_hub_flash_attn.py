@@ -125,7 +125,8 @@ def test_kvcache_decode(hub: dict, isa: str, dtype: torch.dtype) -> None:
     for causal in (False, True):
         out = fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor(lens), causal=causal)
         for b, n in enumerate(lens):
-            _assert_accurate(out[b : b + 1], q[b : b + 1], k_cache[b : b + 1, :n], v_cache[b : b + 1, :n], causal)
+            kb, vb = k_cache[b : b + 1, :n], v_cache[b : b + 1, :n]
+            _assert_accurate(out[b : b + 1], q[b : b + 1], kb, vb, causal)
     k_new, v_new = _rand(3, 1, 3, 64, dtype=dtype, seed=10), _rand(3, 1, 3, 64, dtype=dtype, seed=11)
     starts = torch.tensor([0, 510, 2047], dtype=torch.int32)
     out, lse = fa.flash_attn_with_kvcache(
@@ -157,12 +158,14 @@ def test_bad_inputs_raise_one_line(hub: dict) -> None:
     fa = hub["flash_attn"]
     q, k, v = _qkv(1, 5, 5, 4, 2, 64, torch.float32)
     cu = torch.tensor([0, 5], dtype=torch.int32)
+    q0, k0, v0 = q[0], k[0], v[0]
     cases = [
         (lambda: fa.flash_attn_func(q, k, v, dropout_p=0.1), ValueError, "dropout_p"),
         (lambda: fa.flash_attn_func(q, k, v, window_size=(3, 3)), ValueError, "window_size"),
         (lambda: fa.flash_attn_func(q, k, v, softcap=30.0), ValueError, "softcap"),
         (lambda: fa.flash_attn_func(q, k, v, alibi_slopes=torch.ones(4)), ValueError, "alibi"),
-        (lambda: fa.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 5, 5, block_table=cu), ValueError, "block_table"),
+        (lambda: fa.flash_attn_varlen_func(q0, k0, v0, cu, cu, 5, 5, block_table=cu), ValueError,
+         "block_table"),
         (lambda: fa.flash_attn_func(q, k[:, :, :1].expand(-1, -1, 3, -1), v[:, :, :1].expand(-1, -1, 3, -1)),
          RuntimeError, "multiple"),
         (lambda: fa.flash_attn_func(q, k.bfloat16(), v), RuntimeError, "share a dtype"),
@@ -171,7 +174,8 @@ def test_bad_inputs_raise_one_line(hub: dict) -> None:
         (lambda: fa.flash_attn_func(q[0], k[0], v[0]), RuntimeError, "expected"),
         (lambda: fa.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 9]), cu, 9, 5), RuntimeError,
          "cu_seqlens_q"),
-        (lambda: fa.flash_attn_with_kvcache(q, k, v, k[:, :1], v[:, :1], cache_seqlens=5), ValueError, "overflows"),
+        (lambda: fa.flash_attn_with_kvcache(q, k, v, k[:, :1], v[:, :1], cache_seqlens=5), ValueError,
+         "overflows"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, k[:, :1]), ValueError, "both k and v"),
     ]  # fmt: skip
     for call, error, words in cases:
