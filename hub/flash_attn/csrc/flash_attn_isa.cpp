@@ -126,6 +126,43 @@ inline void score_tile(const float* k, int64_t ks, const float* qt, int64_t rp, 
   }
 }
 
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+constexpr bool kDotBf16 = true;
+// The score tile of bfloat16 inputs with vdpbf16ps (two products per lane per instruction): Q^T
+// packed as bfloat16 pairs (d, d + 1) per row, each key's pair broadcast straight from its row.
+// The products are exact in float32; the scale is applied to the sums.
+template <int NJ>
+inline void score_tile_bf16(const c10::BFloat16* k, int64_t ks, const uint16_t* q2, int64_t rp, float* st,
+                            int64_t D, float scale) {
+  __m512 acc[2][NJ][2];
+  for (int c = 0; c < 2; ++c) {
+    for (int jj = 0; jj < NJ; ++jj) acc[c][jj][0] = acc[c][jj][1] = _mm512_setzero_ps();
+  }
+  auto step = [&](int c, int64_t dp) {
+    const uint16_t* qq = q2 + dp * 2 * rp;
+    const __m512bh q0 = (__m512bh)_mm512_loadu_si512(qq), q1 = (__m512bh)_mm512_loadu_si512(qq + 2 * kV);
+    for (int jj = 0; jj < NJ; ++jj) {
+      int32_t pair;
+      std::memcpy(&pair, k + jj * ks + 2 * dp, sizeof(pair));
+      const __m512bh kb = (__m512bh)_mm512_set1_epi32(pair);
+      acc[c][jj][0] = _mm512_dpbf16_ps(acc[c][jj][0], q0, kb);
+      acc[c][jj][1] = _mm512_dpbf16_ps(acc[c][jj][1], q1, kb);
+    }
+  };
+  const int64_t pairs = D / 2;
+  int64_t dp = 0;
+  for (; dp + 2 <= pairs; dp += 2) step(0, dp), step(1, dp + 1);
+  if (dp < pairs) step(0, dp);
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int jj = 0; jj < NJ; ++jj) {
+    _mm512_storeu_ps(st + jj * rp, _mm512_mul_ps(_mm512_add_ps(acc[0][jj][0], acc[1][jj][0]), sc));
+    _mm512_storeu_ps(st + jj * rp + kV, _mm512_mul_ps(_mm512_add_ps(acc[0][jj][1], acc[1][jj][1]), sc));
+  }
+}
+#else
+constexpr bool kDotBf16 = false;
+#endif
+
 // OT[d][i] += sum_j V[j][d] * PT[j][i] for ND head_dim elements from d and two row vectors.
 template <int ND>
 inline void value_tile(const float* v, int64_t vs, const float* pt, int64_t rp, float* ot, int64_t bk) {
@@ -165,9 +202,17 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
   std::fill(qt, qt + D * rp, 0.f);
   std::fill(ot, ot + D * rp, 0.f);
   const T* q = static_cast<const T*>(p.q) + t.q_off;
+  // bfloat16 scores with vdpbf16ps where this unit has it (Q^T as raw bfloat16 pairs in qt).
+  constexpr bool dot16 = kDotBf16 && std::is_same_v<T, c10::BFloat16>;
+  const bool pairs = dot16 && D % 2 == 0;
+  uint16_t* q2 = reinterpret_cast<uint16_t*>(qt);
   for (int64_t r = 0; r < R; ++r) {
     const T* row = q + (t.q0 + r / G) * p.q_tok + (t.kv_head * G + r % G) * p.q_head;
-    for (int64_t d = 0; d < D; ++d) qt[d * rp + r] = static_cast<float>(row[d]) * p.scale;
+    if (pairs) {
+      for (int64_t d = 0; d < D; ++d) std::memcpy(q2 + (d / 2) * 2 * rp + 2 * r + (d & 1), row + d, 2);
+    } else {
+      for (int64_t d = 0; d < D; ++d) qt[d * rp + r] = static_cast<float>(row[d]) * p.scale;
+    }
   }
   for (int64_t r = 0; r < rp; ++r) {
     m[r] = -kInf;
@@ -189,7 +234,7 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
       vp = vbase + k0 * p.v_tok, vs = p.v_tok;
     } else {
       for (int64_t j = 0; j < bk; ++j) {
-        to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
+        if (!pairs) to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
         to_float(vbase + (k0 + j) * p.v_tok, vf + j * D, D);
       }
       kp = kf, ks = D, vp = vf, vs = D;
@@ -197,6 +242,17 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
     // Scores, transposed: st[j][i].
     for (int64_t i = 0; i < rp; i += 2 * kV) {
       int64_t j = 0;
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
+      if constexpr (dot16) {
+        if (pairs) {
+          const T* kr = kbase + k0 * p.k_tok;
+          for (; j + kJT <= bk; j += kJT)
+            score_tile_bf16<kJT>(kr + j * p.k_tok, p.k_tok, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
+          for (; j < bk; ++j) score_tile_bf16<1>(kr + j * p.k_tok, p.k_tok, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
+          continue;
+        }
+      }
+#endif
       for (; j + kJT <= bk; j += kJT) score_tile<kJT>(kp + j * ks, ks, qt + i, rp, st + j * rp + i, D);
       for (; j < bk; ++j) score_tile<1>(kp + j * ks, ks, qt + i, rp, st + j * rp + i, D);
     }
@@ -256,6 +312,18 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
 
 inline float hsum(const VecF& v) {
   return at::vec::vec_reduce_all<float>([](VecF& a, VecF& b) { return a + b; }, v);
+}
+
+// o[0 : NV vectors] += sum_j p[j] * v[j][0 : NV vectors], the accumulators held in registers.
+template <int NV>
+inline void pv_row(float* o, const float* v, int64_t vs, const float* p, int64_t bk) {
+  VecF acc[NV];
+  for (int c = 0; c < NV; ++c) acc[c] = VecF::loadu(o + c * kV);
+  for (int64_t j = 0; j < bk; ++j) {
+    const VecF pj(p[j]);
+    for (int c = 0; c < NV; ++c) acc[c] = at::vec::fmadd(pj, VecF::loadu(v + j * vs + c * kV), acc[c]);
+  }
+  for (int c = 0; c < NV; ++c) acc[c].store(o + c * kV);
 }
 
 // A few rows against many keys: scores as dot products along head_dim, the output along head_dim.
@@ -333,12 +401,12 @@ void decode_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Attn
       if (a != 1.f) {
         for (int64_t d = 0; d < D; ++d) orow[d] *= a;
       }
-      for (int64_t jj = 0; jj < bk; ++jj) {
-        const float* vr = vp + jj * vs;
-        const VecF pj(sr[jj]);
-        int64_t d = 0;
-        for (; d < dv; d += kV) at::vec::fmadd(pj, VecF::loadu(vr + d), VecF::loadu(orow + d)).store(orow + d);
-        for (; d < D; ++d) orow[d] += sr[jj] * vr[d];
+      int64_t d = 0;
+      for (; d + 8 * kV <= dv; d += 8 * kV) pv_row<8>(orow + d, vp + d, vs, sr, bk);
+      for (; d + 4 * kV <= dv; d += 4 * kV) pv_row<4>(orow + d, vp + d, vs, sr, bk);
+      for (; d + kV <= dv; d += kV) pv_row<1>(orow + d, vp + d, vs, sr, bk);
+      for (; d < D; ++d) {
+        for (int64_t jj = 0; jj < bk; ++jj) orow[d] += sr[jj] * vp[jj * vs + d];
       }
     }
   }

@@ -5,6 +5,8 @@
 #include "kx_limits.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 
 #include <algorithm>
 #include <atomic>
@@ -165,24 +167,28 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
     }
   }
   auto fn = tab.task[dc];
+  auto mg = tab.merge[dc];
+  // The last split of a base task to finish merges them, on its own thread: no second region.
+  std::vector<std::atomic<int64_t>> remaining(splits > 1 ? base.size() : 0);
+  for (auto& r : remaining) r.store(splits);
   std::atomic<int64_t> next{0};
   const int64_t n = static_cast<int64_t>(tasks.size());
   auto worker = [&](int64_t, int64_t) {
     for (int64_t i; (i = next.fetch_add(1)) < n;) {
       const int64_t id = order[i];
-      fn(p, tasks[id], splits > 1 ? &parts[id] : nullptr);
+      if (splits == 1) {
+        fn(p, tasks[id], nullptr);
+        continue;
+      }
+      fn(p, tasks[id], &parts[id]);
+      const int64_t b = id / splits;
+      if (remaining[b].fetch_sub(1) == 1) mg(p, base[b], &parts[b * splits], splits);
     }
   };
   if (n == 1 || q.numel() * std::max<int64_t>(max_lk, 1) < kx::kSerialBelow) {
     worker(0, 1);
   } else {
     at::parallel_for(0, std::min(threads, n), 1, worker);
-  }
-  if (splits > 1) {
-    auto mg = tab.merge[dc];
-    at::parallel_for(0, static_cast<int64_t>(base.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) mg(p, base[i], &parts[i * splits], splits);
-    });
   }
   return {out, lse};
 }
@@ -198,6 +204,37 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
 }
 
 TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) { m.impl("fwd", &fwd); }
+
+namespace {
+
+// Autograd kernel, in C++ because a Python one (torch.library.register_autograd) costs about
+// 9 us per call, a third of a decode step. The forward runs below autograd; when an input
+// requires grad (a model called outside torch.no_grad()) the output gets a node that raises on
+// backward: the kernel is forward only.
+void fwd_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, op.schema().arguments().size());
+  std::vector<at::Tensor> inputs = {args[0].toTensor(), args[1].toTensor(), args[2].toTensor()};
+  const bool track = at::GradMode::is_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) {
+                       return t.requires_grad();
+                     });
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  if (track) {
+    auto node = c10::make_intrusive<torch::autograd::Error>(
+        "flash_attn (CPU): this kernel is forward only (no backward); train with attn_implementation='sdpa' or "
+        "'eager'");
+    node->set_next_edges(torch::autograd::collect_next_edges(inputs));
+    torch::autograd::set_history((*stack)[stack->size() - 2].toTensor(), node);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+  m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fwd_autograd>());
+}
 
 // The fake (meta) kernel is registered from Python, in the package's _registrations.py.
 

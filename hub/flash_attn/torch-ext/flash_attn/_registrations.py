@@ -1,8 +1,8 @@
-"""Fake (meta) kernel and autograd entry of the attention op, registered through torch.library.
+"""Fake (meta) kernel of the attention op, registered through torch.library.
 
-With the fake kernel, torch.compile traces `fwd` without a graph break (fake tensors get their
-shapes from here). The kernel is forward only: its autograd entry lets a forward with inputs that
-require grad run (a model called outside torch.no_grad()), and a backward through it raises.
+With it, torch.compile traces `fwd` without a graph break (fake tensors get their shapes from
+here). The autograd entry is in C++ (flash_attn_ops.cpp: a Python one costs ~9 us per call): a
+forward with inputs that require grad runs, and a backward through it raises.
 
 Imported once per process per build: `kernels` may execute the package's `__init__` again, but
 this submodule stays in `sys.modules`, so torch.library never sees a second registration.
@@ -31,17 +31,3 @@ def _fwd_fake(
     torch._check(q.shape[-2] % k.shape[-2] == 0, lambda: "flash_attn: heads must be a multiple of kv heads")
     lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
     return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
-
-
-def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
-    pass
-
-
-def _backward(ctx, *grads: torch.Tensor):
-    raise RuntimeError(
-        "flash_attn (CPU): this kernel is forward only (no backward); train with "
-        "attn_implementation='sdpa' or 'eager'"
-    )
-
-
-torch.library.register_autograd(add_op_namespace_prefix("fwd"), _backward, setup_context=_setup_context)
