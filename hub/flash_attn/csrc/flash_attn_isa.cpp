@@ -23,14 +23,20 @@ constexpr int64_t kBK = 64;  // keys per block
 #if defined(CPU_CAPABILITY_AVX512)
 constexpr int kJT = 4;  // keys per score tile (x 2 row vectors x 2 chains = 16 accumulators of 32 registers)
 constexpr int kDT = 8;  // head_dim elements per output tile
-constexpr int64_t kRowsPerTask = 96;
+constexpr int64_t kRowsPerTask = 192;
 #else
 constexpr int kJT = 2;  // 8 accumulators of AVX2's 16 registers
 constexpr int kDT = 4;
-constexpr int64_t kRowsPerTask = 48;
+constexpr int64_t kRowsPerTask = 96;
 #endif
 constexpr int64_t kDecodeRows = 8;  // at most this many rows: the dot-product path
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <typename T>
+inline void prefetch_row(const T* row, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+}
 
 // Scratch of one thread, reused across tasks and calls.
 inline float* scratch(size_t n) {
@@ -226,29 +232,34 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
 
   for (int64_t k0 = t.k_begin; k0 < kend; k0 += kBK) {
     const int64_t bk = std::min(kBK, kend - k0);
-    const float* kp;
-    const float* vp;
-    int64_t ks, vs;
-    if constexpr (std::is_same_v<T, float>) {
-      kp = kbase + k0 * p.k_tok, ks = p.k_tok;
-      vp = vbase + k0 * p.v_tok, vs = p.v_tok;
-    } else {
-      for (int64_t j = 0; j < bk; ++j) {
-        if (!pairs) to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
-        to_float(vbase + (k0 + j) * p.v_tok, vf + j * D, D);
+    // K and V rows of the block copied together (widened to float32, except K for vdpbf16ps),
+    // while the next block's rows are prefetched: rows strided by the other heads, read from L3,
+    // made the kernel twice slower once a sequence's K and V outgrew L2.
+    const int64_t next_bk = std::min(kBK, kend - k0 - bk);
+    for (int64_t j = 0; j < bk; ++j) {
+      if (j < next_bk) {
+        prefetch_row(kbase + (k0 + bk + j) * p.k_tok, D);
+        prefetch_row(vbase + (k0 + bk + j) * p.v_tok, D);
       }
-      kp = kf, ks = D, vp = vf, vs = D;
+      if (pairs) {
+        std::memcpy(kf + j * D / 2, kbase + (k0 + j) * p.k_tok, static_cast<size_t>(D) * sizeof(T));
+      } else {
+        to_float(kbase + (k0 + j) * p.k_tok, kf + j * D, D);
+      }
+      to_float(vbase + (k0 + j) * p.v_tok, vf + j * D, D);
     }
+    const float* kp = kf;
+    const float* vp = vf;
+    const int64_t ks = D, vs = D;
     // Scores, transposed: st[j][i].
     for (int64_t i = 0; i < rp; i += 2 * kV) {
       int64_t j = 0;
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512BF16__)
       if constexpr (dot16) {
         if (pairs) {
-          const T* kr = kbase + k0 * p.k_tok;
-          for (; j + kJT <= bk; j += kJT)
-            score_tile_bf16<kJT>(kr + j * p.k_tok, p.k_tok, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
-          for (; j < bk; ++j) score_tile_bf16<1>(kr + j * p.k_tok, p.k_tok, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
+          const T* kr = reinterpret_cast<const T*>(kf);  // raw bfloat16 rows of D
+          for (; j + kJT <= bk; j += kJT) score_tile_bf16<kJT>(kr + j * D, D, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
+          for (; j < bk; ++j) score_tile_bf16<1>(kr + j * D, D, q2 + 2 * i, rp, st + j * rp + i, D, p.scale);
           continue;
         }
       }

@@ -107,6 +107,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   // Base tasks (sequence, KV head, query block), then key splits where they are too few to keep
   // every thread busy (decode: one query token against a long cache).
   std::vector<kx::AttnTask> base;
+  std::vector<int64_t> group;  // (sequence, KV head) of each base task, in build order
   int64_t max_lk = 0;
   for (int64_t b = 0; b < B; ++b) {
     kx::AttnTask t{};
@@ -123,6 +124,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
         t.kv_head = hk, t.q0 = q0, t.nq = std::min(nq_block, t.lq - q0);
         t.k_begin = 0, t.k_end = t.lk;
         base.push_back(t);
+        group.push_back(b * Hk + hk);
       }
     }
   }
@@ -142,8 +144,9 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
       tasks.push_back(u);
     }
   }
-  // Costliest first (causal blocks late in a sequence see the most keys), taken from a shared
-  // counter, so that the threads finish together.
+  // Taken from a shared counter: one KV head after the other (its K and V stay in L2 across its
+  // tasks), and within it the costliest first (causal blocks late in a sequence see the most
+  // keys), so that the threads finish together on the cheap blocks.
   std::vector<int64_t> order(tasks.size());
   std::vector<double> cost(tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -152,7 +155,10 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
     cost[i] = static_cast<double>(t.nq) * static_cast<double>(std::max<int64_t>(0, kend - t.k_begin) + 16);
     order[i] = static_cast<int64_t>(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const int64_t ga = group[a / splits], gb = group[b / splits];
+    return ga != gb ? ga < gb : cost[a] > cost[b];
+  });
 
   const int64_t rows = nq_block * p.group;
   at::Tensor scratch;
