@@ -35,7 +35,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 template <typename T>
 inline void prefetch_row(const T* row, int64_t n) {
   const char* c = reinterpret_cast<const char*>(row);
-  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b, 0, 1);  // to L2: L1 holds the current block
 }
 
 // Scratch of one thread, reused across tasks and calls.
@@ -195,7 +195,7 @@ template <typename T>
 void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* partial) {
   const int64_t D = p.head_dim, G = p.group, R = t.nq * G;
   const int64_t rp = (R + 2 * kV - 1) / (2 * kV) * (2 * kV);  // rows padded to whole tiles
-  float* qt = scratch(static_cast<size_t>(rp) * (2 * D + kBK + 4) + 2 * kBK * D);
+  float* qt = scratch(static_cast<size_t>(rp) * (2 * D + kBK + 4) + 2 * kBK * D + 64);
   float* ot = qt + D * rp;
   float* st = ot + D * rp;
   float* m = st + kBK * rp;
@@ -203,7 +203,7 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
   float* lim = l + rp;
   float* alpha = lim + rp;
   float* kf = alpha + rp;
-  float* vf = kf + kBK * D;
+  float* vf = kf + kBK * D + 48;  // off by 192 bytes: K and V rows never 4 KiB apart (aliasing stalls)
 
   std::fill(qt, qt + D * rp, 0.f);
   std::fill(ot, ot + D * rp, 0.f);
