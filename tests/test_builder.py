@@ -10,6 +10,7 @@ import pytest
 from kernels import Metadata, get_local_kernel
 
 from kernel_explorer.builder import BUNDLED_REPOS, HUB_SOURCES, build_repo, build_variant, check_build
+from kernel_explorer.bundled import BUNDLED_ATTENTION
 from kernel_explorer.errors import BuildError
 from kernel_explorer.hardware import detect_hardware
 
@@ -25,7 +26,10 @@ def test_layout_is_kernel_builders(hub: dict, name: str) -> None:
     built = build_repo(name, progress=False)
     assert built.reused  # the session's hub fixture built it already
     files = {p.name for p in built.variant_path.iterdir()}
-    assert {"metadata.json", "__init__.py", "_ops.py", "layers.py", f"{built.kernel_id}.abi3.so"} <= files
+    expected = {"metadata.json", "__init__.py", "_ops.py", f"{built.kernel_id}.abi3.so"}
+    if name != BUNDLED_ATTENTION:  # attention enters through Transformers, not kernelize layers
+        expected.add("layers.py")
+    assert expected <= files
     metadata = Metadata.read_from_file(built.variant_path / "metadata.json")
     assert metadata.id == built.kernel_id and metadata.name.python_name == name
     assert hub[name].__name__ == built.kernel_id  # kernels imported it under the metadata id

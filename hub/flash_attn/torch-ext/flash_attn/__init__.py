@@ -1,0 +1,192 @@
+"""CPU flash attention with flash-attn 2's call contract, for Transformers' Hub attention kernels.
+
+Contract (what Transformers' `flash_attention_forward` / `_flash_attention_forward` call, with
+flash-attn 2's names, shapes and defaults; Transformers reads the keyword names of
+`flash_attn_varlen_func` and `flash_attn_with_kvcache` to decide what it may pass):
+
+- ``flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+  softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)``
+  q (batch, seqlen_q, nheads, headdim), k/v (batch, seqlen_k, nheads_k, headdim) -> out like q;
+  with return_attn_probs, ``(out, softmax_lse (batch, nheads, seqlen_q) float32, None)``.
+- ``flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+  dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+  alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None)``
+  q (total_q, nheads, headdim), k/v (total_k, nheads_k, headdim), cu_seqlens (batch + 1,) int32
+  -> out (total_q, nheads, headdim); lse (nheads, total_q).
+- ``flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+  cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+  softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+  alibi_slopes=None, num_splits=0, return_softmax_lse=False)``
+  q (batch, seqlen_q, nheads, headdim), caches (batch, seqlen_cache, nheads_k, headdim); k/v new
+  tokens (batch, seqlen_new, nheads_k, headdim) are written into the caches in place at
+  cache_seqlens (int or (batch,) int32) and attended to -> out, or (out, lse) with
+  return_softmax_lse.
+
+Semantics: softmax_scale defaults to headdim ** -0.5; nheads must be a multiple of nheads_k
+(GQA/MQA: query head h reads KV head h // (nheads // nheads_k), K/V are never expanded); causal
+with seqlen_q != seqlen_k is aligned bottom-right (flash-attn >= 2.1): query i sees keys
+j <= i + seqlen_k - seqlen_q, and a row that sees no key is 0. float32, bfloat16 and float16 on
+CPU, any token/head strides (headdim contiguous), headdim 1 to 256; accumulation in float32.
+Deterministic always. Forward only (a backward raises). Not supported, each a one-line
+ValueError rather than a different result: dropout_p > 0, window_size other than (-1, -1),
+softcap != 0, alibi_slopes, block_table (paged KV), rotary in kvcache, cache_batch_idx,
+cache_leftpad.
+
+Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal)
+-> (out, lse)``; ``isa()`` / ``set_isa(name)`` report and force the code path (avx512bf16,
+avx512, avx2, portable).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import ops
+
+_NAME = "flash_attn (CPU)"
+
+
+def _refuse(what: str, hint: str) -> None:
+    raise ValueError(f"{_NAME}: {what} is not supported; {hint}")
+
+
+def _check_options(
+    dropout_p: float = 0.0,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+) -> None:
+    if dropout_p:
+        _refuse(f"dropout_p={dropout_p}", "it is an inference kernel: pass dropout_p=0.0 (model.eval())")
+    if tuple(window_size) != (-1, -1):
+        _refuse(f"window_size={tuple(window_size)} (sliding window)", "use attn_implementation='sdpa'")
+    if softcap:
+        _refuse(f"softcap={softcap}", "use attn_implementation='eager' for logit soft-capping")
+    if alibi_slopes is not None:
+        _refuse("alibi_slopes", "use attn_implementation='eager' for ALiBi")
+    if block_table is not None:
+        _refuse("block_table (paged KV cache)", "use a contiguous cache with flash_attn_with_kvcache")
+
+
+def _scale(q: torch.Tensor, softmax_scale: float | None) -> float:
+    return float(q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale)
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+):
+    """Attention over (batch, seqlen, heads, headdim) tensors; see the module docstring."""
+    _check_options(dropout_p, window_size, softcap, alibi_slopes)
+    out, lse = ops.fwd(q, k, v, None, None, None, _scale(q, softmax_scale), bool(causal))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int | None = None,
+    max_seqlen_k: int | None = None,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
+):
+    """Attention over packed sequences (total, heads, headdim) cut by cu_seqlens; max_seqlen_* are
+    accepted for the contract and not needed (the lengths come from cu_seqlens)."""
+    _check_options(dropout_p, window_size, softcap, alibi_slopes, block_table)
+    out, lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, None, _scale(q, softmax_scale), bool(causal))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def _append_to_cache(cache: torch.Tensor, new: torch.Tensor, starts: torch.Tensor, name: str) -> None:
+    if new.dim() != 4 or new.shape[0] != cache.shape[0] or new.shape[2:] != cache.shape[2:]:
+        raise ValueError(
+            f"{_NAME}: {name} must be (batch, seqlen_new, nheads_k, headdim) matching the cache "
+            f"{tuple(cache.shape)}, got {tuple(new.shape)}"
+        )
+    n = new.shape[1]
+    if int(starts.max()) + n > cache.shape[1]:
+        raise ValueError(
+            f"{_NAME}: appending {n} tokens at cache_seqlens up to {int(starts.max())} overflows the "
+            f"cache of {cache.shape[1]} tokens; allocate a longer cache"
+        )
+    for b, s in enumerate(starts.tolist()):
+        cache[b, s : s + n] = new[b]
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: int | torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+):
+    """Decode against a KV cache: the keys of each sequence are split over the threads and the
+    partial softmaxes merged; see the module docstring."""
+    _check_options(0.0, window_size, softcap, alibi_slopes, block_table)
+    if rotary_cos is not None or rotary_sin is not None:
+        _refuse("rotary_cos/rotary_sin", "apply the rotary embedding before the call")
+    if cache_batch_idx is not None or cache_leftpad is not None:
+        _refuse("cache_batch_idx/cache_leftpad", "pass a cache whose batch rows are the query's, unpadded")
+    batch = q.shape[0]
+    seqused = None
+    if cache_seqlens is not None:
+        seqused = torch.as_tensor(cache_seqlens, dtype=torch.int32).reshape(-1).expand(batch).contiguous()
+    if (k is None) != (v is None):
+        raise ValueError(f"{_NAME}: give both k and v (new tokens for the cache), or neither")
+    if k is not None:
+        if seqused is None:
+            raise ValueError(f"{_NAME}: appending k/v needs cache_seqlens (where each sequence's cache ends)")
+        _append_to_cache(k_cache, k, seqused, "k")
+        _append_to_cache(v_cache, v, seqused, "v")
+        seqused = seqused + k.shape[1]
+    out, lse = ops.fwd(q, k_cache, v_cache, None, None, seqused, _scale(q, softmax_scale), bool(causal))
+    return (out, lse) if return_softmax_lse else out
+
+
+def isa() -> str:
+    """The instruction-set path in use: avx512bf16, avx512, avx2 or portable."""
+    return ops.isa()
+
+
+def set_isa(name: str) -> str:
+    """Force a code path (for tests and benchmarks)."""
+    return ops.set_isa(name)
+
+
+from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that refuses)
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "isa", "set_isa"]
