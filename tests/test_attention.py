@@ -322,3 +322,22 @@ def test_a_model_on_eager_comes_back_to_eager_bitwise(hub: dict, repos: dict[str
     torch.testing.assert_close(logits(model), before)
     explorer.reset()
     assert model.config._attn_implementation == "eager" and torch.equal(logits(model), before)
+
+
+def test_the_bundled_cpu_attention_runs_through_the_row_and_comes_back_bitwise(hub: dict) -> None:
+    """The bundled hub/flash_attn is the row's best candidate here; switched on, Transformers' own
+    flash wrapper runs its op (seen in the profile), logits stay close to sdpa's, and off is exact."""
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    model = explorer.model
+    row = next(r for r in explorer.inventory().rows if r.group.name == ATTENTION)
+    best, found = row.best
+    assert best.label == "bundled/flash_attn" and found.state.usable, found
+    before = logits(model)
+    running = explorer.on(ATTENTION)
+    assert {now.repository for now in running} == {"bundled/flash_attn"} and len(running) == 2
+    with torch.profiler.profile() as profile:
+        on = logits(model)
+    assert any(e.name.startswith("_flash_attn_cpu_") for e in profile.events()), "the bundled op ran"
+    torch.testing.assert_close(on, before, rtol=1e-4, atol=1e-5)
+    explorer.off(ATTENTION)
+    assert torch.equal(logits(model), before)
