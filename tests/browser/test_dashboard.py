@@ -30,6 +30,7 @@ CELLS = [
     "print('COMPARE', v.speedup_low, v.speedup_high, v.noise_floor)",
     "live = [r.values for r in explorer.results.records('layer_verdict') if r.layer == 'RMSNorm'][-1]\n"
     "print('LIVE', live.speedup, live.speedup_low, live.speedup_high)",
+    "import torch\nexplorer.extend('Linear', torch.nn.Linear, 'model.layers.*.mlp.*');",
 ]
 
 
@@ -136,6 +137,21 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
     assert "Linear (matmul)" in legend and "RMSNorm (kernel layer)" in legend, legend
     breakdown.scroll_into_view_if_needed()
     screenshot(page, f"{lab.app}-breakdown")
+
+    page.locator('input.kx-layer-switch[data-layer="attention"]').click()  # model-wide, bundled CPU kernel
+    expect(page.locator('.kx-runs[data-layer="attention"]')).to_have_text(
+        re.compile(r"^bundled/flash_attn"), timeout=30_000
+    )
+    _run_cell(page, 7)  # extend: a row for Linear layers the model does not mark
+    switch = 'input.kx-layer-switch[data-layer="Linear"]'
+    linear = page.locator(".kx-layer-table tr", has=page.locator(switch))
+    expect(linear).to_contain_text("added by you", timeout=30_000)
+    page.locator(switch).click()
+    expect(page.locator('.kx-runs[data-layer="Linear"]')).to_have_text(
+        re.compile(r"^bundled/quantized_linear Q8_0Linear x6$"), timeout=30_000
+    )
+    page.locator(".kx-layer-table").first.scroll_into_view_if_needed()
+    screenshot(page, f"{lab.app}-attention-and-linear-rows")
 
     if lab.app == "jupyterlab":
         page.set_viewport_size({"width": 1280, "height": 1100})
