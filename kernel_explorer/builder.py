@@ -182,6 +182,8 @@ def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> B
     variant_path = repo_path / "build" / variant
     sections = tuple(s.name for s in plan.kernels)
     if not force and variant_path.is_dir() and check_build(variant_path, fingerprint) is None:
+        if _extras_differ(plan, repo_path):  # a changed benchmark or test needs no recompile
+            _copy_extras(plan, repo_path)
         return BuiltRepo(plan.name, repo_path, variant, kernel_id, sections, reused=True, notes=notes)
     if progress:
         for line in notes:
@@ -281,6 +283,19 @@ def _copy_extras(plan: RepoPlan, repo_path: Path) -> None:
         if dst.is_dir():
             shutil.rmtree(dst)
         partial.replace(dst)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {"": path.read_bytes()}
+    if not path.is_dir():
+        return {}
+    found = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return {str(p.relative_to(path)): p.read_bytes() for p in found}
+
+
+def _extras_differ(plan: RepoPlan, repo_path: Path) -> bool:
+    return any(_files(plan.root / name) != _files(repo_path / name) for name in _REPO_EXTRAS)
 
 
 class _NoBar:
