@@ -58,7 +58,7 @@ _STAMP = ".kx-build.json"
 _RECIPE_VERSION = 3
 NOARCH_VARIANT = "torch-cpu"
 # What a built repository carries besides build/: `kernels benchmark <repo>` runs benchmarks/.
-_REPO_EXTRAS = ("benchmarks", "tests", "build.toml", "README.md")
+_REPO_EXTRAS = ("benchmarks", "tests", "README.md")  # not build.toml: a built path is taken as it is
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ def _write_package(plan: RepoPlan, staging: Path, kernel_id: str, fingerprint: s
 
 
 def _copy_extras(plan: RepoPlan, repo_path: Path) -> None:
-    """benchmarks/, tests/ and build.toml beside build/, so `kernels benchmark <repo_path>` runs them."""
+    """benchmarks/, tests/ and the README beside build/, so `kernels benchmark <repo_path>` runs them."""
     for name in _REPO_EXTRAS:
         src, dst = plan.root / name, repo_path / name
         if not src.exists():

@@ -21,6 +21,8 @@ from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kernels import Mode
     from torch import nn
 
@@ -72,6 +74,7 @@ class Explorer(Measuring):
         include_bundled: bool = True,
         include_registered: bool = True,
         include_transformers: bool = True,
+        peers: Iterable[str | Path] = (),
     ) -> None:
         from torch import nn
 
@@ -95,6 +98,8 @@ class Explorer(Measuring):
             trust_remote_code=trust_remote_code,
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+        for path in peers:  # built for this CPU (cached); candidates of source "peer"
+            self.add_peer(path)
         self.tokenizer = tokenizer
         self.results = ResultLog()
         self._runner = Runner(self.results)
@@ -126,6 +131,13 @@ class Explorer(Measuring):
     def layers(self) -> list[str]:
         """Kernel layer names this model has."""
         return list(self.switchboard.groups)
+
+    def add_peer(self, path: str | Path, layers: dict[str, str] | None = None) -> list[Candidate]:
+        """Offer a local kernel-builder repository (source or built path) as a candidate of source
+        "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
+        from kernel_explorer.peers import peer_mapping
+
+        return self.catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""

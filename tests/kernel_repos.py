@@ -116,7 +116,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   ops.def("path() -> str", &path);
 #if defined(CPU_KERNEL)
-  ops.impl("rms_norm", torch::kCPU, &rms_norm);
+  ops.impl("rms_norm", c10::DeviceType::CPU, &rms_norm);
 #endif
 }
 
