@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_ops import interleaved, make_case  # noqa: E402
+from kernel_ops import interleaved, make_case
 
-from kernel_explorer.measure.stats import speedup_interval  # noqa: E402
+from kernel_explorer.measure.stats import speedup_interval
 
 
 def load_hub(folder: Path) -> dict:
@@ -40,9 +40,11 @@ def main() -> None:
     parser.add_argument("new", type=Path)
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 512, 2048])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--ops", nargs="+", default=["rmsnorm", "silu_and_mul", "gelu_tanh", "silu", "rotary"])
+    ops = ["rmsnorm", "silu_and_mul", "gelu_tanh", "silu", "rotary"]
+    parser.add_argument("--ops", nargs="+", default=ops)
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args()
+    torch.set_grad_enabled(False)  # the out= forms (what layers use at inference) refuse autograd
     old, new = load_hub(args.old), load_hub(args.new)
     isas = {name: (old[name].isa(), new[name].isa()) for name in old}
     print(f"# threads {torch.get_num_threads()}, ISA paths (old, new): {isas}; machine shared and loaded")
@@ -55,16 +57,16 @@ def main() -> None:
                 old_case, _ = make_case(op, tokens, dtype, old, {})
                 new_case, _ = make_case(op, tokens, dtype, new, {})
                 t_old, t_new = interleaved([old_case.kernel_out, new_case.kernel_out], rounds=args.rounds)
-                found = speedup_interval([a / b for a, b in zip(t_old, t_new)])
+                found = speedup_interval([a / b for a, b in zip(t_old, t_new, strict=True)])
                 medians.append(found.median)
                 us_old = sorted(t_old)[len(t_old) // 2] * 1e6
                 us_new = sorted(t_new)[len(t_new) // 2] * 1e6
                 print(
-                    f"{op:<15} {dtype_name:<9} {tokens:>6}  {found.median:5.3f} [{found.low:5.3f}, {found.high:5.3f}]"
-                    f"  {us_old:8.1f} {us_new:8.1f}"
+                    f"{op:<15} {dtype_name:<9} {tokens:>6}  {found.median:5.3f} "
+                    f"[{found.low:5.3f}, {found.high:5.3f}]  {us_old:8.1f} {us_new:8.1f}"
                 )
     geomean = math.exp(sum(math.log(m) for m in medians) / len(medians))
-    print(f"# geometric mean of old/new over {len(medians)} cells: {geomean:.3f} (> 1: the new build is faster)")
+    print(f"# geometric mean of old/new over {len(medians)} cells: {geomean:.3f} (> 1: new is faster)")
 
 
 if __name__ == "__main__":
