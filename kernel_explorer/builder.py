@@ -157,7 +157,12 @@ def build_path(path: str | Path, *, force: bool = False, progress: bool = True) 
     """
     root = Path(path).expanduser().resolve()
     if not (root / "build.toml").is_file() and any((root / "build").glob("*/metadata.json")):
-        variant = next(v for v in _accepted() if (root / "build" / v / "metadata.json").is_file())
+        variant = next((v for v in _accepted() if (root / "build" / v / "metadata.json").is_file()), None)
+        if variant is None:
+            found = ", ".join(sorted(p.parent.name for p in (root / "build").glob("*/metadata.json")))
+            raise BuildError(
+                f"{root} holds builds for {found}, none of which this machine accepts; build its sources"
+            )
         meta = json.loads((root / "build" / variant / "metadata.json").read_text())
         return BuiltRepo(meta.get("name", root.name), root, variant, meta.get("id", ""), (), reused=True)
     plan = _adapt_legacy(read_plan(root), isas_for_this_machine())
