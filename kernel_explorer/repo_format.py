@@ -30,6 +30,8 @@ _ISA_FLAG_FEATURE = {
     "-mavx512vnni": "avx512_vnni", "-mamx-tile": "amx_tile", "-mamx-bf16": "amx_bf16",
     "-mavx2": "avx2", "-mfma": "fma", "-mf16c": "f16c", "-mavx": "avx",
 }  # fmt: skip
+# What a cpu section may depend on here: torch's headers and libraries (and OpenMP, always linked).
+_DEPENDS_HERE = {"torch", "openmp"}
 _X86_ONLY = re.compile(r"^-m(avx|fma|f16c|amx|sse|bmi|popcnt|arch=(x86|skylake|znver|sapphire|haswell))")
 
 
@@ -138,6 +140,12 @@ def read_plan(root: Path) -> RepoPlan:
             skipped.append(f"[{where}] skipped: backend {backend!r} cannot be built on this CPU-only machine")
             continue
         section = _section(section_name, table, where)
+        lacking = [d for d in _strings(table, "depends", where) if d not in _DEPENDS_HERE]
+        if lacking:
+            raise BuildError(
+                f"{config_path}: [{where}] depends on {', '.join(lacking)}, which this machine lacks "
+                f"(the builder provides {', '.join(sorted(_DEPENDS_HERE))}); build it with kernel-builder"
+            )
         if not section.src:
             raise BuildError(f"{config_path}: [{where}] has no src")
         if not x86 and any(_X86_ONLY.match(f) for f in section.cxx_flags):

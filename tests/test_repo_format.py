@@ -92,3 +92,14 @@ def test_build_path_refuses_bad_inputs_without_writing(tmp_path: Path, fresh_cac
     with pytest.raises(BuildError, match="is not a folder"):
         build_path(tmp_path / "missing", progress=False)
     assert not (fresh_cache / "repos").exists() or not any((fresh_cache / "repos").rglob("*.so"))
+
+
+def test_a_dependency_this_machine_lacks_is_one_line(tmp_path: Path) -> None:
+    root = write_standard_repo(tmp_path / "peer")
+    text = (
+        (root / "build.toml").read_text().replace('depends = ["torch"]', 'depends = ["torch", "onednn"]', 1)
+    )
+    (root / "build.toml").write_text(text)
+    with pytest.raises(BuildError) as exc:
+        read_plan(root)
+    assert "depends on onednn, which this machine lacks" in _one_line(exc)
