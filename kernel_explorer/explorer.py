@@ -49,6 +49,10 @@ class Explorer(Measuring):
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
         include_bundled / include_registered / include_transformers: which other sources to read.
+        peers: local kernel-builder repositories (sources or builds) offered next to the bundled
+            kernels, as candidates of source "peer" (`add_peer`).
+        project: a project folder whose kernel pins (`[tool.kernels]` in pyproject.toml,
+            `kernels.lock`) the inventory shows.
 
     Example:
         ```python
@@ -75,6 +79,7 @@ class Explorer(Measuring):
         include_registered: bool = True,
         include_transformers: bool = True,
         peers: Iterable[str | Path] = (),
+        project: str | Path | None = None,
     ) -> None:
         from torch import nn
 
@@ -98,6 +103,7 @@ class Explorer(Measuring):
             trust_remote_code=trust_remote_code,
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
+        self.project = project  # a folder whose kernels.lock / [tool.kernels] pins the inventory shows
         for path in peers:  # built for this CPU (cached); candidates of source "peer"
             self.add_peer(path)
         self.tokenizer = tokenizer
@@ -141,6 +147,7 @@ class Explorer(Measuring):
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
+        from kernel_explorer._backend.locks import read_pins
         from kernel_explorer.inventory import build_inventory
 
         return build_inventory(
@@ -151,6 +158,7 @@ class Explorer(Measuring):
             query_hub=query_hub,
             measured=self.results.latest_verdicts(),
             shares=self.results.latest_shares(),
+            pins=read_pins(self.project) if self.project is not None else (),
         )
 
     def on(

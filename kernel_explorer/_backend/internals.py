@@ -26,6 +26,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "variants_trace_str"),
     ("kernels", "kernels.variants", "VariantAccepted"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
+    ("kernels", "kernels._rust", "KernelLocks"),
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
