@@ -110,7 +110,11 @@ def _fingerprint(plan: RepoPlan, cxx: str | None) -> str:
         digest.update(os.path.relpath(path, plan.root).encode())
         digest.update(path.read_bytes())
     toolchain = [torch.__version__, cc.compiler_version(cxx) if cxx else None, cc.COMMON_FLAGS]
-    digest.update(json.dumps([*toolchain, plan.skipped, _RECIPE_VERSION]).encode())
+    units = [
+        (s.name, s.src, s.include, s.cxx_flags)
+        for s in (*plan.kernels, *([plan.torch] if plan.torch else []))
+    ]
+    digest.update(json.dumps([*toolchain, units, plan.skipped, _RECIPE_VERSION]).encode())
     return digest.hexdigest()
 
 

@@ -37,7 +37,7 @@ def adapt(plan: RepoPlan, isas: tuple[str, ...]) -> RepoPlan:
         return plan
     assert plan.torch is not None
     common = ("-ffp-contract=off",)
-    have = tuple(f"-DKX_HAVE_{isa.upper()}" for isa in isas if isa in ("avx512", "avx2"))
+    have = tuple(f"-DKX_HAVE_{isa.upper()}" for isa in isas if isa != "portable")  # as the old builder
     kernels: list[Section] = []
     includes = ("csrc",)
     for section in plan.kernels:
