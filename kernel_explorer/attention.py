@@ -258,6 +258,7 @@ class AttentionDoor:
             found = self.availability(chosen, mode=mode, query_hub=True)
             if not found.state.usable:
                 raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")
+            self._check_training(chosen, mode)
             try:
                 name, trust = self._loadable_name(chosen)
                 door.set_implementation(self.model, name, allow_all_kernels=trust)
@@ -273,6 +274,19 @@ class AttentionDoor:
         self._names[name] = chosen
         self.reason, self.mode = "", mode
         return chosen
+
+    def _check_training(self, chosen: AttentionCandidate, mode: Mode) -> None:
+        """A local attention repository that declares `has_backward = False` (as kernels' layer
+        classes do) refuses training modes: the model keeps its attention, and the row says why."""
+        from kernels import Mode
+
+        if chosen.folder is None or Mode.TRAINING not in mode:
+            return
+        if getattr(door.load_local(Path(chosen.folder)), "has_backward", True) is False:
+            why = "the kernel does not support training (has_backward = False)"
+            self.catalog.record_unsupported(chosen, mode, why)
+            self.to_pytorch()  # as kernelize keeps PyTorch for a layer without backward
+            raise NoUsableKernelError(f"{chosen.label} does not support training")
 
     def to_pytorch(self) -> None:
         """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel)."""

@@ -1,62 +1,50 @@
-"""Builds the bundled kernel repositories (`hub/<repo>/`) into `build/<variant>/` for this machine.
+"""Builds a kernel-builder repository's CPU backend (bundled or anyone's) into `build/<variant>/`.
 
 The output is laid out exactly as kernel-builder lays out a Hub kernel repository, so the real
 `kernels` loader (`get_local_kernel`, `LocalLayerRepository`, and the Hub path) loads it unchanged:
-`metadata.json`, the Python package files, a generated `_ops.py`, and `<id>.abi3.so`, which registers
-its ops under the metadata id.
+`metadata.json`, the package's Python files, the generated `_ops.py`, and `<ops name>.abi3.so`,
+whose ops register under `_<name>_cpu_<hash>` (kernel-builder's `_<name>_<backend>_<unique id>`;
+the unique id here is the content hash, not a git revision). Python-only repositories
+(`[torch-noarch]`) go to `build/torch-cpu/`.
 
-Each C++ kernel source is compiled once per instruction set (AVX-512 with and without the BF16
-conversions, AVX2 and portable on x86-64; portable elsewhere) and the library chooses at run time,
-so one build runs on any CPU of the architecture. Builds go into the cache, keyed by a hash of the
-sources, torch, the compiler and the flags; a finished build carries a stamp with the library's
-checksum, so a half-written or corrupt build is detected and rebuilt, never loaded.
+Every cpu `[kernel.*]` section is compiled with its own cxx-flags (the bundled repositories have
+one section per instruction set and choose among them at run time); cuda, rocm, xpu and metal
+sections are skipped with a line saying so (`repo_format`). Builds go into the cache, keyed by a
+hash of the sources, torch, the compiler and the flags; a finished build carries a stamp with each
+file's checksum, so a half-written or corrupt build is detected and rebuilt, never loaded, and a
+failed build leaves nothing behind but its log.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import hashlib
 import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_explorer import compile_steps as cc
 from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
-from kernel_explorer.cache import writable_cache_dir
+from kernel_explorer.cache import cache_root, writable_cache_dir
 from kernel_explorer.errors import BuildError
+from kernel_explorer.legacy_layout import adapt as _adapt_legacy
+from kernel_explorer.repo_format import RepoPlan, read_plan, source_files
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+__all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path", "build_repo",
+           "build_variant", "check_build", "isas_for_this_machine"]  # fmt: skip
 
 
 HUB_SOURCES = hub_sources()
 _STAMP = ".kx-build.json"
 # Bump when the build recipe changes, so every cached build is redone.
-_RECIPE_VERSION = 2
-
-# The flags ATen itself uses for each CPU_CAPABILITY, so `at::vec::Vectorized` takes the same path.
-_ISA_FLAGS: dict[str, list[str]] = {
-    "avx512bf16": [
-        "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mfma",
-        "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
-    ],
-    "avx512": [
-        "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
-        "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512",
-    ],
-    "avx2": ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"],
-    "portable": ["-DCPU_CAPABILITY=DEFAULT"],
-}  # fmt: skip
-# -ffp-contract=off: no fused multiply-adds the eager kernels don't use (keeps results bitwise).
-_COMMON_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-fopenmp", "-ffp-contract=off", "-fvisibility=hidden"]
+_RECIPE_VERSION = 3
+NOARCH_VARIANT = "torch-cpu"
+# What a built repository carries besides build/: `kernels benchmark <repo>` runs benchmarks/.
+_REPO_EXTRAS = ("benchmarks", "tests", "README.md")  # not build.toml: a built path is taken as it is
 
 
 @dataclass(frozen=True)
@@ -67,8 +55,9 @@ class BuiltRepo:
     repo_path: Path
     variant: str
     kernel_id: str
-    isas: tuple[str, ...]
+    isas: tuple[str, ...]  # the cpu [kernel.*] sections compiled in (one per ISA for the bundled repos)
     reused: bool
+    notes: tuple[str, ...] = ()  # sections skipped or not runnable on this CPU, one line each
 
     @property
     def variant_path(self) -> Path:
@@ -76,7 +65,7 @@ class BuiltRepo:
 
 
 def isas_for_this_machine() -> tuple[str, ...]:
-    """Code paths compiled into each library: all x86-64 ones on x86-64, portable elsewhere."""
+    """Code paths the bundled kernels carry here: all x86-64 ones on x86-64, portable elsewhere."""
     return (
         ("avx512bf16", "avx512", "avx2", "portable")
         if platform.machine() in ("x86_64", "AMD64")
@@ -94,70 +83,24 @@ def build_variant() -> str:
     accepted, _ = accepted_variants("cpu")
     arch = [v for v in accepted if not v.startswith("torch-")]
     if not arch:
-        raise BuildError("kernels accepts no CPU arch variant on this machine; cannot build the bundled hub")
+        raise BuildError("kernels accepts no CPU arch variant on this machine; cannot build a kernel here")
     tagged = [v for v in arch if "-cxx11-" in v or "-cxx98-" in v]
     return (tagged or arch)[0]
 
 
-def _compiler() -> str:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if not cxx or not shutil.which(cxx):
-        raise BuildError(
-            "no C++ compiler found (looked for $CXX, g++, c++); install one, e.g. `apt-get install g++`"
-        )
-    return cxx
-
-
-def _include_dirs(repo_src: Path, extra: list[str]) -> list[Path]:
-    from torch.utils.cpp_extension import include_paths
-
-    python_include = Path(sysconfig.get_paths()["include"])
-    if not (python_include / "Python.h").is_file():
-        raise BuildError(
-            f"Python headers are missing ({python_include}/Python.h); install them, "
-            f"e.g. `apt-get install python{sys.version_info.major}.{sys.version_info.minor}-dev`"
-        )
-    torch_includes = [Path(p) for p in include_paths()]
-    if not (torch_includes[0] / "torch" / "library.h").is_file():
-        raise BuildError("torch's C++ headers are missing; reinstall torch: `pip install torch==2.13.0`")
-    return [repo_src / "csrc", *[(repo_src / e).resolve() for e in extra], python_include, *torch_includes]
-
-
-def _read_config(repo_src: Path) -> dict:
-    config_path = repo_src / "build.toml"
-    if not config_path.is_file():
-        raise BuildError(f"{repo_src} has no build.toml; is it a kernel repository?")
-    return tomllib.loads(config_path.read_text())
-
-
-def _source_files(repo_src: Path, config: dict) -> list[Path]:
-    files = [repo_src / "build.toml"]
-    for pattern_root in ("csrc", "torch-ext"):
-        files += sorted(p for p in (repo_src / pattern_root).rglob("*") if p.is_file())
-    for extra in config.get("kernel", {}).get(repo_src.name, {}).get("include", []):
-        files += sorted(p for p in (repo_src / extra).rglob("*") if p.is_file())
-    return [p for p in files if "__pycache__" not in p.parts]
-
-
-@functools.cache
-def _compiler_version(cxx: str) -> str:
-    """Part of every build's fingerprint; asked once per process, not once per repository."""
-    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-
-
-def _fingerprint(repo_src: Path, config: dict, cxx: str, isas: tuple[str, ...]) -> str:
+def _fingerprint(plan: RepoPlan, cxx: str | None) -> str:
     import torch
 
     digest = hashlib.sha256()
-    for path in _source_files(repo_src, config):
-        digest.update(str(path.relative_to(repo_src.parent)).encode())
+    for path in source_files(plan):
+        digest.update(os.path.relpath(path, plan.root).encode())
         digest.update(path.read_bytes())
-    compiler_version = _compiler_version(cxx)
-    digest.update(
-        json.dumps(
-            [torch.__version__, compiler_version, isas, _ISA_FLAGS, _COMMON_FLAGS, _RECIPE_VERSION]
-        ).encode()
-    )
+    toolchain = [torch.__version__, cc.compiler_version(cxx) if cxx else None, cc.COMMON_FLAGS]
+    units = [
+        (s.name, s.src, s.include, s.cxx_flags)
+        for s in (*plan.kernels, *([plan.torch] if plan.torch else []))
+    ]
+    digest.update(json.dumps([*toolchain, units, plan.skipped, _RECIPE_VERSION]).encode())
     return digest.hexdigest()
 
 
@@ -185,117 +128,169 @@ def check_build(variant_path: Path, fingerprint: str | None = None) -> str | Non
     return None
 
 
-def _compile(cxx: str, source: Path, obj: Path, flags: list[str], log: Path) -> None:
-    cmd = [cxx, *flags, "-c", str(source), "-o", str(obj)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        log.write_text(" ".join(cmd) + "\n\n" + result.stderr)
-        first_error = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr[:300])
-        raise BuildError(f"compiling {source.name} failed: {first_error.strip()} (full log: {log})")
-
-
-def _ops_py(kernel_id: str) -> str:
-    return (
-        '"""Generated by kernel_explorer.builder: loads the compiled library and names its ops."""\n\n'
-        "import torch\n\n"
-        f"from . import {kernel_id}  # noqa: F401  (registers the ops)\n\n"
-        f"ops = torch.ops.{kernel_id}\n\n\n"
-        "def add_op_namespace_prefix(op_name: str) -> str:\n"
-        f'    return f"{kernel_id}::{{op_name}}"\n'
-    )
-
-
 def build_repo(
     name: str, *, force: bool = False, progress: bool = True, source_root: Path | None = None
 ) -> BuiltRepo:
     """Build (or reuse) the bundled repository `name` into the cache and return where it lies."""
-    import torch
-
     repo_src = (source_root or HUB_SOURCES) / name
     if not repo_src.is_dir():
         raise BuildError(f"no kernel repository sources at {repo_src}")
-    config = _read_config(repo_src)
-    general = config.get("general", {})
-    kernel_name = general.get("name", name)
-    cxx = _compiler()
-    isas = isas_for_this_machine()
-    fingerprint = _fingerprint(repo_src, config, cxx, isas)
-    kernel_id = f"_{kernel_name.replace('-', '_')}_cpu_{fingerprint[:10]}"
-    variant = build_variant()
-    writable_cache_dir("hub")
-    repo_path = bundled_repo_path(name)
+    plan = _adapt_legacy(read_plan(repo_src), isas_for_this_machine())
+    return _build(plan, bundled_repo_path(name), force=force, progress=progress)
+
+
+def build_path(path: str | Path, *, force: bool = False, progress: bool = True) -> BuiltRepo:
+    """Build (or reuse) the kernel-builder repository at `path` (its CPU backend) into the cache.
+
+    A path that is already a built repository (`build/<variant>/metadata.json`, no build.toml)
+    is returned as it is, for `get_local_kernel`.
+    """
+    root = Path(path).expanduser().resolve()
+    if not (root / "build.toml").is_file() and any((root / "build").glob("*/metadata.json")):
+        variant = next((v for v in _accepted() if (root / "build" / v / "metadata.json").is_file()), None)
+        if variant is None:
+            found = ", ".join(sorted(p.parent.name for p in (root / "build").glob("*/metadata.json")))
+            raise BuildError(
+                f"{root} holds builds for {found}, none of which this machine accepts; build its sources"
+            )
+        meta = json.loads((root / "build" / variant / "metadata.json").read_text())
+        return BuiltRepo(meta.get("name", root.name), root, variant, meta.get("id", ""), (), reused=True)
+    plan = _adapt_legacy(read_plan(root), isas_for_this_machine())
+    where = cache_root() / "repos" / f"{plan.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
+    return _build(plan, where, force=force, progress=progress)
+
+
+def _accepted() -> list[str]:
+    from kernel_explorer.hardware import accepted_variants
+
+    accepted, _ = accepted_variants("cpu")
+    return list(accepted)
+
+
+def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> BuiltRepo:
+    notes = (*plan.skipped, *plan.warnings)
+    cxx = None if plan.noarch else cc.compiler()
+    fingerprint = _fingerprint(plan, cxx)
+    kernel_id = f"_{plan.python_name}_cpu_{fingerprint[:10]}"
+    variant = NOARCH_VARIANT if plan.noarch else build_variant()
+    writable_cache_dir()
     variant_path = repo_path / "build" / variant
-
+    sections = tuple(s.name for s in plan.kernels)
     if not force and variant_path.is_dir() and check_build(variant_path, fingerprint) is None:
-        return BuiltRepo(name, repo_path, variant, kernel_id, isas, reused=True)
-
-    kernel_cfg = config.get("kernel", {}).get(name, {})
-    includes = _include_dirs(repo_src, kernel_cfg.get("include", []))
-    abi = int(torch.compiled_with_cxx11_abi())
-    base_flags = [*_COMMON_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{p}" for p in includes)]
-    base_flags += [f"-DKX_OPS_NS={kernel_id}", "-DPy_LIMITED_API=0x03090000"]
-    base_flags += [f"-DKX_HAVE_{isa.upper()}" for isa in isas if isa != "portable"]
+        if _extras_differ(plan, repo_path):  # a changed benchmark or test needs no recompile
+            _copy_extras(plan, repo_path)
+        return BuiltRepo(plan.name, repo_path, variant, kernel_id, sections, reused=True, notes=notes)
+    if progress:
+        for line in notes:
+            print(f"{plan.name}: {line}", file=sys.stderr)
 
     staging = repo_path / "build" / f".{variant}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    objects_dir = staging / "obj"
-    objects_dir.mkdir(parents=True)
-    jobs: list[tuple[Path, Path, list[str]]] = []
-    for src in kernel_cfg.get("src", []):
-        if src.endswith(".cpp"):
-            for isa in isas:
-                obj = objects_dir / f"{Path(src).stem}.{isa}.o"
-                jobs.append((repo_src / src, obj, [*base_flags, *_ISA_FLAGS[isa], f"-DKX_ISA={isa}"]))
-    for src in config.get("torch", {}).get("src", []):
-        jobs.append((repo_src / src, objects_dir / f"{Path(src).stem}.o", base_flags))
+    staging.mkdir(parents=True)
+    log = cache_root() / "logs" / f"{plan.name}-{kernel_id}.log"
+    try:
+        if not plan.noarch:
+            _compile_and_link(plan, cxx, kernel_id, staging, log, progress)
+        _write_package(plan, staging, kernel_id, fingerprint)
+        _copy_extras(plan, repo_path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(variant_path, ignore_errors=True)
+    staging.rename(variant_path)
+    return BuiltRepo(plan.name, repo_path, variant, kernel_id, sections, reused=False, notes=notes)
 
-    bar = _progress(len(jobs) + 1, f"building {name}", progress)
-    log = objects_dir / "build.log"
+
+def _compile_and_link(
+    plan: RepoPlan, cxx: str, kernel_id: str, staging: Path, log: Path, progress: bool
+) -> None:
+    generated = staging / "generated"
+    generated.mkdir()
+    (generated / "registration.h").write_text(cc.REGISTRATION_H)
+    flags = cc.base_flags(kernel_id, generated, plan.root)
+    jobs: list[tuple[Path, Path, list[str]]] = []
+    objects = staging / "obj"
+    objects.mkdir()
+    assert plan.torch is not None
+    for section in (*plan.kernels, plan.torch):
+        includes = [f"-I{(plan.root / inc).resolve()}" for inc in section.include]
+        for src in section.sources:
+            obj = objects / f"{section.name}.{Path(src).stem}.o"
+            jobs.append((plan.root / src, obj, [*includes, *flags, *section.cxx_flags]))
+    if not jobs:
+        raise BuildError(f"{plan.root}: the cpu sections list no C++ source to compile")
+    bar = _progress(len(jobs) + 1, f"building {plan.name}", progress)
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-            futures = [pool.submit(_compile, cxx, src, obj, flags, log) for src, obj, flags in jobs]
+            futures = [pool.submit(cc.compile_one, cxx, src, obj, fl, log) for src, obj, fl in jobs]
             for future in concurrent.futures.as_completed(futures):
                 future.result()
                 bar.update(1)
-        library = staging / f"{kernel_id}.abi3.so"
-        _link(cxx, [obj for _, obj, _ in jobs], library, log)
+        cc.link(cxx, [obj for _, obj, _ in jobs], staging / f"{kernel_id}.abi3.so", log)
         bar.update(1)
     finally:
         bar.close()
+    shutil.rmtree(objects)
+    shutil.rmtree(generated)
 
-    package_src = repo_src / "torch-ext" / kernel_name.replace("-", "_")
-    for py in sorted(package_src.glob("*.py")):
-        shutil.copy2(py, staging / py.name)
-    (staging / "_ops.py").write_text(_ops_py(kernel_id))
+
+def _write_package(plan: RepoPlan, staging: Path, kernel_id: str, fingerprint: str) -> None:
+    package_src = plan.root / "torch-ext" / plan.python_name
+    if not (package_src / "__init__.py").is_file():
+        raise BuildError(
+            f"{plan.root}: torch-ext/{plan.python_name}/__init__.py is missing (the kernel's package)"
+        )
+    for ext in plan.pyext:
+        for path in sorted(package_src.rglob(f"*.{ext}")):
+            if "__pycache__" in path.parts or path.name == "_ops.py":
+                continue
+            target = staging / path.relative_to(package_src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    ops = cc.noarch_ops_py(plan.python_name, fingerprint[:10]) if plan.noarch else cc.ops_py(kernel_id)
+    (staging / "_ops.py").write_text(ops)
     metadata = {
         "id": kernel_id,
-        "name": kernel_name,
-        "version": int(general.get("version", 1)),
-        "license": general.get("license", "Apache-2.0"),
-        "python-depends": [],
+        "name": plan.name,
+        "version": plan.version,
+        "license": plan.license,
+        "python-depends": list(plan.python_depends),
         "backend": {"type": "cpu"},
     }
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
-    shutil.rmtree(objects_dir)
-    files = {p.name: _sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
-    (staging / _STAMP).write_text(
-        json.dumps({"fingerprint": fingerprint, "isas": isas, "files": files}, indent=2)
-    )
-    shutil.rmtree(variant_path, ignore_errors=True)
-    staging.rename(variant_path)
-    return BuiltRepo(name, repo_path, variant, kernel_id, isas, reused=False)
+    files = {str(p.relative_to(staging)): _sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
+    stamp = {"fingerprint": fingerprint, "sections": [s.name for s in plan.kernels], "files": files}
+    (staging / _STAMP).write_text(json.dumps(stamp, indent=2))
 
 
-def _link(cxx: str, objects: list[Path], library: Path, log: Path) -> None:
-    from torch.utils.cpp_extension import library_paths
+def _copy_extras(plan: RepoPlan, repo_path: Path) -> None:
+    """benchmarks/, tests/ and the README beside build/, so `kernels benchmark <repo_path>` runs them."""
+    for name in _REPO_EXTRAS:
+        src, dst = plan.root / name, repo_path / name
+        if not src.exists():
+            continue
+        partial = repo_path / f".{name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        if src.is_dir():
+            shutil.copytree(src, partial, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, partial)
+        if dst.is_dir():
+            shutil.rmtree(dst)
+        partial.replace(dst)
 
-    lib_flags = [f"-L{p}" for p in library_paths()] + [f"-Wl,-rpath,{p}" for p in library_paths()]
-    cmd = [cxx, "-shared", "-fopenmp", *map(str, objects), "-o", str(library), *lib_flags,
-           "-lc10", "-ltorch_cpu", "-ltorch"]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        log.write_text(" ".join(cmd) + "\n\n" + result.stderr)
-        raise BuildError(f"linking {library.name} failed: {result.stderr.strip()[:300]} (full log: {log})")
+
+def _files(path: Path) -> dict[str, bytes]:
+    if path.is_file():
+        return {"": path.read_bytes()}
+    if not path.is_dir():
+        return {}
+    found = sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return {str(p.relative_to(path)): p.read_bytes() for p in found}
+
+
+def _extras_differ(plan: RepoPlan, repo_path: Path) -> bool:
+    return any(_files(plan.root / name) != _files(repo_path / name) for name in _REPO_EXTRAS)
 
 
 class _NoBar:

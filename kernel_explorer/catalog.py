@@ -1,9 +1,10 @@
 """Every kernel mapping in one place, with where it came from and whether it can run here.
 
-Four sources, in the order the explorer prefers them when the user does not choose:
+Five sources, in the order the explorer prefers them when the user does not choose:
 - "user": the mapping passed to `Explorer(model, mapping=...)`, in the dict form `kernels` takes;
 - "registered": what is registered with `kernels` (`register_kernel_mapping`, `use_kernel_mapping`);
 - "bundled": the project's CPU kernel hub, built for this machine;
+- "peer": local kernel-builder repositories, `Explorer(model, peers=[path])` (`add_peer`, peers.py);
 - "transformers": Transformers' default mapping (what `use_kernels=True` registers).
 
 Hub queries run on a small thread pool, are cached for the session and bounded in time, so a view
@@ -43,7 +44,7 @@ from kernel_explorer.hub_access import (
 if TYPE_CHECKING:
     from kernels import Mode
 
-SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "transformers")
+SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "peer", "transformers")
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,10 @@ class Catalog:
             merged = self._candidates + added
             self._candidates = sorted(merged, key=lambda c: SOURCES.index(c.source))  # stable
         return added
+
+    def add_peer(self, mapping: dict[str, dict[Any, Any]]) -> list[Candidate]:
+        """Add one peer repository's mapping (after the bundled candidates); returns its candidates."""
+        return self.add(mapping, source="peer")
 
     def candidates(self, layer_name: str | None = None) -> list[Candidate]:
         """All candidates, or those for one layer name, most preferred source first."""

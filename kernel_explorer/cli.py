@@ -165,6 +165,19 @@ def _cmd_build_hub(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from kernel_explorer.builder import build_path
+
+    built = build_path(args.path, force=args.force, progress=not args.quiet)
+    for note in built.notes if built.reused or args.quiet else ():
+        print(f"{built.name}: {note}")
+    how = "cached" if built.reused else "built"
+    sections = f"  [{', '.join(built.isas)}]" if built.isas else ""
+    print(f"{built.name} {how}: {built.repo_path}  ({built.variant}, ops {built.kernel_id}){sections}")
+    print(f"load it with kernels.get_local_kernel(Path({str(built.repo_path)!r}))")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kernel-explorer", description="See, switch and measure Hugging Face Hub kernels."
@@ -177,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_argument("--force", action="store_true", help="rebuild even when a sound cached build exists")
     hub.add_argument("--quiet", action="store_true", help="no progress bars")
     hub.set_defaults(func=_cmd_build_hub)
+    build = sub.add_parser("build", help="build a kernel-builder repository's CPU backend (cached)")
+    build.add_argument("path", help="the repository's folder (with build.toml)")
+    build.add_argument("--force", action="store_true", help="rebuild even when a sound cached build exists")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.set_defaults(func=_cmd_build)
     demo = sub.add_parser("demo", help="the headless main job on the default model")
     demo.set_defaults(func=_cmd_demo)
     compare = sub.add_parser(

@@ -23,6 +23,8 @@ from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kernels import Mode
     from torch import nn
 
@@ -51,6 +53,10 @@ class Explorer(Measuring):
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
         include_bundled / include_registered / include_transformers: which other sources to read.
         attention: your attention repositories for the attention row (see `attention_candidates`).
+        peers: local kernel-builder repositories (sources or builds) offered next to the bundled
+            kernels, as candidates of source "peer" (`add_peer`).
+        project: a project folder whose kernel pins (`[tool.kernels]` in pyproject.toml,
+            `kernels.lock`) the inventory shows.
 
     Example:
         ```python
@@ -77,6 +83,8 @@ class Explorer(Measuring):
         include_registered: bool = True,
         include_transformers: bool = True,
         attention: Iterable[str | Path] = (),
+        peers: Iterable[str | Path] = (),
+        project: str | Path | None = None,
     ) -> None:
         from torch import nn
 
@@ -101,6 +109,9 @@ class Explorer(Measuring):
         )
         self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
         adopt(self.switchboard)  # rows an earlier explorer added keep their candidates
+        self.project = project  # a folder whose kernels.lock / [tool.kernels] pins the inventory shows
+        for path in peers:  # built for this CPU (cached); candidates of source "peer"
+            self.add_peer(path)
         self.tokenizer = tokenizer
         self.results = ResultLog()
         self._runner = Runner(self.results)
@@ -135,8 +146,16 @@ class Explorer(Measuring):
         """Kernel layer names this model has."""
         return list(self.switchboard.groups)
 
+    def add_peer(self, path: str | Path, layers: dict[str, str] | None = None) -> list[Candidate]:
+        """Offer a local kernel-builder repository (source or built path) as a candidate of source
+        "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
+        from kernel_explorer.peers import peer_mapping
+
+        return self.catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
+
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
+        from kernel_explorer._backend.locks import read_pins
         from kernel_explorer.inventory import build_inventory
 
         return build_inventory(
@@ -147,6 +166,7 @@ class Explorer(Measuring):
             query_hub=query_hub,
             measured=self.results.latest_verdicts(),
             shares=self.results.latest_shares(),
+            pins=read_pins(self.project) if self.project is not None else (),
         )
 
     def attention_candidates(self, *repositories: str | Path) -> list[Candidate]:

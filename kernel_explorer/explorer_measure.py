@@ -79,6 +79,7 @@ class Measuring:
         background: bool = False,
         name: str | None = None,
         mode: str = "inference",
+        candidates: list[str] | None = None,
     ) -> RunHandle:
         """Kernel against PyTorch on captured activations, per layer name (all when none is given).
 
@@ -96,6 +97,9 @@ class Measuring:
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
                 (inputs and weights) against float64 (`TrainingVerdict`); see measure/training.py.
+            candidates: compare each layer once per candidate matching these sources or labels
+                (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
+                has a row per kernel (its `kernel` column).
         """
         from kernel_explorer.measure.plans import layer_plan
 
@@ -108,6 +112,7 @@ class Measuring:
             list(names or self.layers),
             mode=mode,
             determinism_runs=determinism_runs,
+            candidates=candidates,
             instances=instances,
             pairs=pairs,
             precision=precision,

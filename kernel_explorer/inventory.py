@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
+    from kernel_explorer._backend.locks import KernelPin
     from kernel_explorer.catalog import Candidate, Catalog
     from kernel_explorer.layer_groups import LayerGroup
     from kernel_explorer.records import LayerVerdict
@@ -159,6 +160,12 @@ class Inventory:
     device: str
     mode: str
     uncovered: tuple[tuple[str, float], ...] = ()  # (category, share) no kernel layer covers, largest first
+    pins: tuple[KernelPin, ...] = ()  # the project's kernels.lock / [tool.kernels] pins, when given one
+
+    @property
+    def pins_summary(self) -> str:
+        """The project's kernel pins in one line (`Explorer(..., project=path)`)."""
+        return f"Project kernel pins: {', '.join(p.summary for p in self.pins)}" if self.pins else ""
 
     @property
     def uncovered_summary(self) -> str:
@@ -215,6 +222,8 @@ class Inventory:
             text.append("Every candidate and why it can or cannot run: .to_pandas('candidates')")
         if self.uncovered:
             text.append(self.uncovered_summary)
+        if self.pins:
+            text.append(self.pins_summary)
         if self.other_layers:
             others = ", ".join(f"{name} x{n}" for name, n in self.other_layers[:8])
             more = f" and {len(self.other_layers) - 8} more classes" if len(self.other_layers) > 8 else ""
@@ -261,6 +270,7 @@ class Inventory:
                 "</tr>"
             )
         others = f"<p><small>{html.escape(self.uncovered_summary)}</small></p>" if self.uncovered else ""
+        others += f"<p><small>{html.escape(self.pins_summary)}</small></p>" if self.pins else ""
         if self.other_layers:
             listed = ", ".join(f"{html.escape(name)} x{n}" for name, n in self.other_layers)
             others += (
@@ -325,6 +335,7 @@ def build_inventory(
     query_hub: bool = False,
     measured: dict[str, LayerVerdict] | None = None,
     shares: dict[str, float] | None = None,
+    pins: tuple[KernelPin, ...] = (),
 ) -> Inventory:
     """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
     rows = []
@@ -355,5 +366,5 @@ def build_inventory(
         key=lambda p: -p[1],
     )
     return Inventory(
-        tuple(rows), tuple(others.most_common()), board.device, mode_name(mode), tuple(uncovered)
+        tuple(rows), tuple(others.most_common()), board.device, mode_name(mode), tuple(uncovered), pins
     )

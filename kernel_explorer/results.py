@@ -120,7 +120,7 @@ class ResultLog:
                 kinds = grouped.setdefault((record.run_id, record.layer), {})
                 kinds.setdefault(record.kind, []).append(record)
         rows = []
-        for (run_id, layer), kinds in grouped.items():
+        for run_id, layer, kernel, kinds in _per_kernel(grouped):
             latency = [r.values for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
             on = [v for v in latency if v.kernel_on]
             used = on or latency
@@ -141,6 +141,8 @@ class ResultLog:
                 "pairs": len(used),
                 "aa_pairs": len(aa),
             }
+            if kernel is not None:  # several candidates compared in this run: a row each
+                row["kernel"] = kernel
             if used:
                 speedups = [v.speedup for v in used]
                 interval = speedup_interval(speedups)
@@ -334,6 +336,28 @@ class ResultLog:
         return cls([Record.from_dict(json.loads(line)) for line in lines if line.strip()])
 
 
+def _per_kernel(
+    grouped: dict[tuple[str, str], dict[str, list[Record]]],
+) -> Iterator[tuple[str, str, str | None, dict[str, list[Record]]]]:
+    """Each (run, layer) group, split by kernel id where one run compared several kernels of a layer
+    (`compare(candidates=...)`); otherwise whole, with kernel None."""
+    for (run_id, layer), kinds in grouped.items():
+        ids = {
+            r.provenance.kernel_id
+            for r in kinds.get("layer_latency", [])
+            if r.provenance is not None and r.provenance.kernel_id
+        }
+        if len(ids) < 2:
+            yield run_id, layer, None, kinds
+            continue
+        for kid in sorted(ids):
+            mine = {
+                kind: [r for r in found if r.provenance is not None and r.provenance.kernel_id == kid]
+                for kind, found in kinds.items()
+            }
+            yield run_id, layer, kid, mine
+
+
 def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
     """`runs_agree` per row: False where another run of the same layer has an interval that does not
     overlap this one (the machine changed state between the runs: each interval holds for its own
@@ -341,7 +365,7 @@ def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
     by_layer: dict[object, list[dict[str, object]]] = {}
     for row in rows:
         if "speedup_low" in row and row.get("verdict") != "PyTorch against PyTorch (kernel off)":
-            by_layer.setdefault(row["layer"], []).append(row)
+            by_layer.setdefault((row["layer"], row.get("kernel")), []).append(row)
     for runs in by_layer.values():
         for row in runs:
             others = [o for o in runs if o is not row]

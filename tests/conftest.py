@@ -48,7 +48,8 @@ def hub(session_cache: Path) -> dict:
 
     from kernel_explorer.builder import build_hub
 
-    return {built.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}
+    # keyed by the hub folder (flash_attn), not build.toml's name (flash-attn: kernels forbids "_")
+    return {built.repo_path.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}
 
 
 @pytest.fixture(params=runnable_isas())

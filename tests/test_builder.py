@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from kernels import Metadata, get_local_kernel
 
-from kernel_explorer.builder import BUNDLED_REPOS, HUB_SOURCES, build_repo, build_variant, check_build
+from kernel_explorer.builder import (
+    BUNDLED_REPOS,
+    HUB_SOURCES,
+    build_repo,
+    build_variant,
+    check_build,
+    isas_for_this_machine,
+)
 from kernel_explorer.bundled import BUNDLED_ATTENTION
 from kernel_explorer.errors import BuildError
 from kernel_explorer.hardware import detect_hardware
@@ -93,8 +100,92 @@ def test_missing_python_headers_say_what_to_install(
 
 
 @pytest.mark.slow
-def test_compile_error_points_at_the_log(fresh_cache: Path, tmp_path: Path) -> None:
+def test_compile_error_points_at_the_log_and_leaves_nothing(fresh_cache: Path, tmp_path: Path) -> None:
     root = _copy_sources(tmp_path, "rotary")
-    (root / "rotary" / "csrc" / "rotary_ops.cpp").write_text("this is not C++;\n")
-    with pytest.raises(BuildError, match=r"compiling rotary_ops.cpp failed.*full log"):
+    (root / "rotary" / "torch-ext" / "torch_binding.cpp").write_text("this is not C++;\n")
+    with pytest.raises(
+        BuildError, match=r"compiling torch_binding.cpp failed: .*error.* \(full log: "
+    ) as info:
         build_repo("rotary", progress=False, source_root=root)
+    assert "\n" not in str(info.value)
+    log = Path(str(info.value).rsplit("full log: ", 1)[1].rstrip(")"))
+    assert "this is not C++" in log.read_text() or "error" in log.read_text()
+    built = fresh_cache / "hub" / "rotary"
+    assert not list(built.rglob("*.so")) and not list(built.rglob("*.partial"))  # nothing half-written
+    assert not (built / "build" / build_variant()).exists()
+
+
+def test_bundled_repos_are_in_the_standard_format() -> None:
+    """torch_binding.cpp registers through kernel-builder's registration.h, no private macro."""
+    for name in BUNDLED_REPOS:
+        binding = (HUB_SOURCES / name / "torch-ext" / "torch_binding.cpp").read_text()
+        assert '#include "registration.h"' in binding
+        assert "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME" in binding
+        assert "REGISTER_EXTENSION(TORCH_EXTENSION_NAME)" in binding
+        assert "KX_OPS_NS" not in binding
+        assert (HUB_SOURCES / name / "benchmarks" / "benchmark.py").is_file()
+        assert list((HUB_SOURCES / name / "tests").glob("test_*.py"))
+
+
+def test_cached_rebuild_of_the_hub_is_quick(hub: dict) -> None:
+    """Nothing changed: every bundled repository is reused, without compiling (the 2 s target is
+    checked in bench, not here: timings on this shared machine are no assertions)."""
+    from kernel_explorer.builder import build_hub
+
+    assert all(built.reused for built in build_hub(progress=False))
+
+
+def test_noarch_repo_builds_to_torch_cpu_and_loads(fresh_cache: Path, tmp_path: Path) -> None:
+    from kernel_repos import write_noarch_repo
+
+    from kernel_explorer.builder import build_path
+
+    root = write_noarch_repo(tmp_path / "py-rmsnorm")
+    built = build_path(root, progress=False)
+    assert built.variant == "torch-cpu" and not built.reused
+    meta = json.loads((built.variant_path / "metadata.json").read_text())
+    assert (
+        meta["id"] == built.kernel_id
+        and meta["id"].startswith("_py_rmsnorm_cpu_")
+        and meta["license"] == "MIT"
+    )
+    assert "_py_rmsnorm_cpu_" in (built.variant_path / "_ops.py").read_text()
+    module = get_local_kernel(built.repo_path)
+    assert module.__name__ == built.kernel_id and hasattr(module.layers, "RMSNorm")
+    assert build_path(root, progress=False).reused
+    assert (
+        build_path(built.repo_path, progress=False).repo_path == built.repo_path
+    )  # a built path is taken as is
+
+
+@pytest.mark.slow
+def test_old_layout_still_builds_with_every_isa_path(fresh_cache: Path, tmp_path: Path) -> None:
+    """A repository in the layout before kernel-builder's (KX_OPS_NS, one [kernel.<repo>] section
+    compiled per ISA by the builder) builds through legacy_layout until it is converted."""
+    from isa_paths import runnable_isas
+
+    root = tmp_path / "hub"
+    shutil.copytree(HUB_SOURCES / "common", root / "common")
+    repo = root / "oldstyle"
+    (repo / "csrc").mkdir(parents=True)
+    (repo / "torch-ext" / "oldstyle").mkdir(parents=True)
+    (repo / "build.toml").write_text(
+        '[general]\nname = "oldstyle"\nversion = 1\nbackends = ["cpu"]\n\n'
+        '[torch]\nsrc = ["csrc/oldstyle_ops.cpp"]\n\n'
+        '[kernel.oldstyle]\nbackend = "cpu"\ndepends = ["torch"]\ninclude = ["../common/csrc"]\n'
+        'src = ["csrc/oldstyle_isa.cpp"]\n'
+    )
+    (repo / "csrc" / "oldstyle_isa.cpp").write_text(
+        "#define CAT_(a, b) a##b\n#define CAT(a, b) CAT_(a, b)\n"
+        "int CAT(oldstyle_unit_, KX_ISA)() { return 1; }\n"
+    )
+    (repo / "csrc" / "oldstyle_ops.cpp").write_text(
+        '#include "kx_dispatch.h"\n'
+        'TORCH_LIBRARY(KX_OPS_NS, m) { m.def("isa() -> str", &kx::current_isa); }\n'
+        "KX_PYTHON_MODULE(KX_OPS_NS)\n"
+    )
+    (repo / "torch-ext" / "oldstyle" / "__init__.py").write_text("from ._ops import ops\n")
+    built = build_repo("oldstyle", progress=False, source_root=root)
+    assert built.isas == tuple(f"oldstyle_{isa}" for isa in isas_for_this_machine())
+    module = get_local_kernel(built.repo_path)
+    assert module.ops.isa() == runnable_isas()[0]  # the best path this CPU runs, as before

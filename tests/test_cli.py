@@ -123,3 +123,20 @@ def test_demo_prints_layer_verdicts_and_no_progress_bars_when_redirected() -> No
     verdicts = [ln for ln in done.stdout.splitlines() if ln.strip().startswith(("RMSNorm ", "SiLU "))]
     assert any("x [" in ln and ln.rstrip().endswith(VERDICTS) for ln in verdicts), done.stdout
     assert "bundled/rmsnorm RMSNorm [" in done.stdout  # the switch list names kernels, not op ids
+
+
+def test_build_prints_where_the_build_lies(tmp_path: Path, fresh_cache: Path, capsys) -> None:
+    from kernel_repos import write_noarch_repo
+
+    root = write_noarch_repo(tmp_path / "py-rmsnorm")
+    assert main(["build", str(root), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "py-rmsnorm built: " in out and str(fresh_cache / "repos") in out and "get_local_kernel" in out
+    assert main(["build", str(root), "--quiet"]) == 0
+    assert "py-rmsnorm cached: " in capsys.readouterr().out
+
+
+def test_build_of_a_folder_without_build_toml_is_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["build", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "has no build.toml" in err and err.count("\n") == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernel_explorer.explorer import Explorer
@@ -132,3 +134,30 @@ def test_runs_now_says_why_pytorch_runs_where_a_kernel_was_refused(tmp_path, hub
     assert summary.startswith("PyTorch x5 (") and "does not support training" in summary
     explorer.off("RMSNorm")
     assert explorer.inventory().row("RMSNorm").running_summary == "PyTorch x5"  # asked for nothing now
+
+
+def test_inventory_shows_the_projects_kernel_pins(hub: dict, tmp_path: Path) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "app"\n\n[tool.kernels.dependencies]\n'
+        '"kernels-community/activation" = 1\n"kernels-community/rotary" = 2\n'
+    )
+    (tmp_path / "kernels.lock").write_text(
+        '[{"dependency": {"repo-id": "kernels-community/activation", "version": 1},'
+        f' "lock": {{"commit": "{commit}"}}}}]'
+    )
+    inventory = Explorer(tiny_llama(), project=tmp_path).inventory()
+    assert inventory.pins_summary == (
+        "Project kernel pins: kernels-community/activation v1 @ 0123456, "
+        "kernels-community/rotary v2 (not locked: `kernels lock <project>`)"
+    )
+    assert inventory.pins_summary in str(inventory) and "0123456" in inventory._repr_html_()
+
+
+def test_a_broken_lock_file_is_one_line(hub: dict, tmp_path: Path) -> None:
+    from kernel_explorer.errors import KernelExplorerError
+
+    (tmp_path / "kernels.lock").write_text("[{]")
+    with pytest.raises(KernelExplorerError, match="is not a kernels lock file") as info:
+        Explorer(tiny_llama(), project=tmp_path).inventory()
+    assert "\n" not in str(info.value)

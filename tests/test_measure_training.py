@@ -237,9 +237,9 @@ def test_compiled_with_kernels_against_compiled_pytorch(explorer: Explorer) -> N
     assert verdict["measure"] == "compiled prefill" and verdict["pairs"] == 2
     assert explorer.switchboard.snapshot() == before
     compiled_kernel, compiled_pytorch = compiled_sides(explorer.switchboard)
-    with torch.profiler.profile() as kernel_run:
+    with torch.no_grad(), torch.profiler.profile() as kernel_run:  # as compare_model runs them
         kernel_logits = compiled_kernel(input_ids=TOKENS).logits
-    with torch.profiler.profile() as pytorch_run:
+    with torch.no_grad(), torch.profiler.profile() as pytorch_run:
         pytorch_logits = compiled_pytorch(input_ids=TOKENS).logits
     assert any("_rmsnorm_cpu_" in event.name for event in kernel_run.events())
     # a bundled op's namespace is `_<repo>_cpu_<hash>` (ATen has `..._for_cpu_backward` names too)

@@ -28,6 +28,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "VariantAccepted"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
     ("kernels", "kernels.load", "_get_local_kernel_overrides"),  # reads LOCAL_KERNELS (attention.py)
+    ("kernels", "kernels._rust", "KernelLocks"),
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
     ("transformers", "transformers.integrations.hub_kernels", "is_kernel"),
     ("transformers", "transformers.integrations.hub_kernels", "get_attn_kernel_version"),

@@ -6,15 +6,17 @@ torch.compile) reads in one place and the explorer stays a thin front.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 
 if TYPE_CHECKING:
+    from kernel_explorer.catalog import Candidate
     from kernel_explorer.measure.capture import CapturedInputs
     from kernel_explorer.measure.runner import Measurement
+    from kernel_explorer.records import Record
     from kernel_explorer.switchboard import Switchboard
 
 
@@ -36,11 +38,15 @@ def layer_plan(
     *,
     mode: str,
     determinism_runs: int,
+    candidates: list[str] | None = None,
     **sampling: Any,
 ) -> list[Measurement]:
     """Per layer: the comparison in `mode` (`sampling`: instances, pairs, precision, budget_s,
     calibration_pairs), then, with `determinism_runs`, repeat-run identity. `inputs(grad)` gives the
-    captured inputs (with autograd on for training), read when the run starts."""
+    captured inputs (with autograd on for training), read when the run starts. With `candidates`
+    (sources such as "bundled" and "peer", or candidate labels), the comparison runs once per
+    matching candidate of each layer, that candidate switched on for it: PyTorch, the bundled kernel
+    and a peer side by side in one run."""
     from kernel_explorer.measure.layers import compare_layer, determinism
     from kernel_explorer.measure.training import compare_layer_training
 
@@ -48,9 +54,17 @@ def layer_plan(
     compare = compare_layer_training if training else compare_layer
     measurements: list[Measurement] = []
     for name in names:
-        measurements.append(
-            lambda run_id, n=name: compare(board, inputs(training), n, run_id=run_id, **sampling)
-        )
+        for chosen in _chosen(board, name, candidates):
+            measurements.append(
+                _switched(
+                    board,
+                    name,
+                    chosen,
+                    mode,
+                    sampling.get("instances"),
+                    lambda run_id, n=name: compare(board, inputs(training), n, run_id=run_id, **sampling),
+                )
+            )
         if determinism_runs:
             measurements.append(
                 lambda run_id, n=name: determinism(
@@ -63,6 +77,37 @@ def layer_plan(
                 )
             )
     return measurements
+
+
+def _chosen(board: Switchboard, name: str, wanted: list[str] | None) -> list[Candidate | None]:
+    """The candidates to compare for `name`: None (what is on, or the default) when none is asked."""
+    if not wanted:
+        return [None]
+    found = [c for c in board.catalog.candidates(name) if {c.source, c.label, c.repo_label} & set(wanted)]
+    if not found:
+        known = ", ".join(c.label for c in board.catalog.candidates(name)) or "none"
+        raise KernelExplorerError(f"No candidate of {name!r} matches {wanted}; its candidates: {known}")
+    return found
+
+
+def _switched(
+    board: Switchboard,
+    name: str,
+    chosen: Candidate | None,
+    mode: str,
+    instances: Any,
+    measure: Measurement,
+) -> Measurement:
+    """`measure` with `chosen` switched on for `name` while it runs (as it was after)."""
+    if chosen is None:
+        return measure
+
+    def run(run_id: str) -> Iterator[Record]:
+        switch = lambda: board.on(name, instances, mode=mode, candidate=chosen)  # noqa: E731
+        with board.holding(switch, keep_others=True):
+            yield from measure(run_id)
+
+    return run
 
 
 def model_plan(

@@ -20,6 +20,18 @@
 #define KX_STR_(x) #x
 #define KX_STR(x) KX_STR_(x)
 
+// Every x86-64 build carries the AVX-512 and AVX2 code paths ([kernel.<name>_avx512bf16] ... in
+// build.toml); other architectures carry the portable one only.
+#if defined(__x86_64__) || defined(_M_X64)
+#define KX_HAVE_AVX512 1
+#define KX_HAVE_AVX2 1
+#endif
+
+// kernel-builder's registration.h defines TORCH_LIBRARY_EXPAND; the IMPL form is not in every version.
+#ifndef TORCH_LIBRARY_IMPL_EXPAND
+#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
+#endif
+
 namespace kx {
 
 // Which compiled code path runs: the best this CPU supports, or KERNEL_EXPLORER_ISA if set.
@@ -216,7 +228,8 @@ inline torch::CppFunction out_form_autograd_kernel() {
 
 }  // namespace kx
 
-// `kernels` imports `<id>.abi3.so` as a Python module; the ops register through TORCH_LIBRARY.
+// The old layout's module stub (REGISTER_EXTENSION from registration.h replaces it); kept while
+// repositories in the old layout are converted (DESIGN.md, "Where to add").
 #define KX_PYTHON_MODULE(name)                                                     \
   static struct PyModuleDef kx_module_def = {PyModuleDef_HEAD_INIT, KX_STR(name), \
                                              nullptr, -1, nullptr};               \

@@ -189,4 +189,8 @@ def set_isa(name: str) -> str:
 
 from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that refuses)
 
+#: forward only, as kernels' layer classes declare it: the explorer keeps PyTorch's attention when
+#: training (a backward through the op raises)
+has_backward = False
+
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "isa", "set_isa"]

@@ -1,4 +1,6 @@
 // Registers the RMSNorm ops under the kernel's metadata id and dispatches to the ISA's table.
+#include "registration.h"
+
 #include "kx_dispatch.h"
 #include "kx_limits.h"
 #include "rmsnorm_table.h"
@@ -88,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
 
 }  // namespace
 
-TORCH_LIBRARY(KX_OPS_NS, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("rms_norm_out(Tensor(a!) out, Tensor x, Tensor weight, float eps) -> ()");
   m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps, bool weight_grad) -> (Tensor, Tensor)");
@@ -96,7 +98,7 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("rms_norm_out", &rms_norm_out);
   m.impl("rms_norm_backward", &rms_norm_backward);
@@ -104,6 +106,6 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
 
 // The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
 // package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
-TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) { m.impl("rms_norm_out", kx::out_form_autograd_kernel()); }
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) { m.impl("rms_norm_out", kx::out_form_autograd_kernel()); }
 
-KX_PYTHON_MODULE(KX_OPS_NS)
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

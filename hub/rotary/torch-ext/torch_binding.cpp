@@ -1,4 +1,6 @@
 // Registers the rotary op under the kernel's metadata id and dispatches to the ISA's table.
+#include "registration.h"
+
 #include "kx_dispatch.h"
 #include "rotary_table.h"
 
@@ -65,7 +67,7 @@ void apply_rotary_out(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q,
 
 }  // namespace
 
-TORCH_LIBRARY(KX_OPS_NS, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("apply_rotary(Tensor q, Tensor k, Tensor cos, Tensor sin, int unsqueeze_dim) -> (Tensor, Tensor)");
   m.def(
       "apply_rotary_out(Tensor(a!) q_out, Tensor(b!) k_out, Tensor q, Tensor k, Tensor cos, Tensor sin, "
@@ -74,13 +76,13 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("apply_rotary", &apply_rotary);
   m.impl("apply_rotary_out", &apply_rotary_out);
 }
 
 // apply_rotary's autograd formula and fake (meta) kernel are registered from Python, in the
 // package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
-TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) { m.impl("apply_rotary_out", kx::out_form_autograd_kernel()); }
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) { m.impl("apply_rotary_out", kx::out_form_autograd_kernel()); }
 
-KX_PYTHON_MODULE(KX_OPS_NS)
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

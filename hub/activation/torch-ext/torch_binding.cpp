@@ -1,5 +1,7 @@
 // Registers the activation ops under the kernel's metadata id and dispatches to the ISA's table.
 #include "activation_table.h"
+#include "registration.h"
+
 #include "kx_dispatch.h"
 #include "kx_limits.h"
 
@@ -162,7 +164,7 @@ at::Tensor silu_and_mul_backward(const at::Tensor& grad, const at::Tensor& x) {
 
 }  // namespace
 
-TORCH_LIBRARY(KX_OPS_NS, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("silu(Tensor x) -> Tensor");
   m.def("gelu(Tensor x) -> Tensor");
   m.def("gelu_tanh(Tensor x) -> Tensor");
@@ -182,7 +184,7 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("silu", &unary<kx::kSilu>);
   m.impl("gelu", &unary<kx::kGelu>);
   m.impl("gelu_tanh", &unary<kx::kGeluTanh>);
@@ -202,11 +204,11 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
 
 // The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
 // package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= forms have none.
-TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   for (const char* name : {"silu_out", "gelu_out", "gelu_tanh_out", "gelu_new_out", "gelu_fast_out",
                            "gelu_quick_out", "silu_and_mul_out"}) {
     m.impl(name, kx::out_form_autograd_kernel());
   }
 }
 
-KX_PYTHON_MODULE(KX_OPS_NS)
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -1,0 +1,4 @@
+// The avx2 code path of activation_isa.h: [kernel.activation_avx2] in build.toml compiles it with that
+// instruction set's flags; torch_binding.cpp chooses a path at run time (kx_dispatch.h).
+#define KX_ISA avx2
+#include "activation_isa.h"
