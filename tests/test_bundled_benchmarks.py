@@ -41,7 +41,10 @@ def test_kernels_benchmark_command(hub: dict) -> None:
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "RmsNormBenchmark.prefill_bf16" in result.stdout + result.stderr
+    out = result.stdout + result.stderr
+    rows = [line for line in out.splitlines() if line.startswith("│ RmsNormBenchmark")]  # the table
+    assert any("prefill_bf16" in row for row in rows), out[-2000:]
+    assert all("✓" in row for row in rows), out[-2000:]  # the Match column: verify_* passed
 
 
 @pytest.mark.slow
