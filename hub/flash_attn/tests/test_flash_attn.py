@@ -17,8 +17,12 @@ def tolerance(dtype):
     return {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
 
 
+# (batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim): decode, prefill, q != k, head_dim off the vector
+SHAPES = [(2, 1, 1, 9, 3, 64), (1, 7, 7, 9, 3, 64), (1, 63, 200, 9, 3, 64), (1, 3, 40, 6, 2, 48)]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(2, 1, 1, 9, 3, 64), (1, 7, 7, 9, 3, 64), (1, 63, 200, 9, 3, 64), (1, 3, 40, 6, 2, 48)])
+@pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attn_func_matches_sdpa(kernel, dtype, shape, causal):
     b, lq, lk, h, hk, d = shape
@@ -35,7 +39,7 @@ def test_varlen_matches_each_sequence_alone(kernel):
     q, k, v = (torch.randn(sum(lengths), 4, 32) for _ in range(3))
     cu = torch.tensor([0, 5, 6, 18], dtype=torch.int32)
     out = kernel.flash_attn_varlen_func(q, k, v, cu, cu, 12, 12, causal=True)
-    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
         alone = kernel.flash_attn_func(q[None, s:e], k[None, s:e], v[None, s:e], causal=True)[0]
         torch.testing.assert_close(out[s:e], alone)
 
@@ -47,7 +51,8 @@ def test_kvcache_appends_and_attends(kernel):
     k_new, v_new = torch.randn(1, 1, 2, 32), torch.randn(1, 1, 2, 32)
     out = kernel.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=5, causal=True)
     torch.testing.assert_close(k_cache[:, 5], k_new[:, 0])
-    torch.testing.assert_close(out.double(), reference(q, k_cache[:, :6], v_cache[:, :6], True), atol=1e-5, rtol=1e-5)
+    ref = reference(q, k_cache[:, :6], v_cache[:, :6], True)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_unsupported_options_raise(kernel):
