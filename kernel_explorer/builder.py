@@ -31,7 +31,6 @@ from kernel_explorer import compile_steps as cc
 from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.cache import cache_root, writable_cache_dir
 from kernel_explorer.errors import BuildError
-from kernel_explorer.legacy_layout import adapt as _adapt_legacy
 from kernel_explorer.repo_format import RepoPlan, read_plan, source_files
 
 __all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path", "build_repo",
@@ -135,7 +134,7 @@ def build_repo(
     repo_src = (source_root or HUB_SOURCES) / name
     if not repo_src.is_dir():
         raise BuildError(f"no kernel repository sources at {repo_src}")
-    plan = _adapt_legacy(read_plan(repo_src), isas_for_this_machine())
+    plan = read_plan(repo_src)
     return _build(plan, bundled_repo_path(name), force=force, progress=progress)
 
 
@@ -155,7 +154,7 @@ def build_path(path: str | Path, *, force: bool = False, progress: bool = True) 
             )
         meta = json.loads((root / "build" / variant / "metadata.json").read_text())
         return BuiltRepo(meta.get("name", root.name), root, variant, meta.get("id", ""), (), reused=True)
-    plan = _adapt_legacy(read_plan(root), isas_for_this_machine())
+    plan = read_plan(root)
     where = cache_root() / "repos" / f"{plan.name}-{hashlib.sha256(str(root).encode()).hexdigest()[:8]}"
     return _build(plan, where, force=force, progress=progress)
 

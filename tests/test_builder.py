@@ -15,7 +15,6 @@ from kernel_explorer.builder import (
     build_repo,
     build_variant,
     check_build,
-    isas_for_this_machine,
 )
 from kernel_explorer.bundled import BUNDLED_ATTENTION
 from kernel_explorer.errors import BuildError
@@ -156,36 +155,3 @@ def test_noarch_repo_builds_to_torch_cpu_and_loads(fresh_cache: Path, tmp_path: 
     assert (
         build_path(built.repo_path, progress=False).repo_path == built.repo_path
     )  # a built path is taken as is
-
-
-@pytest.mark.slow
-def test_old_layout_still_builds_with_every_isa_path(fresh_cache: Path, tmp_path: Path) -> None:
-    """A repository in the layout before kernel-builder's (KX_OPS_NS, one [kernel.<repo>] section
-    compiled per ISA by the builder) builds through legacy_layout until it is converted."""
-    from isa_paths import runnable_isas
-
-    root = tmp_path / "hub"
-    shutil.copytree(HUB_SOURCES / "common", root / "common")
-    repo = root / "oldstyle"
-    (repo / "csrc").mkdir(parents=True)
-    (repo / "torch-ext" / "oldstyle").mkdir(parents=True)
-    (repo / "build.toml").write_text(
-        '[general]\nname = "oldstyle"\nversion = 1\nbackends = ["cpu"]\n\n'
-        '[torch]\nsrc = ["csrc/oldstyle_ops.cpp"]\n\n'
-        '[kernel.oldstyle]\nbackend = "cpu"\ndepends = ["torch"]\ninclude = ["../common/csrc"]\n'
-        'src = ["csrc/oldstyle_isa.cpp"]\n'
-    )
-    (repo / "csrc" / "oldstyle_isa.cpp").write_text(
-        "#define CAT_(a, b) a##b\n#define CAT(a, b) CAT_(a, b)\n"
-        "int CAT(oldstyle_unit_, KX_ISA)() { return 1; }\n"
-    )
-    (repo / "csrc" / "oldstyle_ops.cpp").write_text(
-        '#include "kx_dispatch.h"\n'
-        'TORCH_LIBRARY(KX_OPS_NS, m) { m.def("isa() -> str", &kx::current_isa); }\n'
-        "KX_PYTHON_MODULE(KX_OPS_NS)\n"
-    )
-    (repo / "torch-ext" / "oldstyle" / "__init__.py").write_text("from ._ops import ops\n")
-    built = build_repo("oldstyle", progress=False, source_root=root)
-    assert built.isas == tuple(f"oldstyle_{isa}" for isa in isas_for_this_machine())
-    module = get_local_kernel(built.repo_path)
-    assert module.ops.isa() == runnable_isas()[0]  # the best path this CPU runs, as before

@@ -1,8 +1,8 @@
 // Registration-side helpers shared by the bundled kernels: run-time ISA choice, input checks,
-// and the Python module stub that lets `kernels` import the library (kernel-builder's layout).
+// output allocation, the out= forms' autograd kernel. The Python module itself comes from
+// kernel-builder's registration.h (REGISTER_EXTENSION), included first by each torch_binding.cpp.
 #pragma once
 
-#include <Python.h>
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/Allocator.h>
@@ -16,9 +16,6 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
-
-#define KX_STR_(x) #x
-#define KX_STR(x) KX_STR_(x)
 
 // Every x86-64 build carries the AVX-512 and AVX2 code paths ([kernel.<name>_avx512bf16] ... in
 // build.toml); other architectures carry the portable one only.
@@ -227,13 +224,6 @@ inline torch::CppFunction out_form_autograd_kernel() {
 }
 
 }  // namespace kx
-
-// The old layout's module stub (REGISTER_EXTENSION from registration.h replaces it); kept while
-// repositories in the old layout are converted (DESIGN.md, "Where to add").
-#define KX_PYTHON_MODULE(name)                                                     \
-  static struct PyModuleDef kx_module_def = {PyModuleDef_HEAD_INIT, KX_STR(name), \
-                                             nullptr, -1, nullptr};               \
-  PyMODINIT_FUNC KX_CAT(PyInit_, name)(void) { return PyModule_Create(&kx_module_def); }
 
 #define KX_CAT_(a, b) a##b
 #define KX_CAT(a, b) KX_CAT_(a, b)

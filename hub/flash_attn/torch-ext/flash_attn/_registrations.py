@@ -1,7 +1,7 @@
 """Fake (meta) kernel of the attention op, registered through torch.library.
 
 With it, torch.compile traces `fwd` without a graph break (fake tensors get their shapes from
-here). The autograd entry is in C++ (flash_attn_ops.cpp: a Python one costs ~9 us per call): a
+here). The autograd entry is in C++ (torch-ext/torch_binding.cpp: a Python one costs ~9 us per call): a
 forward with inputs that require grad runs, and a backward through it raises.
 
 Imported once per process per build: `kernels` may execute the package's `__init__` again, but

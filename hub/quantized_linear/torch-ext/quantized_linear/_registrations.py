@@ -2,7 +2,7 @@
 
 With them, torch.compile and opcheck get shapes and dtypes without running the CPU kernel. The
 ops have no backward (the layers say `has_backward = False`); their autograd kernel is PyTorch's
-C++ not-implemented one, registered in quantized_linear_ops.cpp, so a backward through them fails
+C++ not-implemented one, registered in torch-ext/torch_binding.cpp, so a backward through them fails
 with the op's name instead of leaving an output silently without a gradient path.
 
 Imported once per process per build (see the rmsnorm repository's _registrations.py for why).

@@ -1,5 +1,7 @@
 // Registers the attention op under the kernel's metadata id, checks its inputs, cuts the call
 // into tasks (sequence x KV head x query block x key split) and runs them on torch's threads.
+#include "registration.h"
+
 #include "flash_attn_table.h"
 #include "kx_dispatch.h"
 #include "kx_limits.h"
@@ -201,7 +203,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
 
 }  // namespace
 
-TORCH_LIBRARY(KX_OPS_NS, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
       "float softmax_scale, bool causal) -> (Tensor, Tensor)");
@@ -209,7 +211,7 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) { m.impl("fwd", &fwd); }
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) { m.impl("fwd", &fwd); }
 
 namespace {
 
@@ -238,10 +240,10 @@ void fwd_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fwd_autograd>());
 }
 
 // The fake (meta) kernel is registered from Python, in the package's _registrations.py.
 
-KX_PYTHON_MODULE(KX_OPS_NS)
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

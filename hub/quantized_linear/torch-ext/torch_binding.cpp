@@ -1,6 +1,8 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
 // activations and the GEMM path for many, both on the ISA table chosen at run time.
+#include "registration.h"
+
 #include "kx_dispatch.h"
 #include "kx_limits.h"
 #include "qlinear_format.h"
@@ -176,7 +178,7 @@ at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std:
 
 }  // namespace
 
-TORCH_LIBRARY(KX_OPS_NS, m) {
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_q8_0(Tensor weight) -> Tensor");
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
@@ -187,7 +189,7 @@ TORCH_LIBRARY(KX_OPS_NS, m) {
   m.def("set_isa(str isa) -> str", &kx::set_isa);
 }
 
-TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("quantize_q8_0", &quantize_q8_0);
   m.impl("quantize_q4_1", &quantize_q4_1);
   m.impl("dequantize_q8_0", &dequantize_q8_0);
@@ -200,11 +202,11 @@ TORCH_LIBRARY_IMPL(KX_OPS_NS, CPU, m) {
 // forward run and fails a backward through it with the op's name. A Python autograd formula would
 // cost several microseconds on every call outside inference mode (generate() runs under
 // no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
-TORCH_LIBRARY_IMPL(KX_OPS_NS, Autograd, m) {
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
                          "linear_q4_1"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }
 
-KX_PYTHON_MODULE(KX_OPS_NS)
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -1,0 +1,4 @@
+// The avx512bf16 code path of flash_attn_isa.h: [kernel.flash_attn_avx512bf16] in build.toml compiles it with that
+// instruction set's flags; torch_binding.cpp chooses a path at run time (kx_dispatch.h).
+#define KX_ISA avx512bf16
+#include "flash_attn_isa.h"

@@ -1,0 +1,4 @@
+// The avx512 code path of qlinear_isa.h: [kernel.qlinear_avx512] in build.toml compiles it with that
+// instruction set's flags; torch_binding.cpp chooses a path at run time (kx_dispatch.h).
+#define KX_ISA avx512
+#include "qlinear_isa.h"

@@ -1,0 +1,58 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+BLOCK_BYTES = {"q8_0": 34, "q4_1": 20}
+
+
+def dequantize(packed, format):
+    """GGML's formulas in PyTorch: Q8_0 w = d*q; Q4_1 w = d*q + m, low nibbles q[0..15]."""
+    blocks = packed.reshape(packed.shape[0], -1, BLOCK_BYTES[format])
+    d = blocks[..., :2].contiguous().view(torch.float16).float()
+    if format == "q8_0":
+        q = blocks[..., 2:].contiguous().view(torch.int8).float()
+        return (d * q).reshape(packed.shape[0], -1)
+    m = blocks[..., 2:4].contiguous().view(torch.float16).float()
+    q = torch.cat((blocks[..., 4:] & 0x0F, blocks[..., 4:] >> 4), dim=-1).float()
+    return (d * q + m).reshape(packed.shape[0], -1)
+
+
+@pytest.mark.parametrize("format", ["q8_0", "q4_1"])
+def test_packing_is_ggml_blocks(kernel, format):
+    weight = torch.randn(24, 96)
+    packed = kernel.quantize(weight, format)
+    assert packed.dtype == torch.uint8 and packed.shape == (24, 96 // 32 * BLOCK_BYTES[format])
+    torch.testing.assert_close(kernel.dequantize(packed, format), dequantize(packed, format), atol=0, rtol=0)
+    step = 1 / 127 if format == "q8_0" else 1 / 15
+    err = (dequantize(packed, format) - weight).abs().max()
+    assert err <= weight.abs().max() * step * 2  # within a quantization step of the block's range
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 70])
+@pytest.mark.parametrize("format", ["q8_0", "q4_1"])
+def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, dtype):
+    weight, bias = torch.randn(40, 128) * 128**-0.5, torch.randn(40)
+    packed = kernel.quantize(weight, format)
+    x = torch.randn(rows, 128).to(dtype)
+    y = kernel.linear(x, packed, format, bias)
+    assert y.shape == (rows, 40) and y.dtype == dtype
+    ref = F.linear(x.double(), dequantize(packed, format).double(), bias.double())
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(y.double(), ref, atol=tol, rtol=tol)
+
+
+def test_bad_inputs_say_what_to_do(kernel):
+    with pytest.raises(ValueError, match="unknown format"):
+        kernel.quantize(torch.randn(4, 32), "q5_0")
+    with pytest.raises(ValueError, match="multiple of the block size"):
+        kernel.quantize(torch.randn(4, 33), "q8_0")
+
+
+def test_layer(kernel):
+    layer = kernel.layers.Q8_0Linear()
+    layer.weight = torch.nn.Parameter(torch.randn(16, 64) * 0.125)
+    layer.bias = None
+    x = torch.randn(2, 5, 64)
+    packed = kernel.quantize(layer.weight.detach(), "q8_0")
+    torch.testing.assert_close(layer(x), F.linear(x, dequantize(packed, "q8_0")), atol=1e-5, rtol=1e-5)
