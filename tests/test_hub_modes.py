@@ -101,6 +101,16 @@ def test_opcheck_passes_for_every_op(hub: dict, dtype: torch.dtype) -> None:
         assert set(result.values()) == {"SUCCESS"}, (name, result)
 
 
+def test_every_autograd_kernel_is_registered_from_cpp(hub: dict) -> None:
+    """A Python autograd formula (torch.library.register_autograd) runs Python on every call of
+    the op, about 9 us, more than the kernel on one token (bench/call_overhead.py): every op's
+    Autograd kernel comes from its repository's torch_binding.cpp instead."""
+    for name, op, _ in _opcheck_cases(hub, torch.float32):
+        dump = torch._C._dispatch_dump(op.default.name()).splitlines()
+        autograd = [line for line in dump if line.startswith("Autograd[alias]:")]
+        assert len(autograd) == 1 and "torch_binding.cpp" in autograd[0], (name, autograd)
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients: against eager autograd and a float64 reference, on every compiled ISA path
 

@@ -2,6 +2,7 @@
 #include "activation_table.h"
 #include "registration.h"
 
+#include "kx_autograd.h"
 #include "kx_dispatch.h"
 #include "kx_limits.h"
 
@@ -11,6 +12,7 @@
 #include <emmintrin.h>
 #endif
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -202,9 +204,106 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("silu_and_mul_backward", &silu_and_mul_backward);
 }
 
-// The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
-// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= forms have none.
+namespace {
+
+using UnarySig = at::Tensor(const at::Tensor&);
+using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&);
+
+constexpr const char* kUnaryNames[] = {"silu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_quick"};
+constexpr int kSiluAndMul = 6;  // after the unary ops, in the table of typed handles below
+
+const c10::TypedOperatorHandle<UnarySig>& forward_op(int op) {
+  static const auto ops = [] {
+    std::vector<c10::TypedOperatorHandle<UnarySig>> v;
+    for (const char* name : kUnaryNames) {
+      v.push_back(kx::typed_op<UnarySig>((std::string(STRINGIFY(TORCH_EXTENSION_NAME) "::") + name).c_str()));
+    }
+    v.push_back(kx::typed_op<UnarySig>(STRINGIFY(TORCH_EXTENSION_NAME) "::silu_and_mul"));
+    return v;
+  }();
+  return ops[op];
+}
+
+const c10::TypedOperatorHandle<BackwardSig>& silu_and_mul_backward_op() {
+  static const auto op = kx::typed_op<BackwardSig>(STRINGIFY(TORCH_EXTENSION_NAME) "::silu_and_mul_backward");
+  return op;
+}
+
+const double kSqrt2OverPi = std::sqrt(2.0 / M_PI);
+
+// d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as s + x u' s (1 - s) with
+// s = sigmoid(2u) = (1 + tanh(u)) / 2: ATen's gelu_backward forms 1 - tanh(u)^2, which cancels
+// where tanh saturates (12 ulp off in float32 at |x| ~ 3), and 1 - s here is sigmoid(-2u),
+// computed directly. In float32, for every input dtype (rounded once at the end). ATen ops, so
+// the backward is differentiable again (double backward).
+at::Tensor tanh_gelu_backward(const at::Tensor& grad, const at::Tensor& x) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor x2 = xf * xf;
+  at::Tensor two_u = xf * (2 * kSqrt2OverPi) * (x2 * 0.044715 + 1);
+  at::Tensor s = at::sigmoid(two_u);
+  at::Tensor slope = xf * (2 * kSqrt2OverPi) * (x2 * (3 * 0.044715) + 1);
+  return (grad.to(at::kFloat) * (s + slope * s * at::sigmoid(-two_u))).to(x.scalar_type());
+}
+
+at::Tensor gelu_quick_backward(const at::Tensor& grad, const at::Tensor& x) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor s = at::sigmoid(xf * 1.702);
+  return (grad.to(at::kFloat) * (s + xf * 1.702 * s * (1 - s))).to(x.scalar_type());
+}
+
+// The backward of activation `op` at x: ATen's fused kernels for SiLU and GELU, the float32
+// formulas above for NewGELU, FastGELU and QuickGELU, the fused C++ kernel for SiLU-and-mul.
+at::Tensor backward_of(int op, const at::Tensor& grad, const at::Tensor& x) {
+  switch (op) {
+    case kx::kSilu: return at::silu_backward(grad, x);
+    case kx::kGelu: return at::gelu_backward(grad, x, "none");
+    case kx::kGeluTanh: return at::gelu_backward(grad, x, "tanh");
+    case kx::kGeluNew:
+    case kx::kGeluFast: return tanh_gelu_backward(grad, x);
+    case kx::kGeluQuick: return gelu_quick_backward(grad, x);
+    default: return silu_and_mul_backward_op().call(grad, x);
+  }
+}
+
+// The autograd of activation `Op` (one input, one output): saves x, and the backward is
+// backward_of(Op). The ops are called through the dispatcher, so torch.compile traces them.
+template <int Op>
+struct ActivationFunction : public torch::autograd::Function<ActivationFunction<Op>> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({x});
+    return forward_op(Op).call(x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {backward_of(Op, grads[0], ctx->get_saved_variables()[0])};
+  }
+};
+
+// Without a graph to record (no_grad, or x does not require grad) the op runs directly below autograd.
+template <int Op>
+at::Tensor activation_autograd(const at::Tensor& x) {
+  if (!kx::needs_graph({&x})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return forward_op(Op).call(x);
+  }
+  return ActivationFunction<Op>::apply(x);
+}
+
+}  // namespace
+
+// The autograd kernels are in C++ (kx_autograd.h says why); the fake (meta) kernels are registered
+// from Python, in the package's _registrations.py. The out= forms have no backward.
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
+  m.impl("silu", &activation_autograd<kx::kSilu>);
+  m.impl("gelu", &activation_autograd<kx::kGelu>);
+  m.impl("gelu_tanh", &activation_autograd<kx::kGeluTanh>);
+  m.impl("gelu_new", &activation_autograd<kx::kGeluNew>);
+  m.impl("gelu_fast", &activation_autograd<kx::kGeluFast>);
+  m.impl("gelu_quick", &activation_autograd<kx::kGeluQuick>);
+  m.impl("silu_and_mul", &activation_autograd<kSiluAndMul>);
+  m.impl("silu_and_mul_backward", kx::no_double_backward_kernel());
   for (const char* name : {"silu_out", "gelu_out", "gelu_tanh_out", "gelu_new_out", "gelu_fast_out",
                            "gelu_quick_out", "silu_and_mul_out"}) {
     m.impl(name, kx::out_form_autograd_kernel());

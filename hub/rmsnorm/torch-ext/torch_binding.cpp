@@ -1,6 +1,7 @@
 // Registers the RMSNorm ops under the kernel's metadata id and dispatches to the ISA's table.
 #include "registration.h"
 
+#include "kx_autograd.h"
 #include "kx_dispatch.h"
 #include "kx_limits.h"
 #include "rmsnorm_table.h"
@@ -104,8 +105,61 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("rms_norm_backward", &rms_norm_backward);
 }
 
-// The functional ops' autograd formulas and fake (meta) kernels are registered from Python, in the
-// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
-TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) { m.impl("rms_norm_out", kx::out_form_autograd_kernel()); }
+namespace {
+
+using RmsNormSig = at::Tensor(const at::Tensor&, const at::Tensor&, double);
+using RmsNormBackwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                              const at::Tensor&, double, bool);
+
+const c10::TypedOperatorHandle<RmsNormSig>& rms_norm_op() {
+  static const auto op = kx::typed_op<RmsNormSig>(STRINGIFY(TORCH_EXTENSION_NAME) "::rms_norm");
+  return op;
+}
+
+const c10::TypedOperatorHandle<RmsNormBackwardSig>& rms_norm_backward_op() {
+  static const auto op = kx::typed_op<RmsNormBackwardSig>(STRINGIFY(TORCH_EXTENSION_NAME) "::rms_norm_backward");
+  return op;
+}
+
+// rms_norm's autograd: saves x and weight, and its backward is the fused rms_norm_backward (dw only
+// when the weight needs a gradient). The ops are called through the dispatcher, so torch.compile
+// traces them (with the fake kernels of _registrations.py) as it traces ATen's.
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["eps"] = eps;
+    return rms_norm_op().call(x, weight, eps);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const bool weight_grad = ctx->needs_input_grad(1);
+    auto [dx, dw] = rms_norm_backward_op().call(grads[0], saved[0], saved[1], ctx->saved_data["eps"].toDouble(),
+                                                weight_grad);
+    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), weight_grad ? dw : at::Tensor(), at::Tensor()};
+  }
+};
+
+// Without a graph to record (no_grad, or nothing requires grad) the op runs directly below autograd.
+at::Tensor rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!kx::needs_graph({&x, &weight})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return rms_norm_op().call(x, weight, eps);
+  }
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+}  // namespace
+
+// The autograd kernels are in C++ (kx_autograd.h says why); the fake (meta) kernels are registered
+// from Python, in the package's _registrations.py. The out= form has no backward.
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
+  m.impl("rms_norm", &rms_norm_autograd);
+  m.impl("rms_norm_backward", kx::no_double_backward_kernel());
+  m.impl("rms_norm_out", kx::out_form_autograd_kernel());
+}
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

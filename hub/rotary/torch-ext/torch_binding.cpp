@@ -1,6 +1,7 @@
 // Registers the rotary op under the kernel's metadata id and dispatches to the ISA's table.
 #include "registration.h"
 
+#include "kx_autograd.h"
 #include "kx_dispatch.h"
 #include "rotary_table.h"
 
@@ -81,8 +82,88 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("apply_rotary_out", &apply_rotary_out);
 }
 
-// apply_rotary's autograd formula and fake (meta) kernel are registered from Python, in the
-// package's _registrations.py, as PyTorch's custom-op guide prescribes; the out= form has none.
-TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) { m.impl("apply_rotary_out", kx::out_form_autograd_kernel()); }
+namespace {
+
+using RotarySig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                     const at::Tensor&, int64_t);
+
+const c10::TypedOperatorHandle<RotarySig>& rotary_op() {
+  static const auto op = kx::typed_op<RotarySig>(STRINGIFY(TORCH_EXTENSION_NAME) "::apply_rotary");
+  return op;
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+// apply_rotary's autograd. The rotation is linear in q and k, and its transpose is the same
+// rotation with sin replaced by -cat(sin[..., d/2:], sin[..., :d/2]): so the backward for q and k
+// is the forward kernel itself, run on the gradients, with the same roundings eager's autograd
+// makes. Gradients for cos and sin (rarely wanted: they come from the position embedding) use the
+// eager formula, and only then are q and k kept for the backward.
+struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
+                                                const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                                                int64_t unsqueeze_dim) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    const bool trig_grad = cos.requires_grad() || sin.requires_grad();
+    ctx->saved_data["unsqueeze_dim"] = unsqueeze_dim;
+    ctx->saved_data["trig_grad"] = trig_grad;
+    if (trig_grad) {
+      ctx->save_for_backward({cos, sin, q, k});
+    } else {
+      ctx->save_for_backward({cos, sin});
+    }
+    auto [q_out, k_out] = rotary_op().call(q, k, cos, sin, unsqueeze_dim);
+    return {q_out, k_out};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &cos = saved[0], &sin = saved[1], &grad_q = grads[0], &grad_k = grads[1];
+    const int64_t dim = ctx->saved_data["unsqueeze_dim"].toInt();
+    at::Tensor dq, dk, dcos, dsin;
+    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
+      const int64_t half = sin.size(-1) / 2;
+      at::Tensor sin_t = -at::cat({sin.slice(-1, half), sin.slice(-1, 0, half)}, -1);
+      std::tie(dq, dk) = rotary_op().call(grad_q, grad_k, cos, sin_t, dim);
+      if (!ctx->needs_input_grad(0)) dq = at::Tensor();
+      if (!ctx->needs_input_grad(1)) dk = at::Tensor();
+    }
+    if (ctx->needs_input_grad(2) || ctx->needs_input_grad(3)) {
+      const at::Tensor &q = saved[2], &k = saved[3];
+      const auto shape = cos.unsqueeze(dim).sizes().vec();
+      auto reduce = [&](const at::Tensor& a, const at::Tensor& b) {
+        return (a.sum_to_size(shape) + b.sum_to_size(shape)).squeeze(dim);
+      };
+      if (ctx->needs_input_grad(2)) dcos = reduce(grad_q * q, grad_k * k);
+      if (ctx->needs_input_grad(3)) dsin = reduce(grad_q * rotate_half(q), grad_k * rotate_half(k));
+    }
+    return {dq, dk, dcos, dsin, at::Tensor()};
+  }
+};
+
+// Without a graph to record (no_grad, or no input requires grad) the op runs directly below autograd.
+std::tuple<at::Tensor, at::Tensor> apply_rotary_autograd(const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& cos, const at::Tensor& sin,
+                                                         int64_t unsqueeze_dim) {
+  if (!kx::needs_graph({&q, &k, &cos, &sin})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return rotary_op().call(q, k, cos, sin, unsqueeze_dim);
+  }
+  auto out = RotaryFunction::apply(q, k, cos, sin, unsqueeze_dim);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+// The autograd kernels are in C++ (kx_autograd.h says why); the fake (meta) kernel is registered
+// from Python, in the package's _registrations.py. The out= form has no backward.
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
+  m.impl("apply_rotary", &apply_rotary_autograd);
+  m.impl("apply_rotary_out", kx::out_form_autograd_kernel());
+}
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

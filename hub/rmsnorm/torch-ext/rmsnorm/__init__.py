@@ -37,6 +37,6 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
-from . import _registrations, layers  # noqa: E402, F401  (fake kernels + autograd; layers use the functions above)
+from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = ["isa", "layers", "rms_norm", "set_isa"]

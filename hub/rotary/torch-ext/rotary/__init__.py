@@ -67,6 +67,6 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
-from . import _registrations, layers  # noqa: E402, F401  (fake kernels + autograd; layers use the functions above)
+from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = ["apply_rotary", "isa", "layers", "set_isa"]
