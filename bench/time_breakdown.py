@@ -38,6 +38,10 @@ def main() -> None:
     print(
         f"breakdown of a {args.tokens}-token prefill and a decode step: {time.perf_counter() - start:.1f} s"
     )
+    ids = torch.randint(
+        0, model.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0)
+    )
+    explorer.capture(ids)  # the layers' speedups at the breakdown's length: Amdahl needs both from one shape
     explorer.compare(*explorer.layers, pairs=args.pairs)
     log = explorer.results
     summary = log.breakdown_summary("prefill")

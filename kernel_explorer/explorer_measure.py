@@ -184,7 +184,9 @@ class Measuring:
         of one decode step, and what no kernel covers (Linear, attention, embedding, the rest).
 
         Records stream into `explorer.results` (`TimeShare`); `results.breakdown_summary()` adds
-        Amdahl's model speedups from the last measured kernel speedups (run `compare` first).
+        Amdahl's model speedups from the last measured kernel speedups (run `compare` first, on
+        activations of the same length: `capture(token ids of that length)`; a kernel's speedup
+        depends on the shape, and the default capture is a short prompt).
         """
         from kernel_explorer.measure.breakdown import time_breakdown
         from kernel_explorer.measure.capture import check_runnable
