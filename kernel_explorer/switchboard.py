@@ -196,6 +196,15 @@ class Switchboard:
             self._reasons[(name, path)] = f"{chosen.repo_label} does not support {mode_name(mode)}"
             self.catalog.record_unsupported(chosen, mode, f"the kernel does not support {mode_name(mode)}")
             return
+        from kernels import Mode
+
+        if Mode.TORCH_COMPILE in mode:
+            # torch.compile guards a callable object by identity: a wrapper per instance made every
+            # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
+            # bound forward, as kernels does; in this mode a kernel's error is raised, not fallen back.
+            self._on[(name, path)] = (chosen, mode)
+            self._reasons.pop((name, path), None)
+            return
         original = type(target).forward.__get__(target)
 
         def on_error(

@@ -442,3 +442,19 @@ def test_a_value_error_declines_that_instance_only_and_off_releases_what_the_ker
         assert {path: tuple(m.__dict__) for path, m in explorer.model.named_modules()} == keys
     finally:
         explorer.reset()
+
+
+def test_torch_compile_mode_keeps_kernelizes_bound_forward(explorer: Explorer) -> None:
+    """In torch.compile mode an instance runs kernelize's own bound forward, not the fallback
+    wrapper: dynamo guards a callable object by identity, so a wrapper per instance recompiled every
+    decoder layer (past the recompile limit, eagerly). Inference mode keeps the fallback."""
+    import types
+
+    explorer.on("RMSNorm", mode="torch.compile")
+    forwards = [m.__dict__["forward"] for p, m in explorer.model.named_modules() if p.endswith("norm")]
+    assert forwards and all(isinstance(f, types.MethodType) for f in forwards)
+    assert all(now.is_kernel for now in explorer.running("RMSNorm"))
+    explorer.on("RMSNorm")  # inference: the wrapper that falls back to PyTorch on an error
+    forwards = [m.__dict__["forward"] for p, m in explorer.model.named_modules() if p.endswith("norm")]
+    assert not any(isinstance(f, types.MethodType) for f in forwards)
+    explorer.reset()
