@@ -94,10 +94,18 @@ def breakdown_figure(log: ResultLog) -> Any | None:
         barmode="stack",
         xaxis={"title": {"text": "share of the forward (%)", "standoff": 4}, "range": [0, 100]},
         yaxis={"autorange": "reversed"},
-        height=190 + 40 * len(phases),
+        height=max(190 + 40 * len(phases), 60 + 20 * len(ordered)),
         autosize=True,
         margin={"t": 40, "b": 10, "l": 130, "r": 10},
-        legend={"orientation": "h", "y": -0.35, "yanchor": "top", "traceorder": "normal"},
+        # beside the bars, not under them: below, the legend's rows met the axis title on a narrow page
+        legend={
+            "orientation": "v",
+            "x": 1.02,
+            "xanchor": "left",
+            "y": 1,
+            "yanchor": "top",
+            "traceorder": "normal",
+        },
         paper_bgcolor="rgba(0,0,0,0)",
         plot_bgcolor="rgba(0,0,0,0)",
     )

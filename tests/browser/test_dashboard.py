@@ -185,6 +185,12 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
         expect(page.locator("body[data-jp-theme-light='false']")).to_have_count(1, timeout=30_000)
         page.wait_for_timeout(1500)
         screenshot(page, f"{lab.app}-dashboard-dark")
+        page.locator(".kx-breakdown").first.scroll_into_view_if_needed()
+        screenshot(page, f"{lab.app}-breakdown-dark")
+        legend = page.evaluate(
+            "() => getComputedStyle(document.querySelector('.kx-breakdown .legendtext')).fill"
+        )
+        assert legend != "rgb(68, 68, 68)", legend  # plotly's default grey legend text, unread on dark
         text = page.evaluate(
             "() => getComputedStyle(document.querySelector('.kx-dashboard .kx-plot .main-svg text')).fill"
         )
