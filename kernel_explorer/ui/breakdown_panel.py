@@ -29,7 +29,9 @@ _EMPTY_NOTE = (
 class BreakdownPanel:
     """A Profile button, the breakdown chart (hidden until there is one) and the coverage line."""
 
-    def __init__(self, explorer: Explorer, *, on_error: Any, tokens: int = 512) -> None:
+    def __init__(self, explorer: Explorer, *, on_error: Any, guard: Any, tokens: int = 512) -> None:
+        """`on_error` shows a message; `guard(action)` runs a click's action and shows its error
+        (the dashboard's, so every button reports the same way)."""
         import plotly.graph_objects as go
 
         self.explorer = explorer
@@ -49,7 +51,7 @@ class BreakdownPanel:
         self.chart.add_class("kx-breakdown")
         self.chart_box = widgets.Box([self.chart], layout={"display": "none", "width": "100%"})
         self.widget = widgets.VBox([widgets.HBox([self.button, self.line]), self.chart_box])
-        self.button.on_click(lambda _: self._guarded(self.profile))
+        self.button.on_click(lambda _: guard(self.profile))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
         self.redraw()
 
@@ -57,11 +59,11 @@ class BreakdownPanel:
         """Start a breakdown on the worker thread (a second click while one runs does nothing)."""
         if self.handle is not None and not self.handle.done:
             return
-        self.button.disabled = True
+        self.handle = self.explorer.breakdown(tokens=self.tokens, background=True)
+        self.button.disabled = True  # after the start: a refused start leaves the button usable
         self.line.value = html.escape(
             f"Profiling a {self.tokens}-token prefill and one decode step, every layer on PyTorch..."
         )
-        self.handle = self.explorer.breakdown(tokens=self.tokens, background=True)
 
     def redraw(self) -> None:
         """Copy the last breakdown's figure into the widget (one message), and refresh the line."""
@@ -84,13 +86,6 @@ class BreakdownPanel:
                 self.on_error(record.values.detail or "the breakdown failed")
                 return
         self.redraw()
-
-    def _guarded(self, action: Any) -> None:
-        try:
-            action()
-        except Exception as error:  # a callback error would otherwise vanish into the kernel log
-            self.button.disabled = False
-            self.on_error(f"{type(error).__name__}: {error}")
 
     def close(self) -> None:
         self._unsubscribe()

@@ -62,7 +62,7 @@ class Dashboard:
         self.output = widgets.Output(layout={"max_height": "160px", "overflow": "auto"})  # download bars
         self.table = LayerTable(explorer, on_error=self.show_error, output=self.output)
         self.plots = LivePlots(explorer.results)
-        self.breakdown = BreakdownPanel(explorer, on_error=self.show_error)
+        self.breakdown = BreakdownPanel(explorer, on_error=self.show_error, guard=self._guarded)
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(
             description="Stop", button_style="danger", icon="stop", disabled=True
