@@ -156,46 +156,47 @@ def capture_inputs(
 
     shared_functions: dict[int, nn.Module] = {}
     # hooks come and go under the lock, so no other thread's forward meets half of them
-    board.lock.acquire()
-    for name, group in board.groups.items():
-        for path in group.instances if group.kind != "attention" else ():  # attention: board.attention
-            module = modules[path]
-            if group.kind == "module":
+    with board.lock:
+        for name, group in board.groups.items():
+            for path in group.instances if group.kind != "attention" else ():  # attention: board.attention
+                module = modules[path]
+                if group.kind == "module":
 
-                def pre(mod, args, call_kwargs, key=(name, path)):  # type: ignore[no-untyped-def]
-                    keep(key, args, call_kwargs)
+                    def pre(mod, args, call_kwargs, key=(name, path)):  # type: ignore[no-untyped-def]
+                        keep(key, args, call_kwargs)
 
-                handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-                continue
+                    handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                    continue
 
-            def enter(mod, args, key=(name, path)):  # type: ignore[no-untyped-def]
-                running.__dict__.setdefault("stack", []).append(key)
+                def enter(mod, args, key=(name, path)):  # type: ignore[no-untyped-def]
+                    running.__dict__.setdefault("stack", []).append(key)
 
-            def leave(mod, args, output):  # type: ignore[no-untyped-def]
-                stack = running.__dict__.get("stack")
-                if stack:  # a forward that began before these hooks came has no entry here
-                    stack.pop()
+                def leave(mod, args, output):  # type: ignore[no-untyped-def]
+                    stack = running.__dict__.get("stack")
+                    if stack:  # a forward that began before these hooks came has no entry here
+                        stack.pop()
 
-            handles.append(module.register_forward_pre_hook(enter))
-            handles.append(module.register_forward_hook(leave, always_call=True))
-            shared = function_routes.shared_function(module, board.function_key(module, name))
-            shared_functions[id(shared)] = shared
+                handles.append(module.register_forward_pre_hook(enter))
+                handles.append(module.register_forward_hook(leave, always_call=True))
+                shared = function_routes.shared_function(module, board.function_key(module, name))
+                shared_functions[id(shared)] = shared
 
-    def function_call(mod, args, call_kwargs):  # type: ignore[no-untyped-def]
-        stack = getattr(running, "stack", None)
-        if stack:
-            keep(stack[-1], args, call_kwargs)
+        def function_call(mod, args, call_kwargs):  # type: ignore[no-untyped-def]
+            stack = getattr(running, "stack", None)
+            if stack:
+                keep(stack[-1], args, call_kwargs)
 
-    for shared in shared_functions.values():
-        handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
-    try:
-        door = board.attention.capturing(keep) if board.attention is not None else contextlib.nullcontext()
-        with door:
-            run_model(board.model, kwargs, grad=grad)
-    finally:
-        for handle in handles:
-            handle.remove()
-        board.lock.release()
+        for shared in shared_functions.values():
+            handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
+        try:
+            door = (
+                board.attention.capturing(keep) if board.attention is not None else contextlib.nullcontext()
+            )
+            with door:
+                run_model(board.model, kwargs, grad=grad)
+        finally:
+            for handle in handles:
+                handle.remove()
     return captured
 
 
