@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import isa_env  # first: sets the AVX2 emulation before torch is imported
 import torch
 import torch.nn.functional as F
 import transformers.activations as A
@@ -154,11 +154,8 @@ def main() -> None:
 
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False)}
     roof = copy_bandwidth()
-    forced = os.environ.get("KERNEL_EXPLORER_ISA")
-    print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, kernel ISA {hub['activation'].isa()}"
-        + (f" (forced by KERNEL_EXPLORER_ISA={forced})" if forced else " (this CPU's best)")
-    )
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, {isa_env.describe(hub['activation'].isa())}")
     print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s\n")
     header = (
         f"{'op':<13}{'dtype':<10}{'tokens':>6}  {'eager us':>9}{'compile us':>11}"

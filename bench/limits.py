@@ -17,6 +17,7 @@ import os
 import statistics
 from pathlib import Path
 
+import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is imported)
 import torch
 from kernel_ops import INTERMEDIATE, copy_bandwidth, interleaved
 

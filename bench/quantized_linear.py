@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 
+import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is imported)
 import torch
 import torch.nn.functional as F
 from kernel_ops import copy_bandwidth, interleaved

@@ -1,0 +1,34 @@
+"""Emulate an AVX2-only machine on an AVX-512 one for a fair benchmark: imported before torch.
+
+`KERNEL_EXPLORER_ISA=avx2` forces the bundled kernels' AVX2 code. Eager PyTorch and torch.compile
+must then run AVX2 code too, or the comparison flatters them:
+
+- ATen chooses its kernels' ISA once, at import, from `ATEN_CPU_CAPABILITY`;
+- Inductor compiles its C++ with `-march=native` unless `TORCHINDUCTOR_CPP_MARCH` says otherwise,
+  and on a Zen 4 or Sapphire Rapids host that gives its "AVX2" code AVX-512VL's instructions and 32
+  vector registers, which no AVX2 machine has.
+
+So with the kernels forced to avx2, both are set here (unless the caller set them), and
+`describe()` says in the bench's output which ISA each side ran.
+"""
+
+from __future__ import annotations
+
+import os
+
+_FORCED = os.environ.get("KERNEL_EXPLORER_ISA", "").lower()
+if _FORCED == "avx2":
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    os.environ.setdefault("TORCHINDUCTOR_CPP_MARCH", "x86-64-v3")
+
+
+def describe(kernel_isa: str) -> str:
+    """One line: the ISA each side of the comparison ran, and what forced it."""
+    import torch
+
+    forced = f" (forced by KERNEL_EXPLORER_ISA={_FORCED})" if _FORCED else " (this CPU's best)"
+    march = os.environ.get("TORCHINDUCTOR_CPP_MARCH", "native")
+    return (
+        f"kernel ISA {kernel_isa}{forced}; eager ATen {torch.backends.cpu.get_cpu_capability()}; "
+        f"torch.compile -march={march}"
+    )
