@@ -111,6 +111,20 @@ def test_16_bit_activations_on_every_input_value(hub: dict, isa: str, dtype: tor
         _assert_accuracy(got[near_zero], want[near_zero], ref(x[near_zero].double()))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16_bit_silu_and_mul_is_unary_silu_times_up_half(hub: dict, isa: str, dtype: torch.dtype) -> None:
+    """silu_and_mul rounds silu(a) to the 16-bit type before the multiply, as eager does; that
+    rounded silu is the unary op's (the AVX2 bfloat16 path reads it from the unary op's table, the
+    others compute the same formula), so the result is the unary silu times b bit for bit, across
+    row lengths that end mid-vector and rows of a strided view."""
+    act = hub["activation"]
+    x = _inputs((7, 2 * 4099), dtype)
+    for view in (x, x[:, : 2 * 4096], x[::2, : 2 * 21]):
+        d = view.shape[-1] // 2
+        expected = act.silu(view[..., :d].contiguous()) * view[..., d:]
+        assert torch.equal(act.silu_and_mul(view), expected), (isa, tuple(view.shape))
+
+
 @pytest.mark.parametrize("op", ["silu", "gelu_new", "silu_and_mul"])
 def test_activation_out_form_writes_in_place(hub: dict, op: str) -> None:
     x = _inputs((5, 64), torch.bfloat16)

@@ -122,11 +122,67 @@ void gelu_quick(const void* x, void* y, int64_t n) {
   });
 }
 
+#if defined(CPU_CAPABILITY_AVX2)
+// silu_and_mul in bfloat16 on AVX2: silu(a) rounded to bfloat16 is read from the unary silu's
+// table (filled by this same code path's formula, so the bits are those of the formula below)
+// with one gather per 8 lanes, instead of computed. Without native bfloat16 instructions the
+// formula's exp, division and two roundings cost 0.71 ns per element on one Zen 4 core, against
+// 0.41 for float32; the gather leaves a widening, a multiply and the final rounding.
+inline VecF silu_from_table(const uint16_t* table, __m128i bits) {
+  __m256i words = _mm256_i32gather_epi32(reinterpret_cast<const int*>(table), _mm256_cvtepu16_epi32(bits), 2);
+  return VecF(_mm256_castsi256_ps(_mm256_slli_epi32(words, 16)));  // the entry's bits, widened
+}
+
+inline void silu_and_mul_bf16_lookup(const c10::BFloat16* in, c10::BFloat16* y, int64_t rows, int64_t d,
+                                     int64_t in_stride, int64_t out_stride, const uint16_t* table) {
+  const bool stream = kx::can_stream_rows(y, rows, d, out_stride);
+  auto block = [&](const c10::BFloat16* a, const c10::BFloat16* b, c10::BFloat16* out, int64_t n) {
+    VecF b0, b1;
+    if (n == kx::kBlock) {
+      __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+      kx::load2(b, b0, b1);
+      VecF s0 = silu_from_table(table, _mm256_castsi256_si128(bits));
+      VecF s1 = silu_from_table(table, _mm256_extracti128_si256(bits, 1));
+      if (stream) {
+        kx::stream2(out, s0 * b0, s1 * b1);
+      } else {
+        kx::store2(out, s0 * b0, s1 * b1);
+      }
+    } else {  // lanes past n read entry 0 and are not stored
+      __m256i bits = __m256i(at::vec::Vectorized<c10::BFloat16>::loadu(a, n));
+      kx::load2_tail(b, n, b0, b1);
+      VecF s0 = silu_from_table(table, _mm256_castsi256_si128(bits));
+      VecF s1 = silu_from_table(table, _mm256_extracti128_si256(bits, 1));
+      kx::store2_tail(out, n, s0 * b0, s1 * b1);
+    }
+  };
+  kx::for_each_row_range(rows, d, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const c10::BFloat16* a = in + r * in_stride;
+      c10::BFloat16* out = y + r * out_stride;
+      int64_t i = 0;
+      for (; i + kx::kBlock <= d; i += kx::kBlock) block(a + i, a + d + i, out + i, kx::kBlock);
+      if (i < d) block(a + i, a + d + i, out + i, d - i);
+    }
+    if (stream) kx::stream_fence();
+  });
+}
+#endif
+
 template <typename T>
-void silu_and_mul(const void* x, void* y, int64_t rows, int64_t d, int64_t in_stride, int64_t out_stride) {
+void silu_and_mul(const void* x, void* y, int64_t rows, int64_t d, int64_t in_stride, int64_t out_stride,
+                  [[maybe_unused]] const uint16_t* silu_table) {
   // silu(x[..., :d]) * x[..., d:]
-  const VecF one(1.f);
   const T* in = static_cast<const T*>(x);
+#if defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    if (silu_table) {
+      silu_and_mul_bf16_lookup(in, static_cast<T*>(y), rows, d, in_stride, out_stride, silu_table);
+      return;
+    }
+  }
+#endif
+  const VecF one(1.f);
   kx::map2_rows(in, in + d, in_stride, static_cast<T*>(y), out_stride, rows, d,
                 [&](const VecF& a, const VecF& b) { return rnd<T>(a / (one + exp_fast(a.neg()))) * b; });
 }

@@ -38,7 +38,7 @@ const uint16_t* value_table(int op, int code) {
   if (!values) {
     std::vector<uint16_t> every(65536);
     std::iota(every.begin(), every.end(), uint16_t{0});
-    values.reset(new uint16_t[65536]);
+    values.reset(new uint16_t[65536 + 2]());  // a spare entry: a 32-bit gather of the last one stays inside
     table().unary[op][code](every.data(), values.get(), 65536);
   }
   return values.get();
@@ -128,7 +128,8 @@ void silu_and_mul_out(at::Tensor& out, const at::Tensor& x) {
   if (out.numel() == 0) return;
   at::Tensor xc = x.contiguous();
   int64_t rows = xc.numel() / (2 * d);
-  table().silu_and_mul[code](xc.data_ptr(), out.data_ptr(), rows, d, 2 * d, d);
+  const uint16_t* silu_table = code == 0 ? nullptr : value_table(kx::kSilu, code);
+  table().silu_and_mul[code](xc.data_ptr(), out.data_ptr(), rows, d, 2 * d, d, silu_table);
 }
 
 at::Tensor silu_and_mul(const at::Tensor& x) {
