@@ -38,6 +38,22 @@ def test_hardware_text() -> None:
     assert result.returncode == 0 and "Accepted variants" in result.stdout
 
 
+def test_python_dash_m_kernel_explorer_is_the_same_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kernel_explorer", "compare", "--pairs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        result.returncode == 2 and result.stderr == "error: pairs must be a positive whole number, got 0.\n"
+    )
+    help_text = subprocess.run(
+        [sys.executable, "-m", "kernel_explorer", "--help"], capture_output=True, text=True, timeout=300
+    ).stdout
+    assert "compare" in help_text and "report" in help_text
+
+
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "hardware" in capsys.readouterr().out
