@@ -99,6 +99,25 @@ def test_compare_prints_each_layer_with_its_interval_and_verdict() -> None:
     assert "noise floor" in done.stdout and "pairs (" in done.stdout
 
 
+def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A five-run check (bench/engine_check.py) found fp32 runs' intervals contain the median of the
+    five runs' medians 2 times in 5: the printout must not let a reader take one run's interval for
+    the machine's."""
+    import torch
+
+    from kernel_explorer.cli import RUN_TO_RUN, _measure
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import tiny_llama
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    explorer.capture(torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(3)))
+    with explorer.using("RMSNorm"):
+        _measure(explorer, ["RMSNorm"], pairs=2, precision=0.05, budget_s=1.0)
+    out = capsys.readouterr().out
+    assert "RMSNorm" in out and "x [" in out and "noise floor" in out
+    assert RUN_TO_RUN in out and "noise floor" in RUN_TO_RUN
+
+
 def test_compare_bad_precision_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "--precision", "2"]) == 2
     err = capsys.readouterr().err
