@@ -17,6 +17,10 @@ from typing import Any
 from kernel_explorer.errors import KernelExplorerError
 
 DEMO_QUESTION = "What is the capital of France?"
+RUN_TO_RUN = (
+    "  Each interval is this run's: another run here can move by up to its noise floor, "
+    "which is why a verdict must clear the floor."
+)
 
 
 def interactive() -> bool:
@@ -116,6 +120,8 @@ def _measure(
         )
         for note in v.notes:
             print(f"  {'':<{width}}    look twice: {note}")
+    if verdicts:
+        print(RUN_TO_RUN)
     warning = noise_warning(max((r.values.noise_floor for r in verdicts), default=0.0))
     if warning:
         print(warning)

@@ -18,6 +18,7 @@ from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer_measure import Measuring
 from kernel_explorer.extension import adopt
+from kernel_explorer.measure.provenance import model_provenance
 from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
@@ -114,7 +115,7 @@ class Explorer(Measuring):
             self.add_peer(path)
         self.tokenizer = tokenizer
         self.results = ResultLog()
-        self._runner = Runner(self.results)
+        self._runner = Runner(self.results, origin=lambda: model_provenance(self.switchboard))
         self._captured = None  # the layers' captured inputs (see `capture`)
         self._captured_grad = None  # the same with autograd on, for training mode
         self._capture_kwargs: dict[str, Any] | None = None

@@ -128,9 +128,8 @@ class Measuring:
         """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
         import warnings
 
-        found = self.results.records("layer_verdict", run_id) + self.results.records(
-            "training_verdict", run_id
-        )
+        kinds = ("layer_verdict", "training_verdict", "model_verdict")
+        found = [r for kind in kinds for r in self.results.records(kind, run_id)]
         floors = [r.values.noise_floor for r in found]
         warning = noise_warning(max(floors, default=0.0))
         if warning:
@@ -177,7 +176,10 @@ class Measuring:
                 (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
             ),
         )
-        return self.run(measurements, background=background, name=name)
+        handle = self.run(measurements, background=background, name=name)
+        if not background:
+            self._warn_if_noisy(handle.run_id)
+        return handle
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
         """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and

@@ -143,8 +143,9 @@ def _verdict_class(verdict: object) -> str:
 
 
 _SUMMARY_COLUMNS = (
-    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "verdict", "noise_floor", "pairs",
-    "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median", "notes",
+    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "confidence", "verdict",
+    "noise_floor", "pairs", "stopped_by", "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median",
+    "notes",
 )  # fmt: skip
 
 
@@ -212,7 +213,12 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             "<h2>Layers</h2>",
             "<p>speedup_low and speedup_high bound the 95% interval of the median speedup; noise_floor is "
             "how far PyTorch against itself moved (A/A): a verdict needs the interval to clear it. "
-            "runs_agree is false where another run's interval does not overlap this one.</p>",
+            "runs_agree is false where another run's interval does not overlap this one: each interval "
+            "is its run's, and separate runs can move by up to the noise floor when the machine changes "
+            "state between them, which is why a verdict must clear the floor. confidence is "
+            "the interval's real coverage (below 0.95: too few pairs); stopped_by says what ended the "
+            "pairs: pairs (the count asked for), precision (the interval was narrow enough) or budget "
+            "(the time ran out first).</p>",
         ]
         warning = noise_warning(float(summary["noise_floor"].max()))
         if warning:

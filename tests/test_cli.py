@@ -38,6 +38,22 @@ def test_hardware_text() -> None:
     assert result.returncode == 0 and "Accepted variants" in result.stdout
 
 
+def test_python_dash_m_kernel_explorer_is_the_same_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kernel_explorer", "compare", "--pairs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        result.returncode == 2 and result.stderr == "error: pairs must be a positive whole number, got 0.\n"
+    )
+    help_text = subprocess.run(
+        [sys.executable, "-m", "kernel_explorer", "--help"], capture_output=True, text=True, timeout=300
+    ).stdout
+    assert "compare" in help_text and "report" in help_text
+
+
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "hardware" in capsys.readouterr().out
@@ -81,6 +97,25 @@ def test_compare_prints_each_layer_with_its_interval_and_verdict() -> None:
     line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("RMSNorm"))
     assert "x [" in line and line.rstrip().endswith(VERDICTS)
     assert "noise floor" in done.stdout and "pairs (" in done.stdout
+
+
+def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A five-run check (bench/engine_check.py) found fp32 runs' intervals contain the median of the
+    five runs' medians 2 times in 5: the printout must not let a reader take one run's interval for
+    the machine's."""
+    import torch
+
+    from kernel_explorer.cli import RUN_TO_RUN, _measure
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.models import tiny_llama
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    explorer.capture(torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(3)))
+    with explorer.using("RMSNorm"):
+        _measure(explorer, ["RMSNorm"], pairs=2, precision=0.05, budget_s=1.0)
+    out = capsys.readouterr().out
+    assert "RMSNorm" in out and "x [" in out and "noise floor" in out
+    assert RUN_TO_RUN in out and "noise floor" in RUN_TO_RUN
 
 
 def test_compare_bad_precision_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

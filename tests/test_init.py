@@ -113,7 +113,13 @@ def test_no_import_cycles() -> None:
 
 
 def test_nothing_below_the_explorer_imports_the_views() -> None:
-    views = ("kernel_explorer.ui", "kernel_explorer.magics", "kernel_explorer.cli", "kernel_explorer.report")
+    views = (
+        "kernel_explorer.ui",
+        "kernel_explorer.magics",
+        "kernel_explorer.cli",
+        "kernel_explorer.report",
+        "kernel_explorer.__main__",  # `python -m kernel_explorer`: the CLI's door
+    )
     for path in PACKAGE.rglob("*.py"):
         name = _module_name(path)
         if name.startswith(views) or name == "kernel_explorer" or "hub" in path.relative_to(PACKAGE).parts:

@@ -38,3 +38,30 @@ def test_float64_reference_really_computes_in_float64() -> None:
     exact = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     torch.testing.assert_close(ref, norm.weight.double() * exact, rtol=1e-12, atol=1e-12)
     assert norm.weight.dtype == torch.bfloat16  # the module itself is untouched
+
+
+def test_accuracy_verdicts_are_judged_against_float64_not_against_pytorch() -> None:
+    from kernel_explorer.measure.divergence import AS_ACCURATE, BITWISE_EQUAL, accuracy_verdict
+    from kernel_explorer.records import LayerDivergence
+
+    def found(bitwise: float, kernel_err: float | None, pytorch_err: float | None) -> LayerDivergence:
+        return LayerDivergence(
+            "float32",
+            8,
+            bitwise,
+            True,
+            kernel_err64=kernel_err,
+            pytorch_err64=pytorch_err,
+            reference_max_abs=2.0,
+        )
+
+    eps = torch.finfo(torch.float32).eps
+    assert accuracy_verdict([found(1.0, 1e-7, 1e-7)]) == BITWISE_EQUAL
+    # worse than PyTorch by less than one ULP of the largest output value: a different rounding
+    assert accuracy_verdict([found(0.5, 1e-7 + 1.5 * eps, 1e-7)]) == AS_ACCURATE
+    assert accuracy_verdict([found(0.5, 1e-7, 3e-7)]) == AS_ACCURATE  # more accurate than PyTorch
+    assert accuracy_verdict([found(1.0, 0, 0), found(0.5, 4e-6, 1e-6)]) == (
+        "less accurate (4.0x PyTorch's error against float64)"
+    )
+    assert accuracy_verdict([found(0.5, None, None)]).startswith("differs from PyTorch (no float64")
+    assert accuracy_verdict([]) == "not measured"

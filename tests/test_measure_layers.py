@@ -144,3 +144,21 @@ def test_bad_sampling_input_runs_nothing(explorer: Explorer, kwargs: dict, messa
     with pytest.raises(KernelExplorerError, match=message):
         explorer.compare("RMSNorm", **kwargs)
     assert len(explorer.results) == 0
+
+
+def test_a_high_noise_floor_is_one_warning_line_from_compare(explorer: Explorer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The warning path end to end: every floor counts as high when the threshold is below zero."""
+    from kernel_explorer.measure import stats
+
+    monkeypatch.setattr(stats, "HIGH_NOISE", -1.0)
+    with pytest.warns(stats.NoisyMachineWarning) as caught:
+        explorer.compare("RMSNorm", pairs=2, calibration_pairs=3)
+    (warning,) = caught.list
+    message = str(warning.message)
+    assert message.startswith("This machine is noisy: PyTorch against itself moves") and "\n" not in message
+    monkeypatch.setattr(stats, "HIGH_NOISE", float("inf"))  # no floor is high: no warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", stats.NoisyMachineWarning)
+        explorer.compare("RMSNorm", pairs=2, calibration_pairs=3)

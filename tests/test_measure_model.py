@@ -48,3 +48,13 @@ def test_all_pytorch_against_itself_is_identical(explorer: Explorer) -> None:
     explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=1, decode_pairs=1)
     (agreement,) = explorer.results.records("model_agreement")
     assert agreement.values.logits_max_abs == 0.0 and agreement.values.kl == 0.0
+
+
+def test_a_high_model_noise_floor_is_one_warning_line(explorer: Explorer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from kernel_explorer.measure import stats
+
+    monkeypatch.setattr(stats, "HIGH_NOISE", -1.0)  # every floor counts as high
+    with pytest.warns(stats.NoisyMachineWarning) as caught:
+        explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=1, decode_pairs=1)
+    (warning,) = caught.list
+    assert str(warning.message).startswith("This machine is noisy") and "\n" not in str(warning.message)

@@ -46,3 +46,27 @@ def test_notes_for_a_huge_speedup_and_for_beating_a_copy() -> None:
 
 def test_tensor_bytes_walks_args_and_kwargs() -> None:
     assert tensor_bytes((torch.ones(4), [torch.ones(2, dtype=torch.bfloat16)]), {"w": torch.ones(3)}) == 32
+
+
+def test_a_stalled_multithreaded_copy_does_not_make_the_copy_limit_absurdly_low(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """On a loaded machine torch's two-thread copy of 1 MB took 10 ms a call (best of ten): the limit
+    must not follow it, or every kernel would read "faster than a plain copy" for the whole process."""
+    import time
+
+    from kernel_explorer.measure import plausibility
+
+    real_copy = torch.Tensor.copy_
+
+    def stalled(self: torch.Tensor, src: torch.Tensor, *args, **kwargs) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        time.sleep(2e-3)  # waiting for a thread that is not scheduled
+        return real_copy(self, src, *args, **kwargs)
+
+    plausibility._copy_bandwidth_bucket.cache_clear()
+    monkeypatch.setattr(torch.Tensor, "copy_", stalled)
+    try:
+        limit = copy_bandwidth(1 << 20)
+    finally:
+        monkeypatch.undo()
+        plausibility._copy_bandwidth_bucket.cache_clear()
+    assert limit > 2e9  # a stalled copy reads 0.5 GB/s; any working single-threaded copy is faster
+    assert plausibility_notes(None, kernel_s=1e-3, bytes_moved=1 << 20, ignores_input=False) == ()

@@ -131,3 +131,42 @@ def test_smollm2_background_compare_streams_and_leaves_pytorch(hub: dict) -> Non
     assert handle.wait(120) and handle.outcome == "finished"
     assert arrived  # how soon: bench/responsiveness.py (a timing, so not asserted here)
     assert not any(now.is_kernel for now in explorer.running())
+
+
+def test_records_without_provenance_get_the_runs_and_their_own_is_kept() -> None:
+    from kernel_explorer.measure.runner import Runner
+    from kernel_explorer.records import ModelThroughput, Provenance
+    from kernel_explorer.results import ResultLog
+
+    own = Provenance(dtype="bfloat16", kernel_id="kernels-community/rmsnorm")
+    calls: list[int] = []
+
+    def origin() -> Provenance:
+        calls.append(1)
+        return Provenance(dtype="float32", threads=2, torch="2.13.0", machine="cpu")
+
+    def measurement(run_id: str):  # type: ignore[no-untyped-def]
+        yield Record(run_id, ModelThroughput(100.0, 0))
+        yield Record(run_id, ModelThroughput(120.0, 3), provenance=own)
+
+    log = ResultLog()
+    Runner(log, origin=origin).start([measurement], background=False)
+    records = list(log)
+    assert [r.provenance.dtype for r in records] == ["float32", "float32", "bfloat16", "float32"]
+    assert records[2].provenance is own and len(calls) == 1  # read once per run
+
+
+def test_every_model_record_carries_provenance_into_the_export(hub: dict) -> None:
+    import torch
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    handle = explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=1, decode_pairs=1)
+    assert handle.outcome == "finished", handle.error
+    kinds = {r.kind for r in explorer.results}
+    assert {"model_prefill", "model_decode", "model_verdict", "model_agreement"} <= kinds
+    assert all(r.provenance is not None for r in explorer.results)
+    (verdict, *_) = explorer.results.records("model_verdict")
+    assert verdict.provenance.dtype == "float32" and verdict.provenance.threads == torch.get_num_threads()
+    assert verdict.provenance.torch == torch.__version__ and verdict.provenance.machine
+    frame = explorer.results.to_pandas("model_prefill")
+    assert {"dtype", "threads", "torch", "kernels", "machine"} <= set(frame.columns)

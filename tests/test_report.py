@@ -30,6 +30,9 @@ def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: d
     assert "LlamaForCausalLM" in text and "M parameters" in text and "torch" in text
     assert "Switch state when the report was written" in text and "RMSNorm" in text
     assert explorer.results.latest_verdicts()["RMSNorm"].summary in text
+    # what stopped the pairs and the interval's real coverage are in the layer table
+    assert "each interval is its run's" in text  # not the machine's: runs move by up to the floor
+    assert "<th>stopped_by</th>" in text and "<td>pairs</td>" in text and "<th>confidence</th>" in text
     explorer.reset()
 
 

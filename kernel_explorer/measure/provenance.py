@@ -29,6 +29,16 @@ def _machine() -> tuple[str, str, str]:
     return torch.__version__, kernels, cpu_model()
 
 
+def _machine_of(board: Switchboard) -> tuple[str, str, str]:
+    """(torch version, kernels version, the CPU model and the accelerator where one is used)."""
+    import torch
+
+    torch_version, kernels_version, machine = _machine()
+    if board.device in ("cuda", "rocm") and torch.cuda.is_available():
+        machine = f"{machine}; {torch.cuda.get_device_name()}"
+    return torch_version, kernels_version, machine
+
+
 def _isa(kernel_id: str | None) -> str | None:
     """The code path a kernel reports (`isa()` of the bundled kernels); None when it does not say."""
     if kernel_id is None:
@@ -49,9 +59,7 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
 
     first = next((t for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)), None)
     (now,) = board.running(name, [path])
-    torch_version, kernels_version, machine = _machine()
-    if board.device in ("cuda", "rocm") and torch.cuda.is_available():
-        machine = f"{machine}; {torch.cuda.get_device_name()}"
+    torch_version, kernels_version, machine = _machine_of(board)
     return Provenance(
         dtype=None if first is None else str(first.dtype).removeprefix("torch."),
         shape=None if first is None else tuple(first.shape),
@@ -59,6 +67,24 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
         isa=_isa(now.kernel_id),
         kernel_id=now.kernel_id,
         variant=now.variant,
+        torch=torch_version,
+        kernels=kernels_version,
+        machine=machine,
+    )
+
+
+def model_provenance(board: Switchboard) -> Provenance:
+    """What a whole-model record (prefill, decode, agreement, throughput, time shares...) comes from:
+    the model's dtype, threads, versions and machine. No single kernel or input shape: the switch
+    state is the run's (its records say how many instances ran kernels), the lengths are in the values.
+    """
+    import torch
+
+    dtype = next((p.dtype for p in board.model.parameters() if p.is_floating_point()), None)
+    torch_version, kernels_version, machine = _machine_of(board)
+    return Provenance(
+        dtype=None if dtype is None else str(dtype).removeprefix("torch."),
+        threads=torch.get_num_threads(),
         torch=torch_version,
         kernels=kernels_version,
         machine=machine,

@@ -8,12 +8,13 @@ happens on errors and on KeyboardInterrupt (a foreground run re-raises it after 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kernel_explorer.records import Record, RunEvent
+from kernel_explorer.records import Provenance, Record, RunEvent
 from kernel_explorer.results import ResultLog
 
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
@@ -52,8 +53,11 @@ class RunHandle:
 class Runner:
     """Starts runs that feed one `ResultLog`."""
 
-    def __init__(self, log: ResultLog) -> None:
+    def __init__(self, log: ResultLog, origin: Callable[[], Provenance] | None = None) -> None:
+        """`origin` gives the provenance of records that come without one (whole-model records,
+        run events): read once per run, so every record in the log says where it comes from."""
         self.log = log
+        self.origin = origin
         self._names: set[str] = set()
 
     def start(
@@ -84,13 +88,22 @@ class Runner:
         return handle
 
     def _run(self, handle: RunHandle, measurements: list[Measurement]) -> None:
-        self.log.append(Record(handle.run_id, RunEvent("started")))
+        found: list[Provenance | None] = []
+
+        def append(record: Record) -> None:
+            if record.provenance is None and self.origin is not None:
+                if not found:
+                    found.append(self.origin())
+                record = dataclasses.replace(record, provenance=found[0])
+            self.log.append(record)
+
+        append(Record(handle.run_id, RunEvent("started")))
         try:
             for measurement in measurements:
                 records = measurement(handle.run_id)
                 try:
                     for record in records:
-                        self.log.append(record)
+                        append(record)
                         if handle.cancelled:
                             break
                 finally:
@@ -105,5 +118,5 @@ class Runner:
             handle.error = error
             handle.outcome = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
             detail = f"{type(error).__name__}: {error}"
-        self.log.append(Record(handle.run_id, RunEvent(handle.outcome, detail)))
+        append(Record(handle.run_id, RunEvent(handle.outcome, detail)))
         handle._done.set()
