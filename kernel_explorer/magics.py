@@ -32,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "name CLASS's instances (default: the class named LAYER) kernel layer LAYER; VAR: {'cpu': repo}",
     ),
     "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
-    "compare": ("LAYER [LAYER ...] [--pairs N] [--background]", "kernel against PyTorch, with intervals"),
+    "compare": (
+        "LAYER [LAYER ...] [--pairs N | --precision P] [--budget S] [--background]",
+        "kernel against PyTorch, with intervals (7 pairs; --precision/--budget: until +-P or S seconds)",
+    ),
     "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),
     "report": ("PATH", "write every result so far to one HTML file"),
@@ -84,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands["retract"].add_argument("--instances", nargs="+")
     commands["on"].add_argument("--candidate")
     commands["compare"].add_argument("layer", nargs="+")
-    commands["compare"].add_argument("--pairs", type=int, default=7)
+    commands["compare"].add_argument("--pairs", type=int)
+    commands["compare"].add_argument("--precision", type=float)
+    commands["compare"].add_argument("--budget", type=float)
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
     commands["report"].add_argument("path")
@@ -273,11 +278,24 @@ class KernelsMagic:
 
     def _do_compare(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        if args.pairs < 1:
+        if args.pairs is not None and args.pairs < 1:
             raise MagicUsageError(
                 f"--pairs must be at least 1, not {args.pairs} ({command_usage('compare')})"
             )
-        handle = explorer.compare(*args.layer, pairs=args.pairs, background=args.background)
+        if args.pairs is not None and args.precision is not None:
+            raise MagicUsageError(
+                f"--pairs and --precision both say when to stop: give one ({command_usage('compare')})"
+            )
+        # a fixed 7 pairs by default (quick); --precision or --budget make the run adaptive
+        adaptive = args.precision is not None or args.budget is not None
+        pairs = args.pairs if args.pairs is not None else (None if adaptive else 7)
+        sampling = {"precision": args.precision, "budget_s": args.budget}
+        handle = explorer.compare(
+            *args.layer,
+            pairs=pairs,
+            background=args.background,
+            **{key: value for key, value in sampling.items() if value is not None},
+        )
         self._started(handle, args.background)
         if args.background:
             return None

@@ -39,7 +39,7 @@ def test_bad_input_is_one_short_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("%kernels: ")
     assert "Traceback" not in err
-    assert "%kernels hardware" not in err and len(err) < 140  # not the whole usage again
+    assert "%kernels hardware" not in err and len(err) < 160  # not the whole usage again
 
 
 def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pytest.CaptureFixture) -> None:
@@ -133,6 +133,12 @@ def test_explore_then_switch_compare_and_report(
     summary = shell.run_line_magic("kernels", "compare SiLU --pairs 2")
     assert list(summary.layer) == ["SiLU"] and summary.pairs.iloc[0] == 4
     assert shell._kernel_explorer_magic.handle.run_id == summary.run_id.iloc[0]  # kept for %kernels stop
+    summary = shell.run_line_magic("kernels", "compare SiLU --budget 0.5")  # adaptive: stops on a rule
+    assert summary.stopped_by.iloc[0] in ("precision", "budget")
+    shell.run_line_magic("kernels", "compare SiLU --budget inf")
+    assert "budget_s must be a positive, finite number" in capsys.readouterr().err
+    shell.run_line_magic("kernels", "compare SiLU --pairs 3 --precision 0.1")
+    assert "give one" in capsys.readouterr().err
     shell.run_line_magic("kernels", f"report {tmp_path / 'r.html'}")
     assert (tmp_path / "r.html").stat().st_size > 1_000_000
     shell.run_line_magic("kernels", "off RMSNorm")

@@ -70,3 +70,17 @@ def test_a_stalled_multithreaded_copy_does_not_make_the_copy_limit_absurdly_low(
         plausibility._copy_bandwidth_bucket.cache_clear()
     assert limit > 2e9  # a stalled copy reads 0.5 GB/s; any working single-threaded copy is faster
     assert plausibility_notes(None, kernel_s=1e-3, bytes_moved=1 << 20, ignores_input=False) == ()
+
+
+def test_per_pair_speedups_far_from_the_ratio_of_median_times_get_a_note() -> None:
+    """Measured under load: attention's per-pair median read 0.43x while its median times gave 0.09x
+    (34.7 us against 390 us). Pairs that agree with the medians get no note."""
+    interval = median_interval([0.43] * 7)
+    (note,) = plausibility_notes(
+        interval, kernel_s=390e-6, bytes_moved=0, ignores_input=False, pytorch_s=34.7e-6
+    )
+    assert "0.43x" in note and "0.09x" in note and "changed state" in note
+    agreeing = plausibility_notes(
+        median_interval([2.0] * 7), kernel_s=1e-3, bytes_moved=0, ignores_input=False, pytorch_s=2.1e-3
+    )
+    assert agreeing == ()

@@ -84,7 +84,8 @@ def test_noise_floor_counts_bias_and_scatter() -> None:
         (-3, 0.05, 1.0, "pairs must be a positive whole number"),
         (None, 0.0, 1.0, "precision must be between 0 and 1"),
         (None, 1.0, 1.0, "precision must be between 0 and 1"),
-        (None, 0.05, 0.0, "budget_s must be a positive number"),
+        (None, 0.05, 0.0, "budget_s must be a positive, finite number"),
+        (None, 0.05, float("inf"), "budget_s must be a positive, finite number"),
     ],
 )
 def test_bad_sampling_settings_are_one_line(pairs, precision, budget, message) -> None:  # type: ignore[no-untyped-def]

@@ -235,11 +235,13 @@ def layer_verdict(
     floor = noise_floor(aa_ratios) if aa_ratios else 0.0
     _, args, kwargs = calls[0]
     kernel_s = statistics.median(s.kernel_s for s in used)
+    pytorch_s = statistics.median(s.pytorch_s for s in used)
     notes = plausibility_notes(
         interval if on else None,
         kernel_s=kernel_s if on else None,
         bytes_moved=2 * tensor_bytes(args, kwargs),  # inputs read, and an output at least that large
         ignores_input=ignores_input,
+        pytorch_s=pytorch_s,
     )
     return cls(
         pairs=len(used),
@@ -247,7 +249,7 @@ def layer_verdict(
         **verdict_fields(interval, floor),  # type: ignore[arg-type]
         accuracy=accuracy_verdict(divergences),
         stopped_by=stopped_by,
-        pytorch_s=statistics.median(s.pytorch_s for s in used),
+        pytorch_s=pytorch_s,
         kernel_s=kernel_s,
         kernel_on=bool(on),
         notes=notes,

@@ -1,10 +1,13 @@
 """Results that deserve a second look before anyone believes them.
 
-Three checks, each cheap and each a known way a kernel benchmark fools its author: a speedup far
+Four checks, each cheap and each a known way a kernel benchmark fools its author: a speedup far
 above what memory-bound elementwise work allows (above 10x: a skipped computation, a cached
 result, or an unusually slow eager path), an output that does not change when the input does
-(the kernel returns something it computed earlier), and a time shorter than copying the bytes
-the op must read and write would take on this machine (the work did not happen, or not all of it).
+(the kernel returns something it computed earlier), a time shorter than copying the bytes
+the op must read and write would take on this machine (the work did not happen, or not all of it),
+and a median of per-pair speedups far from the ratio of the two sides' median times (the two
+agree when pairs are alike; far apart, the pairs were taken while the machine changed state, and
+the speedup describes those moments rather than the kernel).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from kernel_explorer.measure.stats import Interval
 
 COPY_MARGIN = 1.5  # faster than copying by more than this share is implausible, not noise
+RATIO_DISAGREEMENT = 1.5  # median of per-pair speedups vs ratio of median times: apart by more is suspect
 
 
 def _best_copy_seconds(copy: Any) -> float:
@@ -104,10 +108,27 @@ def ignores_its_input(kernel: Any, pytorch: Any, args: tuple, kwargs: dict, kern
 
 
 def plausibility_notes(
-    interval: Interval | None, *, kernel_s: float | None, bytes_moved: int, ignores_input: bool
+    interval: Interval | None,
+    *,
+    kernel_s: float | None,
+    bytes_moved: int,
+    ignores_input: bool,
+    pytorch_s: float | None = None,
 ) -> tuple[str, ...]:
-    """Notes to look twice at a result; empty when nothing is suspicious."""
+    """Notes to look twice at a result; empty when nothing is suspicious.
+
+    `pytorch_s` and `kernel_s` are the two sides' median times, compared with the interval's
+    median of per-pair speedups when both are given.
+    """
     notes = []
+    if interval is not None and pytorch_s and kernel_s:
+        of_medians = pytorch_s / kernel_s
+        if max(of_medians / interval.median, interval.median / of_medians) > RATIO_DISAGREEMENT:
+            notes.append(
+                f"the median of per-pair speedups ({interval.median:.2f}x) and the ratio of median times "
+                f"({of_medians:.2f}x) disagree: the pairs were taken while the machine changed state; "
+                "measure again when it is quiet"
+            )
     if interval is not None and interval.median > IMPLAUSIBLE_SPEEDUP:
         notes.append(
             f"speedup {interval.median:.1f}x is above {IMPLAUSIBLE_SPEEDUP:.0f}x: check the kernel does "

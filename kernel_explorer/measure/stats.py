@@ -194,5 +194,8 @@ def check_sampling(pairs: int | None, precision: float, budget_s: float) -> None
         raise KernelExplorerError(
             f"precision must be between 0 and 1 (0.05: stop at +-5% of the ratio), got {precision!r}."
         )
-    if not budget_s > 0:
-        raise KernelExplorerError(f"budget_s must be a positive number of seconds, got {budget_s!r}.")
+    if not 0 < budget_s < math.inf:  # inf could never stop a run whose interval stays wide
+        raise KernelExplorerError(
+            f"budget_s must be a positive, finite number of seconds (--budget on the command line), "
+            f"got {budget_s!r}."
+        )
