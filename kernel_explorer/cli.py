@@ -18,8 +18,8 @@ from kernel_explorer.errors import KernelExplorerError
 
 DEMO_QUESTION = "What is the capital of France?"
 RUN_TO_RUN = (
-    "  Each interval is this run's: another run here can move by up to its noise floor, "
-    "which is why a verdict must clear the floor."
+    "  [95% interval] is this run's; 'across runs' widens it by the noise floor: what another run here "
+    "may give, and what a verdict must clear 1x with."
 )
 
 
@@ -114,8 +114,10 @@ def _measure(
     for record in verdicts:
         v = record.values
         print(f"  {record.layer:<{width}}  {v.summary}")
+        low, high = v.across_runs
         print(
-            f"  {'':<{width}}    {v.pairs} pairs ({v.stopped_by}), noise floor {v.noise_floor:.1%}, "
+            f"  {'':<{width}}    across runs [{low:.2f}, {high:.2f}]; "
+            f"{v.pairs} pairs ({v.stopped_by}), noise floor {v.noise_floor:.1%}, "
             f"PyTorch {v.pytorch_s * 1e6:.1f} us, kernel {v.kernel_s * 1e6:.1f} us; {v.accuracy}"
         )
         for note in v.notes:

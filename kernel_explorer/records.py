@@ -73,6 +73,13 @@ class _SpeedupSummary:
     verdict: str
 
     @property
+    def across_runs(self) -> tuple[float, float]:
+        """The interval widened by the noise floor: what another run here may give (stats.across_runs)."""
+        from kernel_explorer.measure.stats import across_runs
+
+        return across_runs(self.speedup_low, self.speedup_high, getattr(self, "noise_floor", 0.0))
+
+    @property
     def summary(self) -> str:
         text = f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}] {self.verdict}"
         if not getattr(self, "kernel_on", True):

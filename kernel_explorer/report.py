@@ -143,9 +143,9 @@ def _verdict_class(verdict: object) -> str:
 
 
 _SUMMARY_COLUMNS = (
-    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "confidence", "verdict",
-    "noise_floor", "pairs", "stopped_by", "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median",
-    "notes",
+    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high",
+    "confidence", "verdict", "noise_floor", "pairs", "stopped_by", "accuracy", "runs_agree",
+    "pytorch_us_median", "kernel_us_median", "notes",
 )  # fmt: skip
 
 
@@ -215,7 +215,8 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             "how far PyTorch against itself moved (A/A): a verdict needs the interval to clear it. "
             "runs_agree is false where another run's interval does not overlap this one: each interval "
             "is its run's, and separate runs can move by up to the noise floor when the machine changes "
-            "state between them, which is why a verdict must clear the floor. confidence is "
+            "state between them, so across_runs_low and across_runs_high widen it by the floor (what another "
+            "run here may give), and a verdict needs that wider interval to clear 1x. confidence is "
             "the interval's real coverage (below 0.95: too few pairs); stopped_by says what ended the "
             "pairs: pairs (the count asked for), precision (the interval was narrow enough) or budget "
             "(the time ran out first).</p>",

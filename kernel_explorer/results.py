@@ -112,7 +112,7 @@ class ResultLog:
         import pandas as pd
 
         from kernel_explorer.measure.divergence import accuracy_verdict
-        from kernel_explorer.measure.stats import noise_floor, speed_verdict, speedup_interval
+        from kernel_explorer.measure.stats import across_runs, noise_floor, speed_verdict, speedup_interval
 
         grouped: dict[tuple[str, str], dict[str, list[Record]]] = {}
         for record in self.records():
@@ -156,6 +156,8 @@ class ResultLog:
                     "speedup_q1": series.quantile(0.25),
                     "speedup_q3": series.quantile(0.75),
                     "noise_floor": floor,
+                    "across_runs_low": across_runs(interval.low, interval.high, floor)[0],
+                    "across_runs_high": across_runs(interval.low, interval.high, floor)[1],
                     "verdict": speed_verdict(interval, floor)
                     if on
                     else "PyTorch against PyTorch (kernel off)",

@@ -116,6 +116,7 @@ def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) 
     out = capsys.readouterr().out
     assert "RMSNorm" in out and "x [" in out and "noise floor" in out
     assert RUN_TO_RUN in out and "noise floor" in RUN_TO_RUN
+    assert "across runs [" in out  # the interval another run here may give, beside the run's own
 
 
 def test_compare_bad_precision_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

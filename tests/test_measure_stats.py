@@ -12,6 +12,7 @@ from kernel_explorer.measure.stats import (
     FASTER,
     NO_DIFFERENCE,
     SLOWER,
+    across_runs,
     batch_medians,
     check_sampling,
     median_interval,
@@ -62,6 +63,20 @@ def test_verdicts_need_the_interval_to_clear_the_floor() -> None:
     assert speed_verdict(slower, 0.05) == SLOWER
     close = median_interval([1.04, 1.06, 1.05, 1.07, 1.05, 1.06, 1.05])
     assert speed_verdict(close, 0.0) == FASTER and speed_verdict(close, 0.10) == NO_DIFFERENCE
+
+
+def test_the_interval_across_runs_is_the_one_a_verdict_clears() -> None:
+    """Five quiet fp32 RMSNorm runs gave 3.15x [3.04, 3.28] and 2.68x [2.58, 2.84] among others: the
+    first run's own interval misses the second's median, its interval across runs (floor 16.8%)
+    holds it, and the verdict is "faster" exactly when that wider interval is above 1x."""
+    low, high = across_runs(3.04, 3.28, 0.168)
+    assert not 3.04 <= 2.68 <= 3.28 and low <= 2.68 <= high
+    for floor in (0.0, 0.1, 0.3, 2.0):
+        for values in ([1.2] * 7, [1.05] * 7, [0.8] * 7, [3.0] * 7, [0.3] * 7):
+            interval = median_interval(values)
+            wide_low, wide_high = across_runs(interval.low, interval.high, floor)
+            expected = FASTER if wide_low > 1 else SLOWER if wide_high < 1 else NO_DIFFERENCE
+            assert speed_verdict(interval, floor) == expected, (values[0], floor)
 
 
 def test_noise_floor_counts_bias_and_scatter() -> None:

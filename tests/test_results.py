@@ -81,6 +81,9 @@ def test_summary_per_run_keeps_pytorch_against_pytorch_apart_and_flags_runs_that
     first, second, off = rows[("run-1", "RMSNorm")], rows[("run-2", "RMSNorm")], rows[("run-3", "SiLU")]
     assert first["verdict"] == "faster" and first["speedup_low"] <= 3.0 <= first["speedup_high"]
     assert first["aa_pairs"] == 5 and 0 < first["noise_floor"] < 0.05
+    grow = 1 + first["noise_floor"]  # the interval across runs: the run's, widened by the floor
+    assert first["across_runs_low"] == first["speedup_low"] / grow
+    assert first["across_runs_high"] == first["speedup_high"] * grow
     assert first["runs_agree"] is False and second["runs_agree"] is False  # 3x and 2x do not overlap
     assert off["verdict"] == "PyTorch against PyTorch (kernel off)" and off["pairs"] == 3
 
