@@ -108,6 +108,21 @@ def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashbo
     assert "kx-state-${row.state_key}" in script and "no build for this machine" not in script
 
 
+def test_runs_now_names_kernels_for_people_with_the_op_id_on_hover(dashboard: Dashboard) -> None:
+    from pathlib import Path
+
+    dashboard.explorer.on("RMSNorm", "model.norm")
+    rms = next(r for r in dashboard.table.rows if r["name"] == "RMSNorm")
+    (norm,) = [i for i in rms["instances"] if i["on"]]
+    assert norm["runs"] == "bundled/rmsnorm RMSNorm"  # the row's name, not "kernel" or an op namespace
+    (kernel_id,) = {now.kernel_id for now in dashboard.explorer.running("RMSNorm") if now.is_kernel}
+    assert norm["reason"] == f"kernel id {kernel_id}" and rms["runs_title"] == f"kernel id {kernel_id}"
+    assert kernel_id not in rms["runs"]
+    assert {i["runs"] for i in rms["instances"] if not i["on"]} == {"PyTorch"}
+    script = (Path(__file__).resolve().parents[1] / "widgets" / "layer_table.js").read_text()
+    assert "title: row.runs_title" in script  # the front end puts it on the cell's hover
+
+
 def test_the_snapshot_carries_switches_and_verdicts_as_plain_html(dashboard: Dashboard) -> None:
     dashboard.explorer.on("RMSNorm")
     dashboard.explorer.compare("RMSNorm", pairs=6)
