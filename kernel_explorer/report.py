@@ -153,7 +153,7 @@ def _verdict_class(verdict: object) -> str:
 
 _SUMMARY_COLUMNS = (
     "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "verdict", "noise_floor", "pairs",
-    "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median", "notes",
+    "instances", "accuracy", "runs_agree", "pytorch_us_median", "kernel_us_median", "notes",
 )  # fmt: skip
 
 

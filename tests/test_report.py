@@ -15,6 +15,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     assert "<title>Report &lt;test&gt;</title>" in text
     assert "speedup_median" in text and "Median speedup per layer and run, with its 95% interval" in text
     assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
+    assert "<th>pairs</th><th>instances</th>" in text  # counted apart: 305 pairs are 5 rounds of 61
     assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined
     assert len(text) > 1_000_000
 
