@@ -7,6 +7,15 @@ from typing import Any
 
 FASTER_COLOUR, SLOWER_COLOUR, UNSURE_COLOUR = "#1a7f37", "#cf222e", "#6e7781"
 
+#: the error plots' y axis: the error is in the layer output's own units, so no SI prefix ("100n")
+ERROR_AXIS: dict[str, Any] = {
+    "type": "log",
+    "title": {"text": "max abs error (output's units, log scale)"},
+    "exponentformat": "power",
+}
+#: hover of an error bar: the value with its unit, and which side it belongs to
+ERROR_HOVER = "%{x}: max abs error %{y:.2e} (output's units)<extra>%{fullData.name}</extra>"
+
 
 def one_x_line() -> dict[str, Any]:
     """A dotted line at 1x across the plot: above it the kernel is faster, below it slower."""

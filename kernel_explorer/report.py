@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
+from kernel_explorer.plot_style import ERROR_AXIS, ERROR_HOVER
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
@@ -68,7 +69,13 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
             ],
             text=[f"{v:.2f}x" for v in frame["speedup"]],
             textposition="outside",
-            hovertemplate="%{x}: %{y:.2f}x<extra></extra>",
+            customdata=[  # the spread and n on hover, as on the dashboard's bars
+                f"95% interval {lo:.2f}x to {hi:.2f}x, {n} pairs, {verdict}"
+                for lo, hi, n, verdict in zip(
+                    frame["speedup_low"], frame["speedup_high"], frame["pairs"], frame["verdict"], strict=True
+                )
+            ],
+            hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
         )
     )
     fig.add_hline(y=1.0, line_dash="dot")
@@ -110,14 +117,16 @@ def figures(log: ResultLog) -> list[Any]:
         worst = summary.groupby("layer", sort=False)[["kernel_err64", "pytorch_err64"]].max()
         fig = go.Figure(
             [
-                go.Bar(x=worst.index, y=worst["kernel_err64"], name="kernel vs float64"),
-                go.Bar(x=worst.index, y=worst["pytorch_err64"], name="PyTorch vs float64"),
+                go.Bar(x=worst.index, y=worst[column], name=name, hovertemplate=ERROR_HOVER)
+                for column, name in (
+                    ("kernel_err64", "kernel vs float64"),
+                    ("pytorch_err64", "PyTorch vs float64"),
+                )
             ]
         )
         fig.update_layout(
             title="Largest error against a float64 run (lower is more accurate)",
-            yaxis_type="log",
-            yaxis_title="max abs error (log scale)",
+            yaxis=ERROR_AXIS,
         )
         found.append(fig)
     models = log.model_summary()
@@ -144,7 +153,7 @@ def _verdict_class(verdict: object) -> str:
 
 _SUMMARY_COLUMNS = (
     "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high",
-    "confidence", "verdict", "noise_floor", "pairs", "stopped_by", "accuracy", "runs_agree",
+    "confidence", "verdict", "noise_floor", "pairs", "instances", "stopped_by", "accuracy", "runs_agree",
     "pytorch_us_median", "kernel_us_median", "notes",
 )  # fmt: skip
 

@@ -121,9 +121,12 @@ class ResultLog:
                 kinds.setdefault(record.kind, []).append(record)
         rows = []
         for run_id, layer, kernel, kinds in _per_kernel(grouped):
-            latency = [r.values for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
+            timed = [r for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
+            latency = [r.values for r in timed]
             on = [v for v in latency if v.kernel_on]
             used = on or latency
+            # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
+            instances = {r.instance for r in timed if r.values.kernel_on == bool(on)}
             aa = [
                 r.values.ratio
                 for r in kinds.get("layer_calibration", [])
@@ -139,6 +142,7 @@ class ResultLog:
                 "run_id": run_id,
                 "layer": layer,
                 "pairs": len(used),
+                "instances": len(instances),
                 "aa_pairs": len(aa),
             }
             if kernel is not None:  # several candidates compared in this run: a row each

@@ -15,6 +15,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     assert "<title>Report &lt;test&gt;</title>" in text
     assert "speedup_median" in text and "Median speedup per layer and run, with its 95% interval" in text
     assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
+    assert "<th>pairs</th><th>instances</th>" in text  # counted apart: 305 pairs are 5 rounds of 61
     assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined
     assert len(text) > 1_000_000
 
@@ -44,3 +45,16 @@ def test_a_report_to_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(KernelExplorerError, match="does not exist; create it first") as info:
         write_report(_log(), tmp_path / "no" / "such" / "r.html", title="r")
     assert "\n" not in str(info.value) and not (tmp_path / "no").exists()
+
+
+def test_error_bars_and_speedup_bars_say_their_units_spread_and_n_on_hover() -> None:
+    from kernel_explorer.report import figures
+
+    found = {fig.layout.title.text: fig for fig in figures(_log())}
+    errors = found["Largest error against a float64 run (lower is more accurate)"]
+    assert errors.layout.yaxis.exponentformat == "power"  # 10^-7, not plotly's SI "100n"
+    assert "output's units" in errors.layout.yaxis.title.text
+    assert all("max abs error %{y:.2e} (output's units)" in bar.hovertemplate for bar in errors.data)
+    (bars,) = found["Median speedup per layer and run, with its 95% interval"].data
+    (hover,) = bars.customdata
+    assert hover.startswith("95% interval ") and " 3 pairs, " in hover  # the spread and n

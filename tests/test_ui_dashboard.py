@@ -86,6 +86,10 @@ def test_a_new_run_clears_the_plots(dashboard: Dashboard) -> None:
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
     assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}  # only the latest run
+    errors = dashboard.plots.divergence
+    assert errors.layout.yaxis.exponentformat == "power"  # 10^-7, not plotly's SI "100n"
+    assert all(bar.hovertemplate == "%{x}: %{hovertext}<extra></extra>" for bar in errors.data)
+    assert errors.data[0].hovertext[0].startswith("kernel: max abs error ")  # not a bare "463.0068n"
 
 
 def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
@@ -106,6 +110,21 @@ def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashbo
         assert f".kx-state-{state.key} {{ background: {state.colour}; }}" in dashboard.table._css
     script = dashboard.table._esm
     assert "kx-state-${row.state_key}" in script and "no build for this machine" not in script
+
+
+def test_runs_now_names_kernels_for_people_with_the_op_id_on_hover(dashboard: Dashboard) -> None:
+    from pathlib import Path
+
+    dashboard.explorer.on("RMSNorm", "model.norm")
+    rms = next(r for r in dashboard.table.rows if r["name"] == "RMSNorm")
+    (norm,) = [i for i in rms["instances"] if i["on"]]
+    assert norm["runs"] == "bundled/rmsnorm RMSNorm"  # the row's name, not "kernel" or an op namespace
+    (kernel_id,) = {now.kernel_id for now in dashboard.explorer.running("RMSNorm") if now.is_kernel}
+    assert norm["reason"] == f"kernel id {kernel_id}" and rms["runs_title"] == f"kernel id {kernel_id}"
+    assert kernel_id not in rms["runs"]
+    assert {i["runs"] for i in rms["instances"] if not i["on"]} == {"PyTorch"}
+    script = (Path(__file__).resolve().parents[1] / "widgets" / "layer_table.js").read_text()
+    assert "title: row.runs_title" in script  # the front end puts it on the cell's hover
 
 
 def test_the_snapshot_carries_switches_and_verdicts_as_plain_html(dashboard: Dashboard) -> None:

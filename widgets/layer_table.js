@@ -48,7 +48,7 @@ function render({ model, el: root }) {
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
         el("td", {}, badge, el("div", { class: "kx-candidate", text: row.candidate })),
-        el("td", { class: "kx-runs", "data-layer": row.name, text: row.runs })));
+        el("td", { class: "kx-runs", "data-layer": row.name, text: row.runs, title: row.runs_title || "" })));
       if (open.has(row.name)) {
         for (const instance of row.instances) {
           const box = el("input", { type: "checkbox", class: "kx-instance-switch", "data-layer": row.name, "data-instance": instance.path });

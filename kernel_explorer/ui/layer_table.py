@@ -36,8 +36,8 @@ def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
             {
                 "path": now.instance,
                 "on": now.is_kernel,
-                "runs": "kernel" if now.is_kernel else "PyTorch",
-                "reason": now.reason,
+                "runs": row.kernel_name(now),  # a person's name; the op id is for the tooltip
+                "reason": now.reason or (f"kernel id {now.kernel_id}" if now.kernel_id else ""),
             }
             for now in row.running
         ]
@@ -54,6 +54,7 @@ def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
                 "reason": best[1].details if best else "no mapping from any source",
                 "candidate": best[0].label if best else "",
                 "runs": row.running_summary,
+                "runs_title": ", ".join(f"kernel id {kid}" for _, kid, _ in row.running_counts if kid),
                 "instances": instances,
             }
         )

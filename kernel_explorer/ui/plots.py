@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
-from kernel_explorer.plot_style import UNSURE_COLOUR, one_x_line, verdict_colour
+from kernel_explorer.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
     LayerDivergence,
     LayerLatency,
@@ -99,12 +99,11 @@ class LivePlots:
             ),
         )
         self.divergence = go.FigureWidget(
-            [go.Bar(x=[], y=[], name="kernel vs float64"), go.Bar(x=[], y=[], name="PyTorch vs float64")],
-            layout=_layout(
-                "Largest error against a float64 run (lower is more accurate)",
-                yaxis_type="log",
-                yaxis_title="max abs error (log scale)",
-            ),
+            [
+                go.Bar(x=[], y=[], name=name, hovertemplate="%{x}: %{hovertext}<extra></extra>")
+                for name in ("kernel vs float64", "PyTorch vs float64")
+            ],
+            layout=_layout("Largest error against a float64 run (lower is more accurate)", yaxis=ERROR_AXIS),
         )
         for figure in (self.latency, self.speedup, self.throughput, self.divergence):
             # plotly.js's own responsive mode: each figure refits its box on window resize

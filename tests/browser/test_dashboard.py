@@ -2,8 +2,8 @@
 
 What a new user relies on: the table follows switches made anywhere, a switch from the table is
 what runs, the live run measures what `compare` measures, every plot draws with a title, nothing
-overflows at 1280 px with the file browser open, both themes read, and a saved notebook reopened
-without its kernel still shows the results.
+overflows at 1280 px with the file browser open, both themes read, a dashboard shown again after a
+run draws the same plots, and a saved notebook reopened without its kernel still shows the results.
 
     pytest tests/browser -k dashboard    # screenshots land in build/screenshots/
 """
@@ -31,6 +31,7 @@ CELLS = [
     "live = [r.values for r in explorer.results.records('layer_verdict') if r.layer == 'RMSNorm'][-1]\n"
     "print('LIVE', live.speedup, live.speedup_low, live.speedup_high)",
     "import torch\nexplorer.extend('Linear', torch.nn.Linear, 'model.layers.*.mlp.*');",
+    "display(Out[3])  # the explore cell's dashboard, shown a second time",
 ]
 
 
@@ -195,6 +196,14 @@ def test_dashboard_in_sync_measuring_like_compare_readable_and_saved(lab: Lab, p
             "() => getComputedStyle(document.querySelector('.kx-dashboard .kx-plot .main-svg text')).fill"
         )
         assert text != "rgb(42, 63, 95)", text  # plotly's default dark-blue text would vanish on dark
+
+    _run_cell(page, 8)  # redisplayed after the run: the second view draws what Python holds
+    expect(page.locator(".kx-dashboard")).to_have_count(2, timeout=30_000)
+    page.wait_for_timeout(2000)
+    again = _plots_drawn(page)
+    assert len(again) == 8 and all(title and traces for title, traces in again), again
+    page.locator(".kx-dashboard").nth(1).scroll_into_view_if_needed()
+    screenshot(page, f"{lab.app}-dashboard-redisplayed")
 
     page.keyboard.press("Control+s")
     page.wait_for_timeout(2000)
