@@ -45,12 +45,17 @@ def build_identity(isa: str):
     """kx::map1 with an identity function, compiled with the kernels' flags for `isa`."""
     from torch.utils.cpp_extension import load_inline
 
-    from kernel_explorer import builder
+    from kernel_explorer.bundled import hub_sources
+    from kernel_explorer.compile_steps import COMMON_FLAGS
+    from kernel_explorer.repo_format import read_plan
 
-    common = Path(builder.__file__).resolve().parents[1] / "hub" / "common" / "csrc"
+    activation = hub_sources() / "activation"
+    common = hub_sources() / "common" / "csrc"
+    # the flags the activation repository's build.toml gives this ISA's section: the same code path
+    (section,) = [k for k in read_plan(activation).kernels if k.name == f"activation_{isa}"]
     cache = Path(os.environ.get("KERNEL_EXPLORER_CACHE", "/tmp/kernel-explorer-cache")) / f"limits-{isa}"
     cache.mkdir(parents=True, exist_ok=True)
-    flags = [*builder._COMMON_FLAGS, *builder._ISA_FLAGS[isa], "-DKX_ISA=" + isa]  # copies: load mutates
+    flags = [*COMMON_FLAGS, *section.cxx_flags, "-DKX_ISA=" + isa]  # copies: load mutates
     return load_inline(
         name=f"kx_limits_{isa}",
         cpp_sources=[_SOURCE],
