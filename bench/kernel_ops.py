@@ -156,7 +156,16 @@ def main() -> None:
     roof = copy_bandwidth()
     threads = torch.get_num_threads()
     print(f"torch {torch.__version__}, {threads} threads, {isa_env.describe(hub['activation'].isa())}")
-    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s\n")
+    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
+    # what a call costs before any work: the floor under the one-token cells
+    one = torch.ones(1)
+    with torch.inference_mode():
+        calls = [lambda: F.silu(one), lambda: hub["activation"].silu(one)]
+        t_eager, t_kernel = interleaved(calls, rounds=200)
+    print(
+        f"fixed cost of a call (silu of 1 element): eager {statistics.median(t_eager) * 1e6:.2f} us, "
+        f"kernel {statistics.median(t_kernel) * 1e6:.2f} us\n"
+    )
     header = (
         f"{'op':<13}{'dtype':<10}{'tokens':>6}  {'eager us':>9}{'compile us':>11}"
         f"{'kernel us':>10}{'out= us':>9}"
