@@ -84,14 +84,8 @@ def main() -> None:
     act.set_isa(args.isa)
     ident = build_identity(args.isa)
     roof = copy_bandwidth()
-    threads = torch.get_num_threads()
-    print(f"torch {torch.__version__}, {threads} threads, ISA path {act.isa()} (kernel and loop)")
-    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
-    print("GB/s counts the bytes read and written once; medians over interleaved rounds, [p25, p75]\n")
-    header = f"{'dtype':<10}{'tokens':>6}  {'what':<22}{'us':>9}{'GB/s':>7}{'% copy':>7}"
-    header += f"  {'[p25, p75] % copy':>18}"
-    print(header)
-    print("-" * len(header))
+    columns = f"{'dtype':<10}{'tokens':>6}  {'what':<22}"
+    print_preamble(f"ISA path {act.isa()} (kernel and loop)", roof, columns)
     for dtype in (torch.float32, torch.bfloat16):
         for tokens in args.tokens:
             x = (torch.randn(tokens, INTERMEDIATE, generator=torch.Generator().manual_seed(0)) * 3).to(dtype)
@@ -106,15 +100,26 @@ def main() -> None:
             with torch.inference_mode():
                 times = interleaved(list(rows.values()))
             for name, t in zip(rows, times, strict=True):
-                q = statistics.quantiles(t, n=4)
-                pct = [100 * nbytes / s / 1e9 / roof for s in (statistics.median(t), q[2], q[0])]
-                med = statistics.median(t)
-                gbs = nbytes / med / 1e9
-                print(
-                    f"{str(dtype)[6:]:<10}{tokens:>6}  {name:<22}{med * 1e6:>9.1f}{gbs:>7.1f}"
-                    f"{pct[0]:>6.0f}%  [{pct[1]:>5.0f}%, {pct[2]:>5.0f}%]",
-                    flush=True,
-                )
+                line = f"{str(dtype)[6:]:<10}{tokens:>6}  {name:<22}"
+                print(line + bandwidth_cells(t, nbytes, roof), flush=True)
+
+
+def print_preamble(isa_line: str, roof: float, first_columns: str) -> None:
+    """The versions, threads and ISA, the copy roof, and a table header ending in the bandwidth cells."""
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {isa_line}")
+    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
+    print("GB/s counts the bytes read and written once; medians over interleaved rounds, [p25, p75]\n")
+    header = f"{first_columns}{'us':>9}{'GB/s':>7}{'% copy':>7}  {'[p25, p75] % copy':>18}"
+    print(header)
+    print("-" * len(header))
+
+
+def bandwidth_cells(seconds: list[float], nbytes: int, roof: float) -> str:
+    """`us  GB/s  % copy  [p25, p75] % copy` of one row's interleaved times."""
+    q = statistics.quantiles(seconds, n=4)
+    med = statistics.median(seconds)
+    pct = [100 * nbytes / s / 1e9 / roof for s in (med, q[2], q[0])]
+    return f"{med * 1e6:>9.1f}{nbytes / med / 1e9:>7.1f}{pct[0]:>6.0f}%  [{pct[1]:>5.0f}%, {pct[2]:>5.0f}%]"
 
 
 if __name__ == "__main__":

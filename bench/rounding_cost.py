@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 from pathlib import Path
 
 import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is imported)
 import torch
 from kernel_ops import HEAD_DIM, HEADS, HIDDEN, copy_bandwidth, interleaved
+from limits import bandwidth_cells, print_preamble
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -163,14 +163,8 @@ def main() -> None:
         module.set_isa(args.isa)
     loops = build_loops(args.isa)
     roof = copy_bandwidth()
-    threads = torch.get_num_threads()
-    print(f"torch {torch.__version__}, {threads} threads, ISA path {args.isa} (kernels and loops)")
-    print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
-    print("GB/s counts the bytes read and written once; medians over interleaved rounds, [p25, p75]\n")
-    header = f"{'op':<9}{'dtype':<10}{'tokens':>6}  {'what':<30}{'us':>9}{'GB/s':>7}{'% copy':>7}"
-    header += f"  {'[p25, p75] % copy':>18}"
-    print(header)
-    print("-" * len(header))
+    columns = f"{'op':<9}{'dtype':<10}{'tokens':>6}  {'what':<30}"
+    print_preamble(f"ISA path {args.isa} (kernels and loops)", roof, columns)
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16):
         for tokens in args.tokens:
@@ -213,15 +207,8 @@ def main() -> None:
                 for name, t in zip(rows, times, strict=True):
                     if name.startswith("kernel out= (q and k"):
                         t = [s / 2 for s in t]  # the kernel rotates q and k in one call: per tensor
-                    q = statistics.quantiles(t, n=4)
-                    pct = [100 * nbytes / s / 1e9 / roof for s in (statistics.median(t), q[2], q[0])]
-                    med = statistics.median(t)
-                    gbs = nbytes / med / 1e9
-                    print(
-                        f"{op:<9}{str(dtype)[6:]:<10}{tokens:>6}  {name:<30}{med * 1e6:>9.1f}"
-                        f"{gbs:>7.1f}{pct[0]:>6.0f}%  [{pct[1]:>5.0f}%, {pct[2]:>5.0f}%]",
-                        flush=True,
-                    )
+                    line = f"{op:<9}{str(dtype)[6:]:<10}{tokens:>6}  {name:<30}"
+                    print(line + bandwidth_cells(t, nbytes, roof), flush=True)
 
 
 if __name__ == "__main__":
