@@ -19,6 +19,7 @@ from kernel_explorer.forwards import RunningNow
 from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
 from kernel_explorer.inventory import Inventory, InventoryRow
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.measure.capture import CapturedInputs
 from kernel_explorer.measure.runner import RunHandle
 from kernel_explorer.measure.stats import NoisyMachineWarning
 from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
@@ -59,6 +60,7 @@ __all__ = [
     "BuiltRepo",
     "CacheDirError",
     "Candidate",
+    "CapturedInputs",
     "Compatibility",
     "CpuInfo",
     "DefaultModelMissingError",

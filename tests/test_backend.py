@@ -70,17 +70,34 @@ def test_private_attributes_read_off_library_objects_exist(hub: dict) -> None:
     from kernels import LocalLayerRepository
 
     from kernel_explorer._backend.functions import kernel_functions
-    from kernel_explorer._backend.internals import ATTRIBUTES
+    from kernel_explorer._backend.internals import ATTRIBUTES, missing_attributes
     from kernel_explorer.models import tiny_llama
 
     hub_repo = LayerRepository("org/repo", layer_name="X", version=1)
     local = LocalLayerRepository(repo_path=Path("."), layer_name="X")
-    assert all(hasattr(hub_repo, name) for name in ATTRIBUTES["kernels.LayerRepository"])
-    assert all(hasattr(local, name) for name in ATTRIBUTES["kernels.LocalLayerRepository"])
-    attention = tiny_llama().model.layers[0].self_attn
-    assert all(name in vars(attention) for name in ATTRIBUTES["use_kernelized_func holders"])
+    model = tiny_llama()
+    attention = model.model.layers[0].self_attn
+    objects = {
+        "kernels.LayerRepository": (hub_repo, False),
+        "kernels.LocalLayerRepository": (local, False),
+        "use_kernelized_func holders": (attention, True),
+        "transformers.PretrainedConfig": (attention.config, False),
+        "transformers.PreTrainedModel": (type(model), False),
+    }
+    assert objects.keys() == ATTRIBUTES.keys()  # every listed owner is checked on a real object
+    missing = [
+        line for owner, (obj, own) in objects.items() for line in missing_attributes(owner, obj, own=own)
+    ]
+    assert missing == []
     assert kernel_functions(attention)  # the rotary function layer, read through the accessor
-    assert all(hasattr(attention.config, name) for name in ATTRIBUTES["transformers.PretrainedConfig"])
+
+
+def test_a_missing_private_attribute_is_named_with_the_installed_version() -> None:
+    from kernel_explorer._backend.internals import missing_attributes
+
+    (line,) = missing_attributes("transformers.PreTrainedModel", object)
+    assert line.startswith("transformers.PreTrainedModel._can_set_attn_implementation: attribute missing")
+    assert "tested with transformers 5.22.2" in line and "_backend" in line
 
 
 def test_a_moved_internal_is_named_with_the_installed_version(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,34 +111,82 @@ def test_a_moved_internal_is_named_with_the_installed_version(monkeypatch: pytes
     assert "tested with kernels 0.17.2" in line and "_backend" in line
 
 
-def _library_uses_outside_backend() -> list[str]:
-    """`kernels`/Transformers submodule imports and private names used outside `_backend`."""
+def _library_uses(source: str, where: str) -> list[str]:
+    """`kernels`/Transformers internals that `source` uses: submodule imports of kernels, `_`-names
+    imported from either library, any name `_backend/internals.py` lists imported, and its private or
+    capitalised names reached as attributes or strings."""
     import ast
+
+    from kernel_explorer._backend.internals import ATTRIBUTES, INTERNALS
+
+    listed = {name for names in ATTRIBUTES.values() for name in names} | {a for _, _, a in INTERNALS}
+    # reached as an attribute: the private and capitalised ones (a plain `is_kernel` is also ours)
+    distinctive = {name for name in listed if name.startswith("_") or not name.islower()}
+    internal_modules = {m for _, m, _ in INTERNALS}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        at = f"{where}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            names = [a.name for a in node.names]
+            if root in ("kernels", "transformers"):
+                private = [n for n in names if n.startswith("_") or n in listed]
+                internal = (
+                    node.module in internal_modules
+                    or any(f"{node.module}.{n}" in internal_modules for n in names)
+                    or (root == "kernels" and node.module != "kernels")
+                )
+                if private or internal:
+                    found.append(f"{at} from {node.module} import {names}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in internal_modules or alias.name.startswith("kernels."):
+                    found.append(f"{at} import {alias.name}")
+        elif isinstance(node, ast.Attribute) and node.attr in distinctive:
+            found.append(f"{at} .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in distinctive:
+            found.append(f"{at} {node.value!r}")
+    return found
+
+
+def _library_uses_outside_backend() -> list[str]:
+    """Every use of a library internal in the package outside `_backend`."""
     from pathlib import Path
 
     import kernel_explorer
-    from kernel_explorer._backend.internals import ATTRIBUTES
 
-    private_attributes = {name for names in ATTRIBUTES.values() for name in names}
     package = Path(kernel_explorer.__file__).parent
-    found = []
-    for path in package.rglob("*.py"):
-        if "_backend" in path.parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            where = f"{path.relative_to(package)}:{getattr(node, 'lineno', 0)}"
-            if isinstance(node, ast.ImportFrom) and node.module:
-                root = node.module.split(".")[0]
-                if root in ("kernels", "transformers"):
-                    private = [a.name for a in node.names if a.name.startswith("_")]
-                    internal = root == "kernels" and node.module != "kernels"
-                    if private or internal:
-                        found.append(f"{where} from {node.module} import {[a.name for a in node.names]}")
-            elif isinstance(node, ast.Attribute) and node.attr in private_attributes:
-                found.append(f"{where} .{node.attr}")
-            elif isinstance(node, ast.Constant) and node.value in private_attributes:
-                found.append(f"{where} {node.value!r}")
-    return found
+    return [
+        use
+        for path in package.rglob("*.py")
+        if "_backend" not in path.parts
+        for use in _library_uses(path.read_text(), str(path.relative_to(package)))
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from kernels.layer.kernelize import _find_device",
+        "import kernels.layer.repos",
+        "from transformers.utils.import_utils import KERNELS_MIN_VERSION",
+        "from transformers.integrations import hub_kernels",
+        "model.config._attn_implementation",
+        "getattr(repo, '_repo_id')",
+        "from kernels import _private",
+        "import_utils.KERNELS_MAX_VERSION",
+        "from transformers.integrations.hub_kernels import is_kernel",
+    ],
+)
+def test_the_scan_finds_each_way_of_reaching_an_internal(source: str) -> None:
+    assert _library_uses(source, "x.py")
+
+
+def test_the_scan_lets_public_names_through() -> None:
+    source = (
+        "from kernels import Mode, get_local_kernel\nfrom transformers import PreTrainedModel\nimport kernels"
+    )
+    assert _library_uses(source, "x.py") == []
 
 
 def test_nothing_outside_the_backend_touches_library_internals() -> None:

@@ -143,7 +143,10 @@ class BinderReplay:
             PATH=f"{self.venv / 'bin'}:{os.environ['PATH']}",
             KERNEL_EXPLORER_CACHE=str(root / "cache"),
         )
+        # a real Binder image has neither: a PYTHONPATH to the source tree (as a developer's shell
+        # may set) would make the notebooks import the checkout instead of what pip installed
         self.env.pop("VIRTUAL_ENV", None)
+        self.env.pop("PYTHONPATH", None)
         self.steps: dict[str, tuple[float, int]] = {}  # name -> (seconds, peak bytes)
 
     def run(self, name: str, *command: str, extra_env: dict[str, str] | None = None) -> str:

@@ -12,8 +12,9 @@ import kernel_explorer
 PACKAGE = Path(kernel_explorer.__file__).parent
 
 PUBLIC = {
-    "Accelerator", "Availability", "BuiltRepo", "CacheDirError", "Candidate", "Compatibility", "CpuInfo",
-    "DefaultModelMissingError", "Explorer", "HardwareSnapshot", "IncompatibleVersionsError", "Inventory",
+    "Accelerator", "Availability", "BuiltRepo", "CacheDirError", "Candidate", "CapturedInputs",
+    "Compatibility", "CpuInfo", "DefaultModelMissingError", "Explorer", "HardwareSnapshot",
+    "IncompatibleVersionsError", "Inventory",
     "InventoryRow", "KernelExplorerError", "KernelSwitchError", "LayerDeterminism", "LayerDivergence",
     "LayerGroup", "LayerLatency", "ModelAgreement", "ModelDecode", "ModelPrefill", "ModelThroughput",
     "NoUsableKernelError", "NoisyMachineWarning", "Record", "ResultLog", "RunEvent", "RunHandle",
@@ -47,6 +48,29 @@ def test_what_explorer_returns_is_public() -> None:
     for method, name in hints.items():
         assert name in str(method.__annotations__["return"])
     assert "RunHandle" in PUBLIC and "ResultLog" in PUBLIC and "Record" in PUBLIC
+
+
+def test_every_type_a_public_explorer_method_returns_is_exported() -> None:
+    """A user can name (and type-hint) whatever `Explorer` hands back without a private import."""
+    import inspect
+    import re
+
+    from kernel_explorer import Explorer
+
+    returned: dict[str, set[str]] = {}
+    for name in (n for n in dir(Explorer) if not n.startswith("_")):
+        member = inspect.getattr_static(Explorer, name)
+        function = getattr(member, "fget", None) or getattr(member, "func", None) or member
+        annotation = getattr(getattr(function, "__func__", function), "__annotations__", {}).get("return")
+        if annotation is None:
+            continue
+        for word in re.findall(r"[A-Za-z_][\w.]*", str(annotation)):
+            returned.setdefault(word.rsplit(".", 1)[-1], set()).add(name)
+    builtins = {"list", "dict", "tuple", "str", "int", "float", "bool", "None", "Iterator"}
+    exported = set(kernel_explorer.__all__)
+    missing = {t: sorted(m) for t, m in returned.items() if t not in builtins and t not in exported}
+    assert missing == {}, f"returned by Explorer but not in kernel_explorer.__all__: {missing}"
+    assert {"RunHandle", "CapturedInputs", "Inventory", "RunningNow"} <= returned.keys()
 
 
 def test_import_is_cheap() -> None:

@@ -45,6 +45,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "kernels.LocalLayerRepository": ("_repo_path",),
     "use_kernelized_func holders": ("_kernel_funcs",),
     "transformers.PretrainedConfig": ("_attn_implementation",),  # what the model's attention runs now
+    "transformers.PreTrainedModel": ("_can_set_attn_implementation",),  # whether the model can switch
 }
 
 TESTED_WITH: dict[str, str] = {"kernels": "0.17.2", "transformers": "5.22.2"}
@@ -55,6 +56,23 @@ def _version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def missing_attributes(owner: str, obj: object, *, own: bool = False) -> list[str]:
+    """One line per private attribute `ATTRIBUTES[owner]` lists that `obj` lacks (empty when none).
+
+    `own=True` looks in the object's own `__dict__` only (the holders' `_kernel_funcs` is set per
+    instance by `use_kernelized_func`, and nothing else tells it is there).
+    """
+    has = (lambda name: name in vars(obj)) if own else (lambda name: hasattr(obj, name))
+    distribution = owner.split(".")[0] if "." in owner else "kernels"
+    return [
+        f"{owner}.{name}: attribute missing in {distribution} {_version(distribution)} "
+        f"(kernel_explorer is tested with {distribution} {TESTED_WITH[distribution]}); "
+        "update kernel_explorer/_backend for this version"
+        for name in ATTRIBUTES[owner]
+        if not has(name)
+    ]
 
 
 def missing_internals() -> list[str]:
