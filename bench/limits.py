@@ -7,6 +7,7 @@ tensor copy on the same bytes. What the kernel reaches against the identity loop
 arithmetic costs; what the identity loop reaches against the copy is the loop's own ceiling.
 
     python bench/limits.py                       # AVX2 path, float32 and bfloat16, 512 and 2048 tokens
+    python bench/limits.py --gated               # and silu_and_mul against its own loop
     python bench/limits.py --isa avx512 --tokens 2048
 """
 
@@ -37,7 +38,26 @@ void identity(const at::Tensor& x, at::Tensor y) {
   TORCH_CHECK(false, "float32 or bfloat16");
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("identity", &identity); }
+// The loop silu_and_mul runs (kx::map2_rows over the gate and up halves of each row), with one
+// add in place of the op: both halves must be read, or the compiler would skip one.
+template <typename T>
+void gated_t(const at::Tensor& x, at::Tensor& y) {
+  const int64_t d = y.size(-1), rows = y.numel() / d;
+  const T* in = static_cast<const T*>(x.data_ptr());
+  kx::map2_rows(in, in + d, 2 * d, static_cast<T*>(y.data_ptr()), d, rows, d,
+                [](const kx::VecF& a, const kx::VecF& b) { return a + b; });
+}
+
+void gated(const at::Tensor& x, at::Tensor y) {
+  if (x.scalar_type() == at::kFloat) return gated_t<float>(x, y);
+  if (x.scalar_type() == at::kBFloat16) return gated_t<c10::BFloat16>(x, y);
+  TORCH_CHECK(false, "float32 or bfloat16");
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("identity", &identity);
+  m.def("gated", &gated);
+}
 """
 
 
@@ -72,6 +92,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--ops", nargs="+", default=["silu", "gelu_new", "gelu_fast"])
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--gated", action="store_true", help="also silu_and_mul against its loop (kx::map2_rows) with an add"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -102,6 +125,18 @@ def main() -> None:
             for name, t in zip(rows, times, strict=True):
                 line = f"{str(dtype)[6:]:<10}{tokens:>6}  {name:<22}"
                 print(line + bandwidth_cells(t, nbytes, roof), flush=True)
+            if args.gated:  # silu_and_mul: gate and up halves in, one half out
+                gate_up = torch.cat([x, x], dim=-1)
+                nbytes = 3 * x.numel() * x.element_size()
+                rows = {
+                    "map2 gated add (limit)": lambda g=gate_up, out=out: ident.gated(g, out),
+                    "silu_and_mul out=": lambda g=gate_up, out=out: act.silu_and_mul(g, out=out),
+                }
+                with torch.inference_mode():
+                    times = interleaved(list(rows.values()))
+                for name, t in zip(rows, times, strict=True):
+                    line = f"{str(dtype)[6:]:<10}{tokens:>6}  {name:<22}"
+                    print(line + bandwidth_cells(t, nbytes, roof), flush=True)
 
 
 def print_preamble(isa_line: str, roof: float, first_columns: str) -> None:
