@@ -151,6 +151,7 @@ class ResultLog:
                 speedups = [v.speedup for v in used]
                 interval = speedup_interval(speedups)
                 floor = noise_floor(aa) if aa else 0.0
+                across_low, across_high = across_runs(interval.low, interval.high, floor)
                 series = pd.Series(speedups)
                 row |= {
                     "speedup_median": interval.median,
@@ -160,8 +161,8 @@ class ResultLog:
                     "speedup_q1": series.quantile(0.25),
                     "speedup_q3": series.quantile(0.75),
                     "noise_floor": floor,
-                    "across_runs_low": across_runs(interval.low, interval.high, floor)[0],
-                    "across_runs_high": across_runs(interval.low, interval.high, floor)[1],
+                    "across_runs_low": across_low,
+                    "across_runs_high": across_high,
                     "verdict": speed_verdict(interval, floor)
                     if on
                     else "PyTorch against PyTorch (kernel off)",
