@@ -108,7 +108,8 @@ class LivePlots:
         for figure in (self.latency, self.speedup, self.throughput, self.divergence):
             # plotly.js's own responsive mode: each figure refits its box on window resize
             figure._config = {**figure._config, "responsive": True, "displaylogo": False}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the pending records and marks
+        self._drawing = threading.Lock()  # one batch drawn at a time, whoever flushes
         self._pending: list[Record] = []
         self._marks: list[float] = []
         self._run_id: str | None = None
@@ -140,7 +141,16 @@ class LivePlots:
             self.flush()
 
     def flush(self) -> None:
-        """Draw the buffered records now (one batch)."""
+        """Draw the buffered records now; returns once every record received so far is drawn.
+
+        The flush thread may be drawing a batch it took a moment ago: waiting for it here is what
+        makes "flush, then read the figures" see every record (without it, a caller could find
+        nothing pending and read the plots before that batch reached them).
+        """
+        with self._drawing:
+            self._flush_batch()
+
+    def _flush_batch(self) -> None:
         with self._lock:
             batch, self._pending = self._pending, []
             marks, self._marks = self._marks, []
