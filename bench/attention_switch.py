@@ -30,9 +30,9 @@ def main() -> None:
     import torch
 
     from kernel_explorer import Explorer
-    from kernel_explorer.attention import ATTENTION
     from kernel_explorer.bundled import BUNDLED_ATTENTION, bundled_repo_path
     from kernel_explorer.hub_access import local_availability
+    from kernel_explorer.layer_groups import ATTENTION
     from kernel_explorer.measure.stats import median_interval
     from kernel_explorer.models import load_default_model, tiny_llama
 

@@ -15,7 +15,6 @@ from kernel_explorer.errors import (
     NoUsableKernelError,
 )
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.forwards import RunningNow
 from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
 from kernel_explorer.inventory import Inventory, InventoryRow
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
@@ -35,6 +34,7 @@ from kernel_explorer.records import (
     RunEvent,
 )
 from kernel_explorer.results import ResultLog
+from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.versions import Compatibility, check_compatibility
 
 __version__ = "0.1.0"

@@ -16,6 +16,8 @@ class State(str, Enum):
     OFFLINE_NOT_CACHED = "offline and not cached"  # no network (or no answer) and nothing cached
     NO_MAPPING = "no mapping for this device or mode"  # mapped for other devices or modes only
     FAILED = "failed to load"  # tried and failed; the error is kept
+    CANNOT_RUN = "cannot run here"  # loads, but its trial on this model failed (no CPU kernel, dtype)
+    UNVERIFIED = "unverified"  # loads; no trial could settle whether it runs on this model
     CHECKING = "checking"  # a Hub query is still running
 
     @property
@@ -31,7 +33,7 @@ class State(str, Enum):
     @property
     def usable(self) -> bool:
         """Whether switching the candidate on may succeed (a pending Hub answer counts: try it)."""
-        return self in (State.READY, State.DOWNLOADABLE, State.CHECKING)
+        return self in (State.READY, State.DOWNLOADABLE, State.CHECKING, State.UNVERIFIED)
 
 
 _COLOURS: dict[State, str] = {
@@ -43,6 +45,8 @@ _COLOURS: dict[State, str] = {
     State.OFFLINE_NOT_CACHED: "#9a6700",
     State.NO_MAPPING: "#6e7781",
     State.FAILED: "#cf222e",
+    State.CANNOT_RUN: "#cf222e",
+    State.UNVERIFIED: "#6e7781",
 }
 
 

@@ -44,6 +44,8 @@ from kernel_explorer.hub_access import (
 if TYPE_CHECKING:
     from kernels import Mode
 
+    from kernel_explorer.switching.probe import ProbeVerdict
+
 SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "peer", "transformers")
 
 
@@ -135,6 +137,7 @@ class Catalog:
         self._hub_queries: dict[tuple[HubReference, tuple[str, ...]], Future[Availability]] = {}
         self._failures: dict[Candidate, str] = {}
         self._unsupported: dict[tuple[Candidate, Mode], str] = {}  # refused a mode (kept PyTorch)
+        self._probes: dict[tuple[Candidate, Mode], ProbeVerdict] = {}  # tried on this explorer's model
         self._pool: ThreadPoolExecutor | None = None
         self._candidates = self._collect(
             mapping or {}, include_registered, include_bundled, include_transformers
@@ -189,6 +192,15 @@ class Catalog:
         """All candidates, or those for one layer name, most preferred source first."""
         return [c for c in self._candidates if layer_name is None or c.layer_name == layer_name]
 
+    def matching(self, layer_name: str, word: str) -> list[Candidate]:
+        """The candidates of `layer_name` a user's word names: a source ("bundled", "peer", ...), a
+        label, a repository label, or `repo:Layer`. The one reading `on`, `using` and `compare` share."""
+        return [
+            c
+            for c in self.candidates(layer_name)
+            if word in (c.source, c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
+        ]
+
     def layer_names(self) -> list[str]:
         return sorted({c.layer_name for c in self._candidates})
 
@@ -202,6 +214,12 @@ class Catalog:
         it reads "no mapping for this device or mode" with `reason` in that mode after."""
         with self._lock:
             self._unsupported[(candidate, mode)] = reason
+
+    def record_probe(self, candidate: Candidate, mode: Mode, verdict: ProbeVerdict) -> None:
+        """Remember what trying `candidate` on the model found: a ready candidate reads "cannot run
+        here" or "unverified" with the reason after, and one that runs says what it does to its module."""
+        with self._lock:
+            self._probes[(candidate, mode)] = verdict
 
     def clear_failure(self, candidate: Candidate) -> None:
         with self._lock:
@@ -261,10 +279,11 @@ class Catalog:
             found = local_availability(path)
             if candidate.source == "bundled" and not found.state.usable:
                 return Availability(State.NO_BUILD, f"the bundled hub is not built here; {BUILD_HINT}")
-            return found
+            return self._with_probe(candidate, mode, found)
         cached = cached_variant_dir(ref)
         if cached is not None and (is_offline() or ref.trusts(self.trust_remote_code)):
-            return Availability(State.READY, "in the local cache", variant=cached.name)
+            found = Availability(State.READY, "in the local cache", variant=cached.name)
+            return self._with_probe(candidate, mode, found)
         if is_offline():
             return Availability(State.OFFLINE_NOT_CACHED, "HF_HUB_OFFLINE is set and no build is cached")
         key = (ref, self.trust_remote_code)
@@ -277,6 +296,20 @@ class Catalog:
             return future.result(timeout=self.hub_timeout if wait is None else wait)
         except FutureTimeout:
             return Availability(State.CHECKING, "waiting for the Hub's answer")
+
+    def _with_probe(self, candidate: Candidate, mode: Mode, found: Availability) -> Availability:
+        """A ready candidate as its trial on the model left it (unchanged when it was not tried)."""
+        with self._lock:
+            verdict = self._probes.get((candidate, mode))
+        if verdict is None or found.state is not State.READY:
+            return found
+        if verdict.refused:
+            return replace(found, state=State.CANNOT_RUN, reason=verdict.reason)
+        if not verdict.runs:
+            return replace(found, state=State.UNVERIFIED, reason=verdict.reason)
+        if verdict.changes:
+            return replace(found, reason="; ".join(r for r in (found.reason, verdict.changes) if r))
+        return found
 
     def choose(
         self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None = None
@@ -291,17 +324,14 @@ class Catalog:
         if isinstance(candidate, Candidate):
             return candidate, None
         if candidate is not None:
-            matches = [
-                c
-                for c in options
-                if candidate in (c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
-            ]
-            if not matches:
-                known = "\n  ".join(c.label for c in options) or "(none)"
+            options = self.matching(layer_name, candidate)
+            if not options:
+                known = "\n  ".join(c.label for c in self.candidates(layer_name)) or "(none)"
                 raise KernelExplorerError(
                     f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
                 )
-            return matches[0], None
+            if len(options) == 1 or candidate not in SOURCES:
+                return options[0], None
         found = [(option, self.availability(option, device=device, mode=mode)) for option in options]
         best = first_usable(found)
         if best is not None:
@@ -327,6 +357,8 @@ class Catalog:
         if ref is None:
             found = found or self.availability(chosen, device=device, mode=mode)
             if not found.state.usable:
+                if found.state is State.CANNOT_RUN:  # its trial on this model failed: say that once
+                    raise NoUsableKernelError(f"{chosen.repo_label} {found.state.value}: {found.reason}")
                 raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
             return chosen, chosen.entry
         if is_offline():

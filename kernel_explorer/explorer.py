@@ -22,6 +22,7 @@ from kernel_explorer.measure.provenance import model_provenance
 from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
 from kernel_explorer.switchboard import RunningNow, Switchboard
+from kernel_explorer.switching import model_state
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,11 +34,6 @@ if TYPE_CHECKING:
     from kernel_explorer.hardware import HardwareSnapshot
     from kernel_explorer.inventory import Inventory
     from kernel_explorer.layer_groups import LayerGroup
-
-
-# model -> its latest explorer (weak both ways: the explorer holds the model, so a strong value
-# would keep both alive for ever)
-_latest: weakref.WeakKeyDictionary[nn.Module, weakref.ref[Explorer]] = weakref.WeakKeyDictionary()
 
 
 class Explorer(Measuring):
@@ -119,7 +115,10 @@ class Explorer(Measuring):
         self._captured = None  # the layers' captured inputs (see `capture`)
         self._captured_grad = None  # the same with autograd on, for training mode
         self._capture_kwargs: dict[str, Any] | None = None
-        _latest[model] = weakref.ref(self)
+        # the model's latest explorer, weakly (the explorer holds the model: a strong reference
+        # would keep both alive for ever)
+        model_state.of(model).explorer = weakref.ref(self)
+        self.switchboard.samples = self._sample
         if attention:
             self.attention_candidates(*attention)
 
@@ -130,7 +129,7 @@ class Explorer(Measuring):
         What the magics use, so `%kernels explore model` twice, or after `Explorer(model)` in a
         cell, shows the same switches and results instead of a second, diverging copy.
         """
-        ref = _latest.get(model)
+        ref = model_state.of(model).explorer
         found = ref() if ref is not None else None
         if found is not None:
             return found
@@ -191,9 +190,23 @@ class Explorer(Measuring):
         *,
         mode: str | Mode | None = None,
         candidate: str | Candidate | None = None,
+        allow_changes: bool = False,
     ) -> list[RunningNow]:
-        """Switch layer `name` (all instances, or those named or matched) to a kernel."""
-        return self.switchboard.on(name, instances, mode=mode or self.mode, candidate=candidate)
+        """Switch layer `name` (all instances, or those named or matched) to a kernel.
+
+        `candidate`: a label, a source word ("bundled", "peer", ...) or a `Candidate` (default: the
+        first that runs here). A kernel that changes its module (repacks weights) keeps the original
+        tensors while on, to restore them exactly; `allow_changes=True` switches it even when that
+        would hold more than a quarter of the memory available.
+        """
+        return self.switchboard.on(
+            name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
+        )
+
+    def _sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """One real call of (layer, instance) from the captured inputs, for a probe's trial call."""
+        calls = self.captured_inputs().calls.get((name, path))
+        return calls[0] if calls else None
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""

@@ -21,18 +21,17 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-import weakref
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer import switch_events
 from kernel_explorer._backend.layers import check_layer_fits, mark_layer_class
 from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.bundled import extension_mappings
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.hub_access import local_availability
+from kernel_explorer.switching import events, model_state
 
 if TYPE_CHECKING:
     import torch
@@ -41,11 +40,8 @@ if TYPE_CHECKING:
     from kernel_explorer.layer_groups import LayerGroup
     from kernel_explorer.switchboard import Switchboard
 
+# (class, layer name) -> its marked subclass: classes, made once per process (not per-model state)
 _MARKED: dict[tuple[type, str], type] = {}
-# model -> {layer name: the mappings extend added}: a second explorer of the model offers them too
-_MAPPINGS: weakref.WeakKeyDictionary[nn.Module, dict[str, list[tuple[dict[str, Any], str]]]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def marked_class(base: type[nn.Module], layer_name: str) -> type[nn.Module]:
@@ -210,11 +206,11 @@ def extend(
     bases = {type(modules[p]).__dict__.get("kernel_explorer_base") or type(modules[p]) for p in paths}
     known = [c.entry for c in board.catalog.candidates(name) if c.source in ("user", "registered")]
     _check_fits([*iter_mapping(mapping), *known], bases)
-    with board.lock, switch_events.changing(board.model):
+    with board.lock, events.changing(board.model):
         added = [(mapping, "user"), *((m, "bundled") for m in extension_mappings(name, cls))]
         for found, source in added:
             board.catalog.add(found, source)
-        _MAPPINGS.setdefault(board.model, {}).setdefault(name, []).extend(added)
+        model_state.of(board.model).added_mappings.setdefault(name, []).extend(added)
         for path in paths:
             module = modules[path]
             if "kernel_explorer_base" not in type(module).__dict__:
@@ -232,7 +228,7 @@ def retract(board: Switchboard, name: str, instances: str | list[str] | None = N
         )
     paths = board.select(name, instances)
     modules = dict(board.model.named_modules())
-    with board.lock, switch_events.changing(board.model):
+    with board.lock, events.changing(board.model):
         board.off(name, paths)
         for path in paths:
             module = modules[path]
@@ -243,7 +239,7 @@ def retract(board: Switchboard, name: str, instances: str | list[str] | None = N
 
 def adopt(board: Switchboard) -> None:
     """Give a new switchboard's catalog the candidates `extend` added for rows its model has."""
-    for name, added in _MAPPINGS.get(board.model, {}).items():
+    for name, added in model_state.of(board.model).added_mappings.items():
         if name in board.groups and board.groups[name].added:
             for found, source in added:
                 board.catalog.add(found, source)
@@ -274,11 +270,3 @@ def probe(modules: Iterable[nn.Module]) -> None:
         if args is not None:
             with torch.no_grad():
                 module.forward(*args)  # a raise goes through the switchboard's guard: back to PyTorch
-
-
-def release_added(module: nn.Module, before: frozenset[str] | None) -> None:
-    """Delete the attributes `module` gained since `before` (a kernel's cache): their memory goes."""
-    if before is None:
-        return
-    for key in [k for k in module.__dict__ if k not in before]:
-        del module.__dict__[key]

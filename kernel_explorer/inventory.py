@@ -113,8 +113,8 @@ class InventoryRow:
         Found by matching the loaded kernel's repository with this row's candidates; the op
         namespace (`_rmsnorm_cpu_23eb2fc398`) is an id for tooltips and exports, not for reading.
         """
-        if self.group.kind == "attention":  # the implementation's name: sdpa, eager, a repository
-            return now.repository or "PyTorch"
+        if now.name:  # the door named it (attention: sdpa, eager, a repository)
+            return now.name
         if not now.is_kernel:
             return "PyTorch"
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
@@ -137,7 +137,8 @@ class InventoryRow:
         PyTorch runs where a kernel was asked for and did not (`does not support training`, ...)."""
         text = ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
         reasons = dict.fromkeys(now.reason for now in self.running if not now.is_kernel and now.reason)
-        return text + "".join(f" ({reason})" for reason in reasons)
+        notes = dict.fromkeys(now.note for now in self.running if now.is_kernel and now.note)
+        return text + "".join(f" ({reason})" for reason in reasons) + "".join(f" [{note}]" for note in notes)
 
 
 def _same_repository(candidate: Candidate, repository: str | None) -> bool:
@@ -340,22 +341,16 @@ def build_inventory(
     """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
     rows = []
     running = board.running()
-    for name, group in board.groups.items():
-        found = tuple(
-            (c, catalog.availability(c, device=board.device, mode=mode, query_hub=query_hub))
-            for c in catalog.candidates(name)
-        )
-        if group.kind == "attention" and board.attention is not None:
-            found = board.attention.found(mode=mode, query_hub=query_hub)
+    for name, door in board.doors.items():
+        group = door.group
+        found = door.found(mode=mode, query_hub=query_hub)  # probed on this model
         now = tuple(r for r in running if r.layer_name == name)
         rows.append(
             InventoryRow(
                 group, found, now, (measured or {}).get(name), board.device, (shares or {}).get(name)
             )
         )
-    kernel_paths = {
-        path for group in board.groups.values() if group.kind == "module" for path in group.instances
-    }
+    kernel_paths = {path for door in board.doors.values() for path in door.covered_paths()}
     others = Counter(
         type(module).__name__
         for path, module in model.named_modules()

@@ -19,13 +19,16 @@ from kernel_explorer._backend.functions import kernel_functions, wrapped_functio
 if TYPE_CHECKING:
     from torch import nn
 
+#: the attention row's name in the inventory, and the breakdown's category for the attention computation
+ATTENTION = "attention"
+
 
 @dataclass(frozen=True)
 class LayerGroup:
     """All instances of one kernel layer name in a model."""
 
     name: str  # the kernel layer name mappings use, e.g. "RMSNorm"
-    kind: str  # "module" (a layer class) or "function" (attached with use_kernelized_func)
+    kind: str  # "module" (a layer class), "function" (use_kernelized_func) or "attention" (model-wide)
     original: str  # qualified name of the class or function kernelize would replace
     instances: tuple[str, ...]  # module paths; for functions, the modules that hold them
     added: bool = False  # the user gave these instances the name (the model's code does not mark them)

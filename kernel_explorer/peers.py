@@ -1,32 +1,74 @@
 """Peers: local kernel-builder repositories (sources or builds) offered next to the bundled kernels.
 
 A peer is anyone's repository in kernel-builder's format, say a Hub kernel's CPU backend checked
-out locally: `builder.build_path` builds it (or takes a built one as it is), and each layer class
-in its `layers` module whose name is one of the model's kernel layer names (case aside) becomes a
-candidate of source "peer" in the catalog, so `compare(..., candidates=["bundled", "peer"])`
+out locally: `builder.build_path` builds it (or takes a built one as it is), and it becomes
+candidates of source "peer" in the catalog, so `compare(..., candidates=["bundled", "peer"])`
 measures PyTorch, the bundled kernel and the peer in one run.
+
+A peer is taken as the Hub would serve it:
+- which class serves which layer: when its build.toml names the Hub repository it is
+  (`[general.hub] repo-id`), the mappings that name that repository (Transformers' default
+  mapping, what is registered with `kernels`) say it, per device and mode: Transformers maps
+  `MegaBlocksMoeMLP` on cpu to megablocks' `CPUMegaBlocksMoeMLP`. Otherwise a class whose name is
+  one of the model's kernel layer names (case aside) serves that layer.
+- a peer whose Python fails to import (megablocks imports `triton`) is still listed: its classes
+  are read from its source without running it, and its candidates say what its code needs.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kernel_explorer._backend.repositories import local_layer_repository
+from kernel_explorer._backend.mappings import iter_mapping, iter_registered_mapping, transformers_mapping
+from kernel_explorer._backend.repositories import hub_coordinates, local_layer_repository
 from kernel_explorer.errors import KernelExplorerError
 
 
-def layer_classes(repo_path: Path) -> list[str]:
-    """The class names in a built repository's layers module (loaded through `kernels`)."""
+def layer_classes(repo_path: Path, variant: str | None = None) -> list[str]:
+    """The class names in a built repository's layers module.
+
+    Loaded through `kernels`; when its Python fails to import (a dependency this machine lacks),
+    read from `layers.py` without running it, so the peer is still listed with what it needs.
+    """
     from kernels import get_local_kernel
     from torch import nn
 
-    module = get_local_kernel(repo_path)
+    try:
+        module = get_local_kernel(repo_path)
+    except ImportError:
+        return _classes_in_source(repo_path, variant)
     layers = getattr(module, "layers", None)
     if layers is None:
         raise KernelExplorerError(f"{repo_path}: the kernel has no `layers` module, so no layer can use it")
     return sorted(n for n, v in vars(layers).items() if isinstance(v, type) and issubclass(v, nn.Module))
+
+
+def _classes_in_source(repo_path: Path, variant: str | None) -> list[str]:
+    folders = [repo_path / "build" / variant] if variant else sorted((repo_path / "build").glob("*"))
+    for folder in folders:
+        source = folder / "layers.py"
+        if source.is_file():
+            tree = ast.parse(source.read_text())
+            return sorted(node.name for node in tree.body if isinstance(node, ast.ClassDef))
+    return []
+
+
+def _hub_entries(repo_id: str, classes: set[str]) -> dict[str, dict[str, dict[Any, str]]]:
+    """{layer: {device: {mode: class}}} from every mapping that names Hub repository `repo_id`,
+    for the classes this peer has."""
+    found: dict[str, dict[str, dict[Any, str]]] = {}
+    entries = [*iter_mapping(transformers_mapping()), *iter_registered_mapping()]
+    for entry in entries:
+        repository = entry.repository
+        coordinates = hub_coordinates(repository)
+        if coordinates is None or coordinates.repo_id != repo_id or repository.layer_name not in classes:
+            continue
+        modes = found.setdefault(entry.layer_name, {}).setdefault(entry.device, {})
+        modes.setdefault(entry.mode, repository.layer_name)
+    return found
 
 
 def peer_mapping(
@@ -36,20 +78,38 @@ def peer_mapping(
     layers: dict[str, str] | None = None,
     progress: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """`{layer_name: {"cpu": LocalLayerRepository}}` for the repository at `path`, built for this CPU.
+    """The kernels mapping of the repository at `path`, built for this CPU.
 
-    `layers` maps layer names to the repository's classes explicitly; otherwise every class whose
-    name matches one of `layer_names` (case-insensitive) serves that layer.
+    `layers` maps layer names to the repository's classes explicitly; otherwise the Hub's mappings
+    for its `[general.hub] repo-id` decide, then every class whose name matches one of
+    `layer_names` (case-insensitive) serves that layer on the cpu.
     """
     from kernel_explorer.builder import build_path
+    from kernel_explorer.repo_format import read_plan
 
     built = build_path(path, progress=progress)
-    if layers is None:
-        classes = {name.lower(): name for name in layer_classes(built.repo_path)}
-        layers = {layer: classes[layer.lower()] for layer in layer_names if layer.lower() in classes}
-        if not layers:
-            raise KernelExplorerError(
-                f"{path}: none of its layer classes ({', '.join(classes.values()) or 'none'}) is one of the "
-                f"model's kernel layers ({', '.join(layer_names)}); pass layers={{'RMSNorm': 'ItsClass'}}"
-            )
-    return {layer: {"cpu": local_layer_repository(built.repo_path, cls)} for layer, cls in layers.items()}
+    source = Path(path).expanduser().resolve()
+    repo_id = read_plan(source).hub_repo_id if (source / "build.toml").is_file() else None
+    names = layer_classes(built.repo_path, built.variant)
+    if layers is not None:
+        return {layer: {"cpu": local_layer_repository(built.repo_path, c)} for layer, c in layers.items()}
+    mapping: dict[str, dict[str, Any]] = {}
+    wanted = set(layer_names)
+    for layer, devices in (_hub_entries(repo_id, set(names)) if repo_id else {}).items():
+        if layer in wanted and "cpu" in devices:
+            mapping[layer] = {
+                "cpu": {
+                    mode: local_layer_repository(built.repo_path, c) for mode, c in devices["cpu"].items()
+                }
+            }
+    classes = {name.lower(): name for name in names}
+    for layer in layer_names:
+        if layer not in mapping and layer.lower() in classes:
+            mapping[layer] = {"cpu": local_layer_repository(built.repo_path, classes[layer.lower()])}
+    if not mapping:
+        via = f" nor a mapping of its Hub repository {repo_id}" if repo_id else ""
+        raise KernelExplorerError(
+            f"{path}: none of its layer classes ({', '.join(names) or 'none'}) is one of the model's "
+            f"kernel layers ({', '.join(layer_names)}){via}; pass layers={{'RMSNorm': 'ItsClass'}}"
+        )
+    return mapping

@@ -64,6 +64,7 @@ class RepoPlan:
     pyext: tuple[str, ...] = ("py",)
     skipped: tuple[str, ...] = field(default=())  # one line per section not built here
     warnings: tuple[str, ...] = field(default=())  # one line per section this CPU must not run
+    hub_repo_id: str | None = None  # [general.hub] repo-id: the Hub repository this one is
 
     @property
     def python_name(self) -> str:
@@ -185,7 +186,14 @@ def read_plan(root: Path) -> RepoPlan:
         pyext=pyext,
         skipped=tuple(skipped),
         warnings=tuple(warnings),
+        hub_repo_id=_hub_repo_id(general),
     )
+
+
+def _hub_repo_id(general: dict) -> str | None:
+    hub = general.get("hub")
+    found = hub.get("repo-id") if isinstance(hub, dict) else None
+    return found if isinstance(found, str) and found.strip() else None
 
 
 def source_files(plan: RepoPlan) -> list[Path]:

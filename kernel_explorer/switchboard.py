@@ -1,15 +1,15 @@
-"""Switch kernels on and off per layer name or per instance, through `kernels`' own `kernelize`.
+"""Switch kernels on and off per layer name or per instance, whatever door the kernel enters by.
 
-Switching on runs `kernelize`'s per-layer step on each chosen instance with one candidate mapped,
-so the forward that runs is exactly the one `kernelize` (and Transformers' `use_kernels=True`)
-would install. Switching off deletes the instance's `forward` attribute, which is how the class's
-own PyTorch forward comes back, and every attribute the kernel added to the instance while it ran
-(packed weights a kernel caches, say), so their memory goes: nothing of the explorer stays behind.
+The switchboard keeps what every door shares: choosing instances, one re-entrant lock, snapshot,
+restore and `holding`, and telling every view of the model about each change. How a kernel goes in
+and out is each door's (`switching/`: the layer forwards `kernelize` replaces, function layers,
+Transformers' attention interface, classes `extend` names), and the switchboard asks the door,
+never which kind of door it is.
 
-Failures never leave a model half-switched: a kernel that fails to load leaves that layer on
-PyTorch with the reason kept; a kernel that raises when run is switched off on the spot and that
-call is answered by PyTorch; a `ValueError` declines one instance (weights it cannot pack): that
-one alone goes back. Only `strict=True` turns these into exceptions.
+Failures never leave a model half-switched: every door probes a candidate on the model before it
+trusts it, answers a forward whose kernel raises with PyTorch and stays there with the reason, and
+restores a module exactly (its original tensors, attributes the kernel added removed) when it goes
+back to PyTorch. Only `strict=True` turns these into exceptions.
 
 All methods hold one re-entrant lock; a measurement thread holds the same lock (`board.lock`)
 around its forward calls, so a switch never lands in the middle of one.
@@ -24,16 +24,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer import function_routes, switch_events
-from kernel_explorer._backend.functions import function_key, kernel_functions
-from kernel_explorer._backend.hub import hub_session
-from kernel_explorer._backend.layers import bound_function, kernelize_each, model_device
-from kernel_explorer._backend.modes import mode_name, parse_mode
-from kernel_explorer.attention import ATTENTION, AttentionDoor
-from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
-from kernel_explorer.extension import probe, release_added
-from kernel_explorer.forwards import KernelForward, RunningNow, describe_forward
+from kernel_explorer._backend.layers import model_device
+from kernel_explorer._backend.modes import parse_mode
+from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.switching import events
+from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
+from kernel_explorer.switching.door import Door, SwitchState
+from kernel_explorer.switching.doors import door_class
+from kernel_explorer.switching.forwards import RunningNow
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -41,16 +40,18 @@ if TYPE_CHECKING:
 
     from kernel_explorer.catalog import Candidate, Catalog
 
-#: the switches that are on: (layer name, instance path) -> (candidate, mode)
-SwitchState = dict[tuple[str, str], tuple["Candidate", "Mode"]]
+__all__ = ["RunningNow", "SwitchState", "Switchboard"]
+
+#: one real call of (layer name, instance path): (args, kwargs), or None
+Sample = Callable[[str, str], "tuple[tuple[Any, ...], dict[str, Any]] | None"]
 
 
 def _announced(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a switching method inside `switch_events.changing`, so every view of the model hears of it."""
+    """Run a switching method inside `events.changing`, so every view of the model hears of it."""
 
     @functools.wraps(method)
     def wrapper(self: Switchboard, *args: Any, **kwargs: Any) -> Any:
-        with switch_events.changing(self.model):
+        with events.changing(self.model):
             return method(self, *args, **kwargs)
 
     return wrapper
@@ -74,22 +75,51 @@ class Switchboard:
         self.strict = strict
         self.device = device or model_device(model)
         self.lock = threading.RLock()
-        self.groups: dict[str, LayerGroup] = {g.name: g for g in find_kernel_layers(model)}
+        #: one real call of (layer, instance) for a probe's trial; the explorer sets it
+        self.samples: Sample | None = None
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
-        self._on: dict[tuple[str, str], tuple[Candidate, Mode]] = {}
-        self._reasons: dict[tuple[str, str], str] = {}
-        self._keys: dict[tuple[str, str], frozenset[str]] = {}  # instance attributes before switching on
-        self.attention = AttentionDoor.find(model, catalog, self.device)  # model-wide; None: no interface
-        if self.attention is not None:
-            self.groups[ATTENTION] = self.attention.group
+        self.doors: dict[str, Door] = {}
+        self.attention = AttentionDoor.find(self)  # model-wide; None: no attention interface
+        self.rescan()
 
     def rescan(self) -> None:
-        """Find the kernel layers again (after `extension.extend` or `retract` renamed some)."""
+        """Find the kernel layers again (after `extension.extend` or `retract` renamed some).
+
+        A row that is still there keeps its door (and what that door knows of its switches)."""
         with self.lock:
-            self.groups = {g.name: g for g in find_kernel_layers(self.model)}
-            if self.attention is not None:
-                self.groups[ATTENTION] = self.attention.group
             self._modules = dict(self.model.named_modules())
+            doors: dict[str, Door] = {}
+            for group in find_kernel_layers(self.model):
+                known = self.doors.get(group.name)
+                if known is not None and type(known) is door_class(group):
+                    known.group = group
+                    doors[group.name] = known
+                else:
+                    doors[group.name] = door_class(group)(self, group)
+            if self.attention is not None:
+                doors[ATTENTION] = self.attention
+            self.doors = doors
+
+    @property
+    def groups(self) -> dict[str, LayerGroup]:
+        """Every kernel layer group, by name."""
+        return {name: door.group for name, door in self.doors.items()}
+
+    def module(self, path: str) -> nn.Module:
+        return self._modules[path]
+
+    def sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """One real call of `path` for a probe's trial, or None when there is none to try."""
+        if self.samples is None:
+            return None
+        try:
+            return self.samples(name, path)
+        except Exception:  # a capture that cannot run leaves the probe unsettled, not broken
+            return None
+
+    def door(self, name: str) -> Door:
+        self.group(name)
+        return self.doors[name]
 
     # -- choosing what to switch ------------------------------------------------------------------
 
@@ -121,23 +151,6 @@ class Switchboard:
             chosen.extend(p for p in matched if p not in chosen)
         return chosen
 
-    def _target(self, name: str, path: str, *, for_switching: bool) -> nn.Module:
-        """The module whose forward a switch replaces: the instance, or its own function copy."""
-        module = self._modules[path]
-        if self.groups[name].kind == "module":
-            return module
-        key = self.function_key(module, name)
-        if for_switching:
-            return function_routes.copy_for(module, key)
-        return kernel_functions(module)[key]
-
-    @staticmethod
-    def function_key(holder: nn.Module, name: str) -> str:
-        key = function_key(holder, name)
-        if key is None:
-            raise KernelExplorerError(f"{type(holder).__name__} has no kernel function {name!r}")
-        return key
-
     # -- switching -----------------------------------------------------------------------------
 
     @_announced
@@ -148,144 +161,70 @@ class Switchboard:
         *,
         mode: str | Mode = "inference",
         candidate: str | Candidate | None = None,
+        allow_changes: bool = False,
     ) -> list[RunningNow]:
-        """Switch `name` to a kernel on all or some instances; returns what each one runs now."""
+        """Switch `name` to a kernel on all or some instances; returns what each one runs now.
+
+        `candidate`: a label, a source word ("bundled", "peer", ...) or a `Candidate`; None: the first
+        that can run here. `allow_changes`: switch a kernel that changes its module even when the
+        original weights it keeps exceed the memory share the door allows.
+        """
         paths = self.select(name, instances)
-        kernel_mode = parse_mode(mode)
         with self.lock:
-            if self.groups[name].kind == "attention":  # model-wide, through Transformers' own switch
-                self.attention.switch(candidate, mode=kernel_mode, strict=self.strict)  # type: ignore[union-attr]
-                return self.running(name)
-            try:
-                chosen, entry = self.catalog.resolve(
-                    name, device=self.device, mode=kernel_mode, candidate=candidate
-                )
-            except NoUsableKernelError as error:
-                if self.strict:
-                    raise
-                self._fall_back(name, paths, str(error))
-                return self.running(name, paths)
-            targets = {path: self._target(name, path, for_switching=True) for path in paths}
-            for path, target in targets.items():
-                self._keys.setdefault((name, path), frozenset(target.__dict__))
-            by_target = {id(t): p for p, t in targets.items()}
-            failure: str | None = None
-            with hub_session():
-                results = list(kernelize_each(list(targets.values()), entry, kernel_mode))
-            for target, error in results:
-                path = by_target[id(target)]
-                if error is not None:
-                    failure = f"{type(error).__name__}: {error}".strip()
-                    self._to_pytorch(name, path)
-                    self._reasons[(name, path)] = f"{chosen.repo_label} failed to load: {failure}"
-                    continue
-                self._install_guard(name, path, target, chosen, kernel_mode)
-            if self.groups[name].added:  # a declined instance shows it now, not at the first call
-                probe([self._modules[p] for p in paths if (name, p) in self._on])
-            if failure is not None:
-                self.catalog.record_failure(chosen, failure)
-                if self.strict:
-                    raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
+            self.doors[name].on(
+                paths, mode=parse_mode(mode), candidate=candidate, allow_changes=allow_changes
+            )
             return self.running(name, paths)
 
-    def _install_guard(self, name: str, path: str, target: nn.Module, chosen: Candidate, mode: Mode) -> None:
-        forward = target.__dict__.get("forward")
-        if forward is None or bound_function(forward) is type(target).forward:
-            # kernelize kept PyTorch: the kernel does not support this mode
-            self._to_pytorch(name, path)
-            self._reasons[(name, path)] = f"{chosen.repo_label} does not support {mode_name(mode)}"
-            self.catalog.record_unsupported(chosen, mode, f"the kernel does not support {mode_name(mode)}")
-            return
-        from kernels import Mode
-
-        if Mode.TORCH_COMPILE in mode:
-            # torch.compile guards a callable object by identity: a wrapper per instance made every
-            # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
-            # bound forward, as kernels does; in this mode a kernel's error is raised, not fallen back.
-            self._on[(name, path)] = (chosen, mode)
-            self._reasons.pop((name, path), None)
-            return
-        original = type(target).forward.__get__(target)
-
-        def on_error(
-            error: Exception, name: str = name, path: str = path, chosen: Candidate = chosen
-        ) -> None:
-            self._kernel_raised(name, path, chosen, error)
-
-        target.forward = KernelForward(forward, original, on_error)
-        self._on[(name, path)] = (chosen, mode)
-        self._reasons.pop((name, path), None)
-
     @_announced
-    def _kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
-        declined = isinstance(error, ValueError)  # this instance only; the kernel stays usable
-        what = "declined this instance" if declined else f"raised when run: {type(error).__name__}"
-        reason = f"{chosen.repo_label} {what}: {error}"
+    def kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
+        """A kernel raised on a forward: its door puts PyTorch back (the call is answered by PyTorch)."""
         with self.lock:
-            if not declined:
-                self.catalog.record_failure(chosen, reason)
-            on = [p for (n, p), (c, _) in self._on.items() if n == name and c == chosen]
-            self._fall_back(name, [path] if declined else on, reason)
+            reason = self.doors[name].kernel_raised(path, chosen, error)
         if self.strict:
             raise KernelSwitchError(reason) from error
-
-    def _fall_back(self, name: str, paths: list[str], reason: str) -> None:
-        for path in paths:
-            self._to_pytorch(name, path)
-            self._reasons[(name, path)] = reason
-
-    def _to_pytorch(self, name: str, path: str) -> None:
-        """Back to the class's own forward, exactly: no attribute of ours stays on the module."""
-        self._on.pop((name, path), None)
-        self._reasons.pop((name, path), None)
-        kind = self.groups[name].kind
-        if kind == "attention":
-            self.attention.to_pytorch()  # type: ignore[union-attr]  # model-wide
-        elif kind == "module":
-            self._modules[path].__dict__.pop("forward", None)
-            release_added(self._modules[path], self._keys.pop((name, path), None))  # packed weights
-        else:
-            self._keys.pop((name, path), None)  # the holder's copy goes, and all it cached with it
-            function_routes.detach(self._modules[path], self.function_key(self._modules[path], name))
 
     @_announced
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
         """Switch `name` back to PyTorch on all or some instances."""
         paths = self.select(name, instances)
         with self.lock:
-            for path in paths:
-                self._to_pytorch(name, path)
+            self.doors[name].off(paths)
             return self.running(name, paths)
 
     @_announced
     def reset(self) -> None:
         """Every layer back to PyTorch."""
         with self.lock:
-            for name, group in self.groups.items():
-                for path in group.instances:
-                    self._to_pytorch(name, path)
+            for door in self.doors.values():
+                door.off(list(door.group.instances))
 
     def subscribe(self, observer: Callable[[], None]) -> Callable[[], None]:
         """Call `observer()` after any change of this model's switches (from any switchboard)."""
-        return switch_events.subscribe(self.model, observer)
+        return events.subscribe(self.model, observer)
 
     def snapshot(self) -> SwitchState:
         """The switches that are on, to hand back to `restore`."""
         with self.lock:
-            switched = self.attention.switched() if self.attention is not None else None
-            return dict(self._on) | ({(ATTENTION, "*"): (switched, self.attention.mode)} if switched else {})
+            state: SwitchState = {}
+            for door in self.doors.values():
+                state.update(door.snapshot())
+            return state
 
     @_announced
     def restore(self, state: SwitchState) -> None:
         """Return to a `snapshot`: instances on there are switched on with the same candidate and mode."""
         with self.lock:
-            for name, path in [*self._on, *([(ATTENTION, "*")] if self.attention is not None else [])]:
-                if state.get((name, path)) != self.snapshot().get((name, path)):
-                    self._to_pytorch(name, path)
+            now = self.snapshot()
+            for name, path in now:
+                if state.get((name, path)) != now[(name, path)]:
+                    self.off(name, None if self.doors[name].model_wide else [path])
+            now = self.snapshot()
             for (name, path), (chosen, mode) in state.items():
-                known = name == ATTENTION or path in getattr(self.groups.get(name), "instances", ())
-                if (name, path) not in self.snapshot() and known:  # (a retracted one is gone)
-                    self.on(name, [path], mode=mode, candidate=chosen)
+                door = self.doors.get(name)
+                known = door is not None and (door.model_wide or path in door.group.instances)
+                if (name, path) not in now and known:  # (a retracted one is gone)
+                    self.on(name, None if door.model_wide else [path], mode=mode, candidate=chosen)  # type: ignore[union-attr]
 
     @contextlib.contextmanager
     def holding(
@@ -327,43 +266,24 @@ class Switchboard:
                     self.restore(target)
 
     def forwards(self, name: str, path: str) -> tuple[Any, Any, bool]:
-        """(what the instance runs now, its PyTorch forward, whether the former is a kernel).
+        """(what the instance runs now, PyTorch's forward on the original state, whether the former
+        is a kernel).
 
         Read under the lock at each measurement sample, so a switch made mid-run shows in the
         next sample.
         """
         with self.lock:
-            if self.groups[name].kind == "attention":
-                return self.attention.forwards(path)  # type: ignore[union-attr]
-            target = self._target(name, path, for_switching=False)
-            pytorch = type(target).forward.__get__(target)
-            current = target.forward
-            if self.groups[name].kind == "function" and function_routes.is_routed(target):
-                stand_in = function_routes.stand_in(target)
-                current = pytorch if stand_in is None else stand_in.forward
-                return current, pytorch, stand_in is not None and describe_forward(stand_in) is not None
-            return current, pytorch, describe_forward(target) is not None
+            return self.doors[name].forwards(path)
 
     # -- reporting -----------------------------------------------------------------------------
 
     def running(self, name: str | None = None, paths: list[str] | None = None) -> list[RunningNow]:
         """What each instance runs now, read from the model's forwards (not from our records)."""
-        names = [name] if name is not None else list(self.groups)
+        names = [name] if name is not None else list(self.doors)
         found: list[RunningNow] = []
         with self.lock:
             for layer in names:
                 group = self.group(layer)
-                if group.kind == "attention":
-                    now = self.attention.now()  # type: ignore[union-attr]
-                    found += [RunningNow(layer, p, *now) for p in (name and paths) or group.instances]
-                    continue
-                for path in paths if paths is not None and name is not None else group.instances:
-                    target = self._target(layer, path, for_switching=False)
-                    if group.kind == "function" and function_routes.is_routed(target):
-                        target = function_routes.stand_in(target)
-                    described = None if target is None else describe_forward(target)
-                    if described is None:
-                        found.append(RunningNow(layer, path, reason=self._reasons.get((layer, path), "")))
-                    else:
-                        found.append(RunningNow(layer, path, *described))
+                chosen = paths if paths is not None and name is not None else list(group.instances)
+                found += self.doors[layer].running(chosen)
         return found

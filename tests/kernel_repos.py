@@ -20,6 +20,24 @@ class RMSNorm(nn.Module):
         raise RuntimeError("injected fault: this kernel raises when run")
 """
 
+# Passes a trial on one sequence (the probe's), then raises on a batch: a fault only a forward shows.
+RAISING_ON_BATCH_RMSNORM = """
+import torch
+from torch import nn
+
+RAN = []  # ids of the modules this kernel ran on (a pure-Python kernel calls no ops of its own)
+
+
+class RMSNorm(nn.Module):
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        RAN.append(id(self))
+        if hidden_states.shape[0] > 1:
+            raise RuntimeError("injected fault: this kernel raises on batches")
+        x = hidden_states.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * x.to(hidden_states.dtype)
+"""
+
 SCALED_RMSNORM = '''
 import torch
 from torch import nn

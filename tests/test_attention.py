@@ -11,9 +11,9 @@ import pytest
 import torch
 from attention_repos import NO_CONTRACT, write_attention_repo
 
-from kernel_explorer.attention import ATTENTION
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
+from kernel_explorer.layer_groups import ATTENTION
 from kernel_explorer.models import tiny_llama
 from kernel_explorer.results import Record
 
@@ -53,14 +53,15 @@ def test_transformers_wrapper_runs_the_repository_and_off_restores_bitwise(
     model = explorer.model
     before = logits(model)
     assert model.config._attn_implementation == "sdpa"
+    running = explorer.on(ATTENTION, candidate=repos["good"])  # one trial call on captured inputs
     calls = _calls(repos["good"])
-    running = explorer.on(ATTENTION, candidate=repos["good"])
     name = model.config._attn_implementation
     assert name.startswith("kernel-explorer-local/torch-flash-attn-")  # a Hub-shaped id kernels resolves
     from transformers.integrations.flash_attention import flash_attention_forward
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    assert ALL_ATTENTION_FUNCTIONS[name] is flash_attention_forward  # registered by Transformers itself
+    # registered by Transformers itself, inside the explorer's fallback guard
+    assert ALL_ATTENTION_FUNCTIONS[name].__wrapped__ is flash_attention_forward
     assert len(running) == 2 and all(now.is_kernel for now in running)  # model-wide: every module
     assert {now.repository for now in running} == {"user/torch-flash-attn"}
     on = logits(model)
@@ -265,7 +266,7 @@ def standin(hub: dict, repos: dict[str, Path]):  # type: ignore[no-untyped-def]
 
 
 HUB_CHILD = """
-from kernel_explorer.attention import ATTENTION
+from kernel_explorer.layer_groups import ATTENTION
 from kernel_explorer._backend.modes import parse_mode
 repo = "{repo}"
 e = Explorer(tiny_llama(), include_transformers=False, attention=[repo])

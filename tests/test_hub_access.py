@@ -221,16 +221,19 @@ def test_corrupt_cache_entry_leaves_pytorch_with_the_reason(standin: HubStandIn,
     result, _ = run_child(
         """
         e = explorer_for("kx-trusted/multi")
-        result["rms"] = [str(r) for r in e.on("RMSNorm")]
+        hub = e.catalog.candidates("RMSNorm")[0]
+        result["rms"] = [str(r) for r in e.on("RMSNorm", candidate=hub)]
         result["silu"] = [r.is_kernel for r in e.on("SiLU")]
         result["state"] = state_of(e).state.value
+        result["default"] = [r.repository for r in e.on("RMSNorm")]
         """,
         hf_home=home,
         HF_HUB_OFFLINE="1",
     )
     assert all(text.startswith("PyTorch") and "SyntaxError" in text for text in result["rms"])
     assert result["silu"] == [True, True]
-    assert result["state"] == "failed to load"
+    assert result["state"] == "cannot run here"  # loads no more: its trial on the model says so
+    assert all("rmsnorm" in repository for repository in result["default"])  # passed over: bundled
 
 
 def test_hub_queries_are_time_bounded_and_answered_later(standin: HubStandIn, tmp_path: Path) -> None:

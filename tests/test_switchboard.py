@@ -15,7 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_repos import NO_BACKWARD_RMSNORM, RAISING_RMSNORM, write_repo
+from kernel_repos import NO_BACKWARD_RMSNORM, RAISING_ON_BATCH_RMSNORM, RAISING_RMSNORM, write_repo
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
@@ -281,18 +281,38 @@ def test_default_choice_skips_a_broken_candidate(tmp_path: Path, hub: dict) -> N
         explorer.reset()
 
 
-def test_a_kernel_that_raises_when_run_falls_back_for_that_call_and_after(tmp_path: Path, hub: dict) -> None:
+def test_a_kernel_that_raises_on_its_trial_is_passed_over_with_the_reason(tmp_path: Path, hub: dict) -> None:
     explorer = _with_fault(tmp_path, layers=RAISING_RMSNORM)
     try:
-        before = logits(explorer.model)
+        running = explorer.on("RMSNorm")  # the user's kernel raises on its trial call: bundled is next
+        assert all(now.is_kernel and "rmsnorm" in now.repository for now in running)
+        row = explorer.inventory().row("RMSNorm")
+        found = dict((c.source, a) for c, a in row.candidates)
+        assert found["user"].state.value == "cannot run here"
+        assert "injected fault" in found["user"].reason
+        named = explorer.on("RMSNorm", candidate="user")  # named: it stays off, and says why
+        assert not any(now.is_kernel for now in named)
+        assert all("cannot run here" in now.reason and "injected fault" in now.reason for now in named)
+        assert_reports_match_counts(explorer)
+    finally:
+        explorer.reset()
+
+
+def test_a_kernel_that_raises_when_run_falls_back_for_that_call_and_after(tmp_path: Path, hub: dict) -> None:
+    explorer = _with_fault(tmp_path, layers=RAISING_ON_BATCH_RMSNORM)
+    batch = TOKENS.repeat(2, 1)
+    try:
+        with torch.no_grad():
+            before = explorer.model(batch).logits
         explorer.on("SiLU")
         running = explorer.on("RMSNorm")
-        assert all(now.is_kernel for now in running)  # it loads; the fault shows only when run
-        out = logits(explorer.model)
+        assert all(now.is_kernel and "kx-fault" in now.repository for now in running)  # passed its trial
+        with torch.no_grad():
+            out = explorer.model(batch).logits  # the first RMSNorm raises: PyTorch answers that call
         torch.testing.assert_close(out, before)
         rms = explorer.running("RMSNorm")
         assert not any(now.is_kernel for now in rms)
-        assert all("raises when run" in now.reason for now in rms)
+        assert all("raised when run" in now.reason for now in rms)
         assert all(now.is_kernel for now in explorer.running("SiLU"))
         assert "failed to load" in str(explorer.inventory().row("RMSNorm").candidates[0][1])
         assert_reports_match_counts(explorer)
@@ -312,9 +332,15 @@ def test_strict_mode_raises_instead(tmp_path: Path, hub: dict) -> None:
     raising = write_repo(tmp_path, "kx-strict-run", layers=RAISING_RMSNORM)
     mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=raising, layer_name="RMSNorm")}}
     explorer = Explorer(tiny_llama(), mapping, strict=True, include_transformers=False)
+    with pytest.raises(KernelSwitchError, match="cannot run here: RuntimeError: injected fault"):
+        explorer.on("RMSNorm", candidate="user")
+    assert not any(now.is_kernel for now in explorer.running())
+    later = write_repo(tmp_path, "kx-strict-later", layers=RAISING_ON_BATCH_RMSNORM)
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=later, layer_name="RMSNorm")}}
+    explorer = Explorer(tiny_llama(), mapping, strict=True, include_transformers=False)
     explorer.on("RMSNorm")
-    with pytest.raises(KernelSwitchError, match="raises when run"):
-        logits(explorer.model)
+    with pytest.raises(KernelSwitchError, match="raises on batches"), torch.no_grad():
+        explorer.model(TOKENS.repeat(2, 1))
     assert not any(now.is_kernel for now in explorer.running())
 
 

@@ -195,3 +195,13 @@ def capturing(
         yield _CAPTURE
     finally:
         _capturing.reset(token)
+
+
+def wrap_registered(name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace the function registered as `name` in Transformers' attention interface by
+    `wrap(function)` (the explorer's fallback guard); a no-op for names not registered there."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if name in ALL_ATTENTION_FUNCTIONS.valid_keys():
+        AttentionInterface.register(name, wrap(ALL_ATTENTION_FUNCTIONS[name]))

@@ -107,3 +107,34 @@ def mark_layer_class(cls: type[nn.Module], layer_name: str) -> None:
     from kernels import replace_kernel_forward_from_hub
 
     replace_kernel_forward_from_hub(cls, layer_name)
+
+
+# -- how kernelize holds a kernel on an instance ---------------------------------------------------
+# kernelize sets `forward` on the instance (`module.forward = MethodType(...)`); deleting that
+# attribute brings the class's forward back. Everything that reads or undoes it goes through here.
+
+
+def installed_forward(module: nn.Module) -> Any | None:
+    """The forward set on the instance (a kernel's, or a wrapper of ours), or None: the class's."""
+    return module.__dict__.get("forward")
+
+
+def set_forward(module: nn.Module, forward: Any) -> None:
+    """Install `forward` on the instance, where kernelize puts a kernel's."""
+    module.forward = forward
+
+
+def remove_forward(module: nn.Module) -> None:
+    """Back to the class's own forward (no-op when none is installed)."""
+    module.__dict__.pop("forward", None)
+
+
+def class_forward(module: nn.Module) -> Any:
+    """The class's own (PyTorch) forward, bound to `module`."""
+    return type(module).forward.__get__(module)
+
+
+def runs_class_forward(module: nn.Module, forward: Any | None = None) -> bool:
+    """Whether `forward` (default: the installed one) is the class's own forward, not a kernel's."""
+    forward = installed_forward(module) if forward is None else forward
+    return forward is None or bound_function(forward) is type(module).forward

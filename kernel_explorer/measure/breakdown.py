@@ -22,9 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer import function_routes
-from kernel_explorer._backend.functions import function_key
-from kernel_explorer.attention import ATTENTION
+from kernel_explorer.layer_groups import ATTENTION
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.model import all_pytorch
 from kernel_explorer.records import Record, TimeShare
@@ -42,22 +40,15 @@ LINEAR, EMBEDDING, REST = "Linear (matmul)", "embedding", "rest"
 def _timed_modules(board: Switchboard) -> list[tuple[nn.Module, str]]:
     """(module, category) for every module the breakdown times.
 
-    A function layer is hooked on its process-wide object, the one the model's code calls (a
-    holder's own copy, if the explorer made one, is reached through it).
+    Each door says which modules time its layer (a function layer is hooked on its process-wide
+    object, the one the model's code calls; a holder's own copy is reached through it).
     """
     from torch import nn
 
     found: dict[int, tuple[nn.Module, str]] = {}
-    for group in board.groups.values():
-        for path in group.instances:
-            module = board.model.get_submodule(path)
-            if group.kind != "function":  # a module kind; attention is timed below
-                found[id(module)] = (module, group.name) if group.kind == "module" else (module, ATTENTION)
-                continue
-            key = function_key(module, group.name)
-            if key is not None:
-                shared = function_routes.shared_function(module, key)
-                found[id(shared)] = (shared, group.name)
+    for door in board.doors.values():
+        for module, category in door.timed_modules():
+            found[id(module)] = (module, category)
     for module in board.model.modules():
         if id(module) in found:
             continue

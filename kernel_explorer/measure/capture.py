@@ -134,16 +134,11 @@ def capture_inputs(
     With `grad`, the model runs with autograd on and the kept tensors that required grad there are
     leaves that require grad: the inputs a training-mode comparison differentiates.
     """
-    from kernel_explorer import function_routes
-
     if memory_cap <= 0:
         raise KernelExplorerError(f"memory_cap must be a positive number of bytes, got {memory_cap}.")
     check_runnable(board.model)
     captured = CapturedInputs(memory_cap=memory_cap)
     lock = threading.Lock()
-    running = threading.local()
-    handles = []
-    modules = dict(board.model.named_modules())
 
     def keep(key: tuple[str, str], args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
         size = _tensor_bytes(args) + _tensor_bytes(call_kwargs)
@@ -154,49 +149,11 @@ def capture_inputs(
             captured.bytes_kept += size
             captured.calls.setdefault(key, []).append((_detached(args, grad), _detached(call_kwargs, grad)))
 
-    shared_functions: dict[int, nn.Module] = {}
     # hooks come and go under the lock, so no other thread's forward meets half of them
-    with board.lock:
-        for name, group in board.groups.items():
-            for path in group.instances if group.kind != "attention" else ():  # attention: board.attention
-                module = modules[path]
-                if group.kind == "module":
-
-                    def pre(mod, args, call_kwargs, key=(name, path)):  # type: ignore[no-untyped-def]
-                        keep(key, args, call_kwargs)
-
-                    handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-                    continue
-
-                def enter(mod, args, key=(name, path)):  # type: ignore[no-untyped-def]
-                    running.__dict__.setdefault("stack", []).append(key)
-
-                def leave(mod, args, output):  # type: ignore[no-untyped-def]
-                    stack = running.__dict__.get("stack")
-                    if stack:  # a forward that began before these hooks came has no entry here
-                        stack.pop()
-
-                handles.append(module.register_forward_pre_hook(enter))
-                handles.append(module.register_forward_hook(leave, always_call=True))
-                shared = function_routes.shared_function(module, board.function_key(module, name))
-                shared_functions[id(shared)] = shared
-
-        def function_call(mod, args, call_kwargs):  # type: ignore[no-untyped-def]
-            stack = getattr(running, "stack", None)
-            if stack:
-                keep(stack[-1], args, call_kwargs)
-
-        for shared in shared_functions.values():
-            handles.append(shared.register_forward_pre_hook(function_call, with_kwargs=True))
-        try:
-            door = (
-                board.attention.capturing(keep) if board.attention is not None else contextlib.nullcontext()
-            )
-            with door:
-                run_model(board.model, kwargs, grad=grad)
-        finally:
-            for handle in handles:
-                handle.remove()
+    with board.lock, contextlib.ExitStack() as doors:
+        for door in board.doors.values():
+            doors.enter_context(door.capturing(keep))
+        run_model(board.model, kwargs, grad=grad)
     return captured
 
 

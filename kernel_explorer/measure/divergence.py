@@ -147,7 +147,6 @@ def float64_shadow(target: nn.Module, *, grad: bool = False) -> nn.Module:
     """A shallow copy of `target` running its class forward, with float64 copies of its own
     parameters (requiring grad like the originals when `grad`) and buffers."""
     shadow = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
-    shadow.__dict__.pop("forward", None)
     shadow._parameters = {
         k: (None if v is None else v.detach().double().requires_grad_(grad and v.requires_grad))
         for k, v in target._parameters.items()

@@ -83,7 +83,7 @@ def _chosen(board: Switchboard, name: str, wanted: list[str] | None) -> list[Can
     """The candidates to compare for `name`: None (what is on, or the default) when none is asked."""
     if not wanted:
         return [None]
-    found = [c for c in board.catalog.candidates(name) if {c.source, c.label, c.repo_label} & set(wanted)]
+    found = list(dict.fromkeys(c for word in wanted for c in board.catalog.matching(name, word)))
     if not found:
         known = ", ".join(c.label for c in board.catalog.candidates(name)) or "none"
         raise KernelExplorerError(f"No candidate of {name!r} matches {wanted}; its candidates: {known}")

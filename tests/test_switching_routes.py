@@ -8,7 +8,7 @@ import torch
 from kernels import use_kernel_forward_from_hub, use_kernelized_func
 from torch import nn
 
-from kernel_explorer import function_routes
+from kernel_explorer.switching import routes as function_routes
 
 
 @use_kernel_forward_from_hub("scale")

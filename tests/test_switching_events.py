@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_explorer import switch_events
+from kernel_explorer.switching import events as switch_events
 
 
 def test_nested_changes_notify_once_and_only_that_model() -> None:
@@ -24,11 +24,11 @@ def test_a_failing_observer_is_kept_not_raised() -> None:
     heard: list[int] = []
     switch_events.subscribe(model, lambda: 1 / 0)
     unsubscribe = switch_events.subscribe(model, lambda: heard.append(1))
-    before = len(switch_events.errors)
+    before = len(switch_events.errors(model))
     with switch_events.changing(model):
         pass
-    assert heard == [1] and isinstance(switch_events.errors[-1], ZeroDivisionError)
-    assert len(switch_events.errors) == before + 1
+    assert heard == [1] and isinstance(switch_events.errors(model)[-1], ZeroDivisionError)
+    assert len(switch_events.errors(model)) == before + 1
     unsubscribe()
     with switch_events.changing(model):
         pass

@@ -4,10 +4,11 @@ view reports what the model really runs rather than what was asked for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import bound_function, kernel_origin
+from kernel_explorer._backend.layers import bound_function, installed_forward, kernel_origin
 
 if TYPE_CHECKING:
     from torch import nn
@@ -23,6 +24,8 @@ class RunningNow:
     variant: str | None = None
     repository: str | None = None
     reason: str = ""  # why PyTorch runs although a kernel was asked for
+    name: str = ""  # a person's name for what runs, when the door knows it (attention: the implementation)
+    note: str = ""  # what the kernel did to its module ("changes its module on first use ...")
 
     @property
     def is_kernel(self) -> bool:
@@ -35,26 +38,47 @@ class RunningNow:
 
 
 class KernelForward:
-    """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises."""
+    """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises.
 
-    __slots__ = ("kernel", "on_error", "original")
+    `before_first` runs once, before the kernel's first call (the module-state guard records the
+    module there); `after_first` once after it returns (the guard looks for what the kernel changed).
+    """
 
-    def __init__(self, kernel: Any, original: Any, on_error: Any) -> None:
+    __slots__ = ("after_first", "before_first", "kernel", "on_error", "original")
+
+    def __init__(
+        self,
+        kernel: Any,
+        original: Any,
+        on_error: Callable[[Exception], None],
+        before_first: Callable[[], None] | None = None,
+        after_first: Callable[[], None] | None = None,
+    ) -> None:
         self.kernel = kernel
         self.original = original
         self.on_error = on_error
+        self.before_first = before_first
+        self.after_first = after_first
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        before, self.before_first = self.before_first, None
+        if before is not None:
+            before()
         try:
-            return self.kernel(*args, **kwargs)
+            result = self.kernel(*args, **kwargs)
         except Exception as error:
-            self.on_error(error)  # switches this layer off; re-raises in strict mode
+            self.after_first = None
+            self.on_error(error)  # switches this layer off (and restores it); re-raises in strict mode
             return self.original(*args, **kwargs)
+        after, self.after_first = self.after_first, None
+        if after is not None:
+            after()
+        return result
 
 
 def describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
     """(kernel id, variant, repository) of the kernel `target` runs, or None when it runs PyTorch."""
-    forward = target.__dict__.get("forward")
+    forward = installed_forward(target)
     if forward is None:
         return None
     if isinstance(forward, KernelForward):

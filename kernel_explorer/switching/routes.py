@@ -9,7 +9,8 @@ To switch one holder alone, the holder gets its own copy of the function module 
 switches like any layer), and the shared object gets a small router as its forward: while a holder
 that has a copy runs (tracked per thread by forward hooks), calls go to that copy; otherwise to the
 forward the shared object had before. Detaching the last copy removes the router and the hooks,
-leaving the shared object exactly as it was.
+leaving the shared object exactly as it was. The copies and hooks live on the router itself (which
+lives on the shared object), so no table outside the objects involved keeps them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.functions import kernel_functions
+from kernel_explorer._backend.layers import installed_forward, remove_forward, set_forward
 
 if TYPE_CHECKING:
     from torch import nn
@@ -26,11 +28,7 @@ if TYPE_CHECKING:
 
 _lock = threading.RLock()
 _running = threading.local()  # .holders: stack of holder modules running on this thread
-# shared function module -> {holder: its copy}
-_copies: weakref.WeakKeyDictionary[nn.Module, weakref.WeakKeyDictionary[nn.Module, nn.Module]] = (
-    weakref.WeakKeyDictionary()
-)
-_hooks: dict[int, tuple[RemovableHandle, RemovableHandle]] = {}
+_SHARED = "_kernel_explorer_shared"  # on a copy: the shared module it stands in for
 
 
 class _Router:
@@ -42,17 +40,20 @@ class _Router:
 
     def __init__(self, shared: nn.Module) -> None:
         self._shared = weakref.ref(shared)
-        self.previous = shared.__dict__.get("forward")
+        self.previous = installed_forward(shared)
         self._original = type(shared).forward
+        # holder -> (its copy, the hooks that tell the router it runs)
+        self.copies: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, tuple[RemovableHandle, ...]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         shared = self._shared()
         stack = getattr(_running, "holders", None)
         if stack and shared is not None:
-            copies = _copies.get(shared)
-            copy = copies.get(stack[-1]) if copies is not None else None
-            if copy is not None:
-                return copy.forward(*args, **kwargs)
+            found = self.copies.get(stack[-1])
+            if found is not None:
+                return found[0].forward(*args, **kwargs)
         if self.previous is not None:
             return self.previous(*args, **kwargs)
         return self._original(shared, *args, **kwargs)
@@ -74,27 +75,28 @@ def _leave(holder: nn.Module, args: Any, output: Any) -> None:
 def shared_function(holder: nn.Module, key: str) -> nn.Module:
     """The process-wide function module behind the holder's function layer `key`."""
     current = kernel_functions(holder)[key]
-    return getattr(current, "_kernel_explorer_shared", current)
+    return getattr(current, _SHARED, current)
 
 
 def copy_for(holder: nn.Module, key: str) -> nn.Module:
     """The holder's own copy of function `key`, attached (and routed to) on first use."""
     with _lock:
         current = kernel_functions(holder)[key]
-        if getattr(current, "_kernel_explorer_shared", None) is not None:
+        if getattr(current, _SHARED, None) is not None:
             return current
         shared = current
         copy = type(shared)()
-        object.__setattr__(copy, "_kernel_explorer_shared", shared)  # plain attribute, not a submodule
+        object.__setattr__(copy, _SHARED, shared)  # plain attribute, not a submodule
         kernel_functions(holder)[key] = copy
-        _copies.setdefault(shared, weakref.WeakKeyDictionary())[holder] = copy
-        if not isinstance(shared.__dict__.get("forward"), _Router):
-            shared.forward = _Router(shared)
-        if id(holder) not in _hooks:
-            _hooks[id(holder)] = (
-                holder.register_forward_pre_hook(_enter),
-                holder.register_forward_hook(_leave, always_call=True),
-            )
+        router = installed_forward(shared)
+        if not isinstance(router, _Router):
+            router = _Router(shared)
+            set_forward(shared, router)
+        hooks = (
+            holder.register_forward_pre_hook(_enter),
+            holder.register_forward_hook(_leave, always_call=True),
+        )
+        router.copies[holder] = (copy, hooks)
         return copy
 
 
@@ -102,40 +104,33 @@ def detach(holder: nn.Module, key: str) -> None:
     """Give the holder back the shared function; remove the router when no copy is left."""
     with _lock:
         current = kernel_functions(holder)[key]
-        shared = getattr(current, "_kernel_explorer_shared", None)
+        shared = getattr(current, _SHARED, None)
         if shared is None:
             return
         kernel_functions(holder)[key] = shared
-        copies = _copies.get(shared)
-        if copies is not None:
-            copies.pop(holder, None)
-        still_routed = any(
-            getattr(f, "_kernel_explorer_shared", None) is not None for f in kernel_functions(holder).values()
-        )
-        if not still_routed and id(holder) in _hooks:
-            for handle in _hooks.pop(id(holder)):
-                handle.remove()
-        if not copies:
-            _copies.pop(shared, None)
-            router = shared.__dict__.get("forward")
-            if isinstance(router, _Router):
-                if router.previous is None:
-                    del shared.__dict__["forward"]
-                else:
-                    shared.forward = router.previous
+        router = installed_forward(shared)
+        if not isinstance(router, _Router):
+            return
+        _, hooks = router.copies.pop(holder, (None, ()))
+        for handle in hooks:
+            handle.remove()
+        if not router.copies:
+            if router.previous is None:
+                remove_forward(shared)
+            else:
+                set_forward(shared, router.previous)
 
 
 def is_routed(shared: nn.Module) -> bool:
     """Whether `shared` currently routes calls to per-holder copies."""
-    return isinstance(shared.__dict__.get("forward"), _Router)
+    return isinstance(installed_forward(shared), _Router)
 
 
 def stand_in(shared: nn.Module) -> nn.Module | None:
     """For reporting: a module whose forward is what holders without a copy run, or None (PyTorch)."""
-    router = shared.__dict__.get("forward")
-    previous = getattr(router, "previous", None)
+    previous = getattr(installed_forward(shared), "previous", None)
     if previous is None:
         return None
     probe = type(shared)()
-    probe.forward = previous
+    set_forward(probe, previous)
     return probe

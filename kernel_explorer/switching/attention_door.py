@@ -10,6 +10,12 @@ once loaded, and lands between two calls of a running measurement (the switchboa
 
 Measured like any layer: `forwards(path)` gives the function the model runs now and PyTorch's,
 bound to one attention module, called on that module's captured (query, key, value, mask) inputs.
+
+The door keeps the explorer's promises model-wide: a candidate is tried on one attention module's
+real inputs before the switch stands (flash-attn2's CPU build loads, then refuses float32 and has
+no CPU `fwd`: the model stays on PyTorch with that reason), and the function the model calls is
+wrapped so that a kernel raising on a forward switches the whole model back to PyTorch and that
+call is answered by PyTorch.
 """
 
 from __future__ import annotations
@@ -17,69 +23,35 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer._backend import attention as door
 from kernel_explorer._backend.hub import is_offline
-from kernel_explorer._backend.mappings import MappingEntry
-from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
-from kernel_explorer.availability import Availability, State
-from kernel_explorer.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
 from kernel_explorer.catalog import Candidate
-from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
+from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir
-from kernel_explorer.layer_groups import LayerGroup
+from kernel_explorer.layer_groups import ATTENTION, LayerGroup
+from kernel_explorer.switching import model_state
+from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
+from kernel_explorer.switching.door import Door, SwitchState
+from kernel_explorer.switching.forwards import RunningNow
+from kernel_explorer.switching.probe import (
+    CANNOT_RUN,
+    UNVERIFIED,
+    ProbeVerdict,
+    explain,
+    signature,
+    trial_verdict,
+)
 
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog import Catalog
+    from kernel_explorer.switchboard import Switchboard
 
-#: the row's name in the inventory, and the breakdown's category for the attention computation
-ATTENTION = "attention"
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
-ACCEPTED = (
-    "'eager', 'sdpa' (or another name registered in Transformers' AttentionInterface), "
-    "a Hub repository as 'org/repo[@revision][:function]', or a local repository folder (a Path)"
-)
-
-
-@dataclass(frozen=True)
-class AttentionCandidate(Candidate):
-    """One attention implementation the model could run: PyTorch's, or a repository's."""
-
-    implementation: str = ""  # what set_attn_implementation receives ("" for a local folder)
-    folder: str | None = None  # a local repository (bundled, or the user's)
-    devices: tuple[str, ...] = ()  # where Transformers says the repository has builds (() = not said)
-
-    @property
-    def pytorch(self) -> bool:
-        return self.folder is None and self.hub is None
-
-    @property
-    def repo_label(self) -> str:
-        if self.folder is not None:
-            return f"{self.source}/{Path(self.folder).name}"
-        return self.implementation
-
-    @property
-    def label(self) -> str:
-        return self.repo_label
-
-
-def _entry(device: str, repository: Any) -> MappingEntry:
-    from kernels import Mode
-
-    return MappingEntry(ATTENTION, device, None, Mode.FALLBACK, repository)
-
-
-def _inference() -> Mode:
-    from kernels import Mode
-
-    return Mode.INFERENCE
 
 
 @functools.cache
@@ -100,32 +72,38 @@ def _call_class() -> type:
     return AttentionCall
 
 
-class AttentionDoor:
+class AttentionDoor(AttentionChoices, Door):
     """The attention row of one model: its candidates, what runs now, and the switch.
 
-    Callers hold the switchboard's lock around `switch`/`to_pytorch` (the switchboard does).
+    Callers hold the switchboard's lock around every method (the switchboard does).
     """
 
-    def __init__(self, model: nn.Module, catalog: Catalog, device: str, paths: tuple[str, ...]) -> None:
+    kind: ClassVar[str] = "attention"
+    model_wide: ClassVar[bool] = True
+
+    def __init__(self, board: Switchboard, paths: tuple[str, ...]) -> None:
+        super().__init__(board, LayerGroup(ATTENTION, "attention", MODEL_WIDE, paths))
+        model = board.model
         self.model = model
-        self.catalog = catalog
-        self.device = device
+        self.catalog = board.catalog
+        self.device = board.device
         self.original = door.implementation(model)
         self.baseline = self.original if self.original in door.BUILTIN else "sdpa"  # "PyTorch" here
-        self.group = LayerGroup(ATTENTION, "attention", MODEL_WIDE, paths)
         self._modules = {path: model.get_submodule(path) for path in paths}
         self._user: list[AttentionCandidate] = []
         self._names: dict[str, AttentionCandidate] = {}  # implementation string -> candidate
         self._kernel_ids: dict[str, str] = {}
         self._calls: dict[tuple[str, str], Any] = {}
+        self._trial = False  # a probe's trial call runs: a kernel's error is the verdict, not a fallback
         self.reason = ""  # why the baseline runs although a kernel was asked for
-        self.mode: Any = _inference()  # of the last switch (a snapshot keeps it)
+        self.mode: Any = inference()  # of the last switch (a snapshot keeps it)
         if door.is_hub_string(self.original):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
 
     @classmethod
-    def find(cls, model: nn.Module, catalog: Catalog, device: str) -> AttentionDoor | None:
-        """The door of `model`, or None when it has no attention interface (any plain nn.Module)."""
+    def find(cls, board: Switchboard) -> AttentionDoor | None:
+        """The door of the board's model, or None when it has no attention interface (a plain module)."""
+        model = board.model
         if not door.has_attention_interface(model):
             return None
         paths = tuple(
@@ -133,91 +111,7 @@ class AttentionDoor:
             for path, module in model.named_modules()
             if type(module).__name__.endswith("Attention") and hasattr(module, "config")
         )
-        return cls(model, catalog, device, paths) if paths else None
-
-    # -- candidates ------------------------------------------------------------------------------
-
-    def _hub_candidate(self, name: str, source: str, devices: tuple[str, ...] = ()) -> AttentionCandidate:
-        repo_id, revision, version, _ = door.parse_hub_string(name)
-        repository = hub_layer_repository(repo_id, ATTENTION, version=version, revision=revision, trust=False)
-        return AttentionCandidate(_entry(self.device, repository), source, name, None, devices)
-
-    def _local_candidate(self, folder: Path, source: str) -> AttentionCandidate:
-        repository = local_layer_repository(Path(folder), ATTENTION)
-        return AttentionCandidate(_entry(self.device, repository), source, "", str(folder))
-
-    def _builtin(self, name: str) -> AttentionCandidate:
-        return AttentionCandidate(_entry(self.device, None), "transformers", name)
-
-    def add(self, *repositories: str | Path) -> list[AttentionCandidate]:
-        """Add the user's attention repositories (Hub strings or local folders) as candidates."""
-        added = []
-        for item in repositories:
-            if isinstance(item, Path):
-                candidate = self._local_candidate(item, "user")
-            elif isinstance(item, str) and door.is_hub_string(item):
-                candidate = self._hub_candidate(item, "user")
-            else:
-                raise KernelExplorerError(f"{item!r} is not an attention repository: use {ACCEPTED}.")
-            if candidate not in self._user:
-                self._user.append(candidate)
-            added.append(candidate)
-        return added
-
-    def candidates(self) -> list[AttentionCandidate]:
-        """Kernels first, in the catalog's source order (the user's, the one the model came with, the
-        bundled one, Transformers' fallbacks), then PyTorch's implementations."""
-        found: list[AttentionCandidate] = list(self._user)
-        found += [c for c in self._names.values() if c.source == "registered"]
-        found.append(self._local_candidate(bundled_repo_path(BUNDLED_ATTENTION), "bundled"))
-        for _, repo, devices in door.flash_fallbacks():
-            if all(c.implementation != repo for c in found):
-                found.append(self._hub_candidate(repo, "transformers", devices))
-        found += [self._builtin(name) for name in door.BUILTIN]
-        return found
-
-    def availability(
-        self, candidate: AttentionCandidate, *, mode: Mode, query_hub: bool = False
-    ) -> Availability:
-        if candidate.pytorch:
-            return Availability(State.READY, f"PyTorch, in Transformers ({candidate.implementation})")
-        found = self.catalog.availability(candidate, device=self.device, mode=mode, query_hub=query_hub)
-        if candidate.source == "bundled" and found.state is State.NO_BUILD:
-            why = f"the bundled attention repository is not built here; {BUILD_HINT}"
-            return Availability(State.NO_BUILD, why)
-        if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
-            listed = ", ".join(candidate.devices)
-            return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
-        return found
-
-    def found(
-        self, *, mode: Mode, query_hub: bool = False
-    ) -> tuple[tuple[AttentionCandidate, Availability], ...]:
-        return tuple((c, self.availability(c, mode=mode, query_hub=query_hub)) for c in self.candidates())
-
-    def choose(self, candidate: str | Path | Candidate | None, *, mode: Mode) -> AttentionCandidate:
-        """The candidate named (a label, an implementation string, a folder), or the first usable kernel."""
-        if isinstance(candidate, AttentionCandidate):
-            return candidate
-        if candidate is None:
-            options = [pair for pair in self.found(mode=mode) if not pair[0].pytorch]
-            for option, found in options:
-                if found.state.usable:
-                    return option
-            detail = "\n  ".join(f"{c.label}: {found}" for c, found in options)
-            raise NoUsableKernelError(f"No attention kernel can run here ({self.device}):\n  {detail}")
-        if isinstance(candidate, Path):
-            return self.add(candidate)[0]
-        name = str(candidate).strip()
-        name = {n: repo for n, repo, _ in door.flash_fallbacks()}.get(name, name)  # as Transformers maps it
-        for option in self.candidates():
-            if name in (option.label, option.implementation, str(option)):
-                return option
-        if name in door.known_implementations():
-            return self._builtin(name)
-        if door.is_hub_string(name):
-            return self.add(name)[0]
-        raise KernelExplorerError(f"{name!r} is not an attention implementation: use {ACCEPTED}.")
+        return cls(board, paths) if paths else None
 
     # -- switching ---------------------------------------------------------------------------------
 
@@ -263,17 +157,119 @@ class AttentionDoor:
                 name, trust = self._loadable_name(chosen)
                 door.set_implementation(self.model, name, allow_all_kernels=trust)
             except Exception as error:
-                reason = f"{type(error).__name__}: {error}".strip().splitlines()[0]
+                reason = explain(error)
                 self.catalog.record_failure(chosen, reason)
                 raise KernelSwitchError(f"{chosen.label} failed to load: {reason}") from error
+            self._names[name] = chosen
+            self._guard(name, chosen)
+            verdict = self._probe(chosen, mode, name)
+            if verdict.refused:
+                self.to_pytorch()
+                raise KernelSwitchError(f"{chosen.label} {verdict}")
         except (NoUsableKernelError, KernelSwitchError) as error:
             self.reason = str(error).splitlines()[0]
             if strict:
                 raise
             return None
-        self._names[name] = chosen
         self.reason, self.mode = "", mode
         return chosen
+
+    # -- the probe and the fallback ----------------------------------------------------------------
+
+    def _probe(self, chosen: AttentionCandidate, mode: Mode, name: str) -> ProbeVerdict:
+        """Try the implementation the model now runs on one attention module's real inputs.
+
+        Cached per candidate and model shape; kept in the catalog, so the row and the default
+        choice read "cannot run here" with the reason after a failed trial.
+        """
+        import torch
+
+        key = (chosen, ATTENTION, mode, signature(self.model))
+        state = model_state.of(self.model)
+        verdict = state.probes.get(key)
+        if verdict is None:
+            path = self.group.instances[0]
+            sample = self.board.sample(ATTENTION, path)
+            if sample is None:
+                verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+            else:
+                args, kwargs = sample
+                self._trial = True
+                try:
+                    with torch.no_grad():
+                        got = self._call(path, name)(*args, **kwargs)
+                        expected = self._call(path, self.baseline)(*args, **kwargs)
+                    verdict = trial_verdict(got, expected)
+                except Exception as error:
+                    verdict = ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
+                finally:
+                    self._trial = False
+            state.probes[key] = verdict
+        self.catalog.record_probe(chosen, mode, verdict)
+        return verdict
+
+    def _kernel_module(self, chosen: AttentionCandidate) -> Any | None:
+        """The loaded kernel package behind `chosen`, to name the ops its build lacks."""
+        try:
+            return door.load_local(Path(chosen.folder)) if chosen.folder is not None else None
+        except Exception:
+            return None
+
+    def _guard(self, name: str, chosen: AttentionCandidate) -> None:
+        """Wrap the function registered as `name`: a kernel that raises in one of this model's
+        attention modules switches the model back to PyTorch, and that call is answered by PyTorch.
+        During a trial (`_probe`) the error is raised instead, so the trial can say why."""
+        mine = {id(module) for module in self._modules.values()}
+
+        def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+            if getattr(function, "kernel_explorer_guarded", False):
+                return function
+
+            @functools.wraps(function)  # `__wrapped__` is Transformers' own function
+            def guarded(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return function(module, *args, **kwargs)
+                except Exception as error:
+                    if self._trial or id(module) not in mine:
+                        raise
+                    self.board.kernel_raised(ATTENTION, "*", chosen, error)
+                    return door.attention_function(module, self.baseline)(module, *args, **kwargs)
+
+            guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
+            return guarded
+
+        door.wrap_registered(name, wrap)
+        self._calls = {key: call for key, call in self._calls.items() if key[1] != name}
+
+    def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:
+        """The whole model back on PyTorch after `chosen` raised on a forward (attention is
+        model-wide); returns the reason."""
+        reason = f"{chosen.label} raised when run: {explain(error)}"
+        self.catalog.record_failure(chosen, reason)
+        self.to_pytorch()
+        self.reason = reason
+        return reason
+
+    # -- the door protocol -------------------------------------------------------------------------
+
+    def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
+        self.switch(candidate, mode=mode, strict=self.board.strict)
+
+    def off(self, paths: list[str]) -> None:
+        self.to_pytorch()
+
+    def snapshot(self) -> SwitchState:
+        switched = self.switched()
+        return {(ATTENTION, "*"): (switched, self.mode)} if switched is not None else {}
+
+    def running(self, paths: list[str]) -> list[RunningNow]:
+        kernel_id, variant, name, reason = self.now()
+        return [
+            RunningNow(ATTENTION, p, kernel_id, variant, name, reason, name=name or "PyTorch") for p in paths
+        ]
+
+    def timed_modules(self) -> list[tuple[nn.Module, str]]:
+        return [(module, ATTENTION) for module in self._modules.values()]
 
     def _check_training(self, chosen: AttentionCandidate, mode: Mode) -> None:
         """A local attention repository that declares `has_backward = False` (as kernels' layer

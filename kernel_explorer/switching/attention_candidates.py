@@ -1,0 +1,158 @@
+"""The attention row's candidates: PyTorch's implementations, the bundled repository, the user's
+repositories and Transformers' flash-attention fallbacks, each with where it stands here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend import attention as door
+from kernel_explorer._backend.mappings import MappingEntry
+from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
+from kernel_explorer.availability import Availability, State
+from kernel_explorer.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
+from kernel_explorer.catalog import Candidate
+from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
+from kernel_explorer.layer_groups import ATTENTION
+
+if TYPE_CHECKING:
+    from kernels import Mode
+
+    from kernel_explorer.catalog import Catalog
+
+ACCEPTED = (
+    "'eager', 'sdpa' (or another name registered in Transformers' AttentionInterface), "
+    "a Hub repository as 'org/repo[@revision][:function]', or a local repository folder (a Path)"
+)
+
+
+@dataclass(frozen=True)
+class AttentionCandidate(Candidate):
+    """One attention implementation the model could run: PyTorch's, or a repository's."""
+
+    implementation: str = ""  # what set_attn_implementation receives ("" for a local folder)
+    folder: str | None = None  # a local repository (bundled, or the user's)
+    devices: tuple[str, ...] = ()  # where Transformers says the repository has builds (() = not said)
+
+    @property
+    def pytorch(self) -> bool:
+        return self.folder is None and self.hub is None
+
+    @property
+    def repo_label(self) -> str:
+        if self.folder is not None:
+            return f"{self.source}/{Path(self.folder).name}"
+        return self.implementation
+
+    @property
+    def label(self) -> str:
+        return self.repo_label
+
+
+def _entry(device: str, repository: Any) -> MappingEntry:
+    from kernels import Mode
+
+    return MappingEntry(ATTENTION, device, None, Mode.FALLBACK, repository)
+
+
+def inference() -> Mode:
+    from kernels import Mode
+
+    return Mode.INFERENCE
+
+
+class AttentionChoices:
+    """The candidates of one model's attention row and the choice among them (the door's half that
+    reads; `AttentionDoor` switches)."""
+
+    catalog: Catalog
+    device: str
+    _user: list[AttentionCandidate]
+    _names: dict[str, AttentionCandidate]
+
+    def _hub_candidate(self, name: str, source: str, devices: tuple[str, ...] = ()) -> AttentionCandidate:
+        repo_id, revision, version, _ = door.parse_hub_string(name)
+        repository = hub_layer_repository(repo_id, ATTENTION, version=version, revision=revision, trust=False)
+        return AttentionCandidate(_entry(self.device, repository), source, name, None, devices)
+
+    def _local_candidate(self, folder: Path, source: str) -> AttentionCandidate:
+        if (Path(folder) / "build.toml").is_file():  # a kernel-builder source: its CPU build (cached)
+            from kernel_explorer.builder import build_path
+
+            folder = build_path(folder, progress=False).repo_path
+        repository = local_layer_repository(Path(folder), ATTENTION)
+        return AttentionCandidate(_entry(self.device, repository), source, "", str(folder))
+
+    def _builtin(self, name: str) -> AttentionCandidate:
+        return AttentionCandidate(_entry(self.device, None), "transformers", name)
+
+    def add(self, *repositories: str | Path) -> list[AttentionCandidate]:
+        """Add the user's attention repositories (Hub strings or local folders) as candidates."""
+        added = []
+        for item in repositories:
+            if isinstance(item, Path):
+                candidate = self._local_candidate(item, "user")
+            elif isinstance(item, str) and door.is_hub_string(item):
+                candidate = self._hub_candidate(item, "user")
+            else:
+                raise KernelExplorerError(f"{item!r} is not an attention repository: use {ACCEPTED}.")
+            if candidate not in self._user:
+                self._user.append(candidate)
+            added.append(candidate)
+        return added
+
+    def candidates(self) -> list[AttentionCandidate]:
+        """Kernels first, in the catalog's source order (the user's, the one the model came with, the
+        bundled one, Transformers' fallbacks), then PyTorch's implementations."""
+        found: list[AttentionCandidate] = list(self._user)
+        found += [c for c in self._names.values() if c.source == "registered"]
+        found.append(self._local_candidate(bundled_repo_path(BUNDLED_ATTENTION), "bundled"))
+        for _, repo, devices in door.flash_fallbacks():
+            if all(c.implementation != repo for c in found):
+                found.append(self._hub_candidate(repo, "transformers", devices))
+        found += [self._builtin(name) for name in door.BUILTIN]
+        return found
+
+    def availability(
+        self, candidate: AttentionCandidate, *, mode: Mode, query_hub: bool = False
+    ) -> Availability:
+        if candidate.pytorch:
+            return Availability(State.READY, f"PyTorch, in Transformers ({candidate.implementation})")
+        found = self.catalog.availability(candidate, device=self.device, mode=mode, query_hub=query_hub)
+        if candidate.source == "bundled" and found.state is State.NO_BUILD:
+            why = f"the bundled attention repository is not built here; {BUILD_HINT}"
+            return Availability(State.NO_BUILD, why)
+        if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
+            listed = ", ".join(candidate.devices)
+            return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
+        return found
+
+    def found(
+        self, *, mode: Mode, query_hub: bool = False
+    ) -> tuple[tuple[AttentionCandidate, Availability], ...]:
+        return tuple((c, self.availability(c, mode=mode, query_hub=query_hub)) for c in self.candidates())
+
+    def choose(self, candidate: str | Path | Candidate | None, *, mode: Mode) -> AttentionCandidate:
+        """The candidate named (a label, an implementation string, a folder), or the first usable kernel."""
+        if isinstance(candidate, AttentionCandidate):
+            return candidate
+        if candidate is None:
+            options = [pair for pair in self.found(mode=mode) if not pair[0].pytorch]
+            for option, found in options:
+                if found.state.usable:
+                    return option
+            detail = "\n  ".join(f"{c.label}: {found}" for c, found in options)
+            raise NoUsableKernelError(f"No attention kernel can run here ({self.device}):\n  {detail}")
+        if isinstance(candidate, Path):
+            return self.add(candidate)[0]
+        name = str(candidate).strip()
+        name = {n: repo for n, repo, _ in door.flash_fallbacks()}.get(name, name)  # as Transformers maps it
+        for option in self.candidates():
+            if name in (option.label, option.implementation, str(option)):
+                return option
+        if name in door.known_implementations():
+            return self._builtin(name)
+        if door.is_hub_string(name):
+            return self.add(name)[0]
+        raise KernelExplorerError(f"{name!r} is not an attention implementation: use {ACCEPTED}.")

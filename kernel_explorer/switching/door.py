@@ -1,0 +1,101 @@
+"""The door protocol: one interface for every way a kernel enters a model.
+
+A kernel enters a Transformers model by one of four doors: a layer's forward replaced by
+`kernelize` (`layers.ModuleDoor`), a function layer the model attaches to its modules
+(`functions.FunctionDoor`), the attention implementation Transformers looks up at each call
+(`attention_door.AttentionDoor`, model-wide), and a class the model does not mark, named by
+`Explorer.extend` (`layers.ExtensionDoor`). Each door knows how its kernels go in and out; the
+switchboard keeps what is the same for all (choosing instances, the lock, snapshot/restore/holding,
+events) and asks the door, never which kind of door it is.
+
+Every door keeps the explorer's promises in its own way: it probes a candidate on the model as it
+is before calling it usable, answers a forward whose kernel raises with PyTorch and stays there
+with the reason, and leaves a module exactly as it found it when switched off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer.availability import Availability
+    from kernel_explorer.catalog import Candidate
+    from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.forwards import RunningNow
+
+#: the switches that are on: (layer name, instance path) -> (candidate, mode)
+SwitchState = dict[tuple[str, str], tuple[Any, Any]]
+#: hands one call's (args, kwargs) to a capture, keyed by (layer name, instance path)
+Keep = Callable[[tuple[str, str], tuple[Any, ...], dict[str, Any]], None]
+
+
+class Door(ABC):
+    """How kernels enter and leave one kernel layer group of one model.
+
+    Callers hold the switchboard's lock around every method that changes or reads the model.
+    """
+
+    kind: ClassVar[str]  # "module", "function", "attention": what the inventory's kind column says
+    #: whether one switch serves every instance (attention): snapshots keep it as (name, "*")
+    model_wide: ClassVar[bool] = False
+
+    def __init__(self, board: Switchboard, group: LayerGroup) -> None:
+        self.board = board
+        self.group = group
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    # -- switching ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
+        """Switch `paths` to `candidate` (None: the first that can run here). Failures leave PyTorch
+        with the reason kept; raise `KernelSwitchError`/`NoUsableKernelError` only in strict mode."""
+
+    @abstractmethod
+    def off(self, paths: list[str]) -> None:
+        """Back to PyTorch, exactly as the module was before the kernel came."""
+
+    @abstractmethod
+    def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:
+        """A kernel raised on a forward of `path`: back to PyTorch (the door says how far); the reason."""
+
+    @abstractmethod
+    def snapshot(self) -> SwitchState:
+        """The switches this door has on (what `restore` hands back to `on`)."""
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def running(self, paths: list[str]) -> list[RunningNow]:
+        """What each instance runs now, read from the model (not from the door's records)."""
+
+    @abstractmethod
+    def forwards(self, path: str) -> tuple[Any, Any, bool]:
+        """(what `path` runs now, PyTorch's forward on the original state, whether the former is a
+        kernel): the two sides a measurement times and compares."""
+
+    @abstractmethod
+    def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
+        """This layer's candidates and where each stands here, probed on this model."""
+
+    def capturing(self, keep: Keep) -> contextlib.AbstractContextManager[None]:
+        """For the block, hand each call's inputs of this door's instances to `keep`."""
+        return contextlib.nullcontext()
+
+    def timed_modules(self) -> list[tuple[nn.Module, str]]:
+        """(module, category) the time breakdown hooks to time this layer."""
+        return []
+
+    def covered_paths(self) -> set[str]:
+        """Module paths whose whole forward this door can replace (the inventory counts the rest)."""
+        return set()

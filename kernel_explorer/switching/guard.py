@@ -1,0 +1,213 @@
+"""A guard on module state: what a kernel did to the module it runs on, and the exact way back.
+
+Kernels from the Hub are written for their own needs: megablocks' CPU MoE layer, on its first
+forward, replaces its experts' weights (`param.data = ...`, transposed, bfloat16, packed) and sets
+flags on the module. After that, the model's own PyTorch forward no longer runs. So before a kernel
+first runs on an instance, the guard records the state of the instance and its submodules: each
+parameter and buffer (the object, an alias of its data, dtype, shape, stride, storage and version
+counter) and the instance attributes. Keeping an alias costs nothing while the kernel leaves the
+tensor alone; when the kernel swaps a tensor's data, the alias is what keeps the original alive
+(the memory this costs is `kept_bytes`). A kernel known to change tensors in place (the probe finds
+out on a copy) gets real copies instead, since an alias would change with them.
+
+`restore()` puts back the original tensor objects and data, the attribute values, and removes the
+attributes the kernel added: the module's PyTorch forward gives bitwise the outputs it gave before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.layers import remove_forward
+from kernel_explorer._backend.platform import version_counter
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+#: instance attributes that are torch's bookkeeping or the door's own, never a kernel's state
+_IGNORED = frozenset({"forward", "_parameters", "_buffers", "_modules", "training"})
+#: a kernel may hold a module's state up to this share of the memory available when it is switched on
+DEFAULT_MEMORY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    owner: nn.Module
+    kind: str  # "_parameters" or "_buffers"
+    name: str
+    obj: torch.Tensor  # the Parameter or buffer object
+    data: torch.Tensor  # an alias of its data (or a copy, for kernels that change tensors in place)
+    dtype: Any
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    pointer: int
+    version: int
+    requires_grad: bool
+    copied: bool  # `data` is a copy (kernels that change tensors in place), not an alias
+
+    @classmethod
+    def of(cls, owner: nn.Module, kind: str, name: str, obj: torch.Tensor, copy: bool) -> _Tensor:
+        data = obj.detach().clone() if copy else obj.data
+        return cls(
+            owner, kind, name, obj, data, obj.dtype, tuple(obj.shape), tuple(obj.stride()),
+            obj.data_ptr(), version_counter(obj), obj.requires_grad, copy,
+        )  # fmt: skip
+
+    @property
+    def current(self) -> Any:
+        return getattr(self.owner, self.kind).get(self.name)
+
+    def change(self) -> str:
+        """What changed, in a few words ("" when nothing did)."""
+        now = self.current
+        if now is not self.obj:
+            if now is None:
+                return "removed"
+            return f"replaced ({_dtype(now.dtype)})" if now.dtype != self.dtype else "replaced"
+        if now.dtype != self.dtype:
+            return f"converted to {_dtype(now.dtype)}"
+        if tuple(now.shape) != self.shape or tuple(now.stride()) != self.stride:
+            return "reshaped"
+        if now.data_ptr() != self.pointer:
+            return "its data swapped"
+        if version_counter(now) != self.version:
+            return "changed in place"
+        return ""
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the original this guard keeps alive that the module no longer holds."""
+        now = self.current
+        same = now is not None and now.data_ptr() == self.pointer
+        return 0 if same and not self.copied else self.data.numel() * self.data.element_size()
+
+    def restore(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            if self.copied:
+                if self.obj.data_ptr() != self.pointer or self.obj.dtype != self.dtype:
+                    self.obj.data = self.data
+                elif version_counter(self.obj) != self.version:
+                    self.obj.copy_(self.data)  # changed in place: our copy is the original
+            elif self.obj.data_ptr() != self.data.data_ptr() or self.obj.dtype != self.dtype:
+                self.obj.data = self.data
+        getattr(self.owner, self.kind)[self.name] = self.obj
+
+
+def _dtype(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class ModuleGuard:
+    """The recorded state of one module (and its submodules), to tell and undo a kernel's changes."""
+
+    def __init__(self, module: nn.Module, *, copy_tensors: bool = False) -> None:
+        self.module = module
+        self.tensors: list[_Tensor] = []
+        self.attributes: dict[int, tuple[nn.Module, dict[str, Any]]] = {}
+        for _, owner in module.named_modules(remove_duplicate=True):
+            for kind in ("_parameters", "_buffers"):
+                for name, obj in getattr(owner, kind).items():
+                    if obj is not None:
+                        self.tensors.append(_Tensor.of(owner, kind, name, obj, copy_tensors))
+            own = {k: v for k, v in owner.__dict__.items() if k not in _IGNORED and not _is_hooks(k)}
+            self.attributes[id(owner)] = (owner, own)
+
+    def changes(self) -> list[str]:
+        """One phrase per change since recording (`weight converted to bfloat16`, `packed_weight added`)."""
+        found = []
+        for tensor in self.tensors:
+            what = tensor.change()
+            if what:
+                found.append(f"{tensor.name} {what}")
+        for owner, before in self.attributes.values():
+            now = {k: v for k, v in owner.__dict__.items() if k not in _IGNORED and not _is_hooks(k)}
+            found += [f"{k} added" for k in now if k not in before]
+            found += [f"{k} removed" for k in before if k not in now]
+            found += [f"{k} set" for k in before if k in now and now[k] is not before[k]]
+        return found
+
+    @property
+    def in_place(self) -> bool:
+        """Whether the kernel changed a tensor in place (an alias cannot restore that)."""
+        return any(t.change() == "changed in place" for t in self.tensors)
+
+    @property
+    def kept_bytes(self) -> int:
+        return sum(t.kept_bytes for t in self.tensors)
+
+    def summary(self) -> str:
+        """`changes its module on first use (weights converted to bfloat16, packed_weight added)`."""
+        found = self.changes()
+        if not found:
+            return ""
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        return f"changes its module on first use ({shown})"
+
+    def restore(self) -> None:
+        """The module exactly as recorded: original tensors and data, attribute values, no additions."""
+        for tensor in self.tensors:
+            tensor.restore()
+        for owner, before in self.attributes.values():
+            for key in [k for k in owner.__dict__ if k not in _IGNORED and not _is_hooks(k)]:
+                if key not in before:
+                    del owner.__dict__[key]
+            for key, value in before.items():
+                if owner.__dict__.get(key, _MISSING) is not value:
+                    owner.__dict__[key] = value
+
+    def original(self) -> nn.Module:
+        """A shallow copy of the module holding the recorded state, for PyTorch's side of a comparison
+        while the kernel holds the module changed (shares the original tensors: no copy)."""
+        import copy
+
+        from torch import nn
+
+        shadows: dict[int, nn.Module] = {}
+
+        def shadow(owner: nn.Module) -> nn.Module:
+            if id(owner) in shadows:
+                return shadows[id(owner)]
+            made = copy.copy(owner)
+            remove_forward(made)
+            before = self.attributes.get(id(owner), (owner, {}))[1]
+            for key in [k for k in made.__dict__ if k not in _IGNORED and not _is_hooks(k)]:
+                if key not in before:
+                    del made.__dict__[key]
+            made.__dict__.update(before)
+            made._parameters = {}
+            made._buffers = {}
+            made._modules = {name: shadow(child) for name, child in owner._modules.items()}
+            shadows[id(owner)] = made
+            return made
+
+        root = shadow(self.module)
+        for tensor in self.tensors:
+            owner = shadows[id(tensor.owner)]
+            if tensor.kind == "_parameters":
+                owner._parameters[tensor.name] = nn.Parameter(tensor.data, requires_grad=tensor.requires_grad)
+            else:
+                owner._buffers[tensor.name] = tensor.data
+        return root
+
+
+_MISSING = object()
+
+
+def _is_hooks(key: str) -> bool:
+    return key.endswith("_hooks") or key.endswith("_hooks_with_kwargs") or key.endswith("_always_called")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux' MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

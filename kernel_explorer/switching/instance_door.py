@@ -1,0 +1,310 @@
+"""Doors that switch one instance at a time through `kernels`' own per-layer `kernelize` step.
+
+What the layer door, the extension door and the function door share: the candidate is chosen by
+the catalog and probed on this model before it is trusted; each chosen instance's target module
+(the instance itself, or the holder's own copy of a function) gets the forward `kernelize` would
+install, wrapped so that a kernel that raises is switched off on the spot and that call answered
+by PyTorch; a guard records each target's state before the kernel first runs, tells what the
+kernel changed, and restores it exactly when the instance goes back to PyTorch.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer._backend.hub import hub_session
+from kernel_explorer._backend.layers import (
+    class_forward,
+    installed_forward,
+    kernelize_each,
+    runs_class_forward,
+    set_forward,
+)
+from kernel_explorer._backend.modes import mode_name
+from kernel_explorer.availability import Availability, State
+from kernel_explorer.catalog import SOURCES
+from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.switching import model_state
+from kernel_explorer.switching.door import Door, SwitchState
+from kernel_explorer.switching.forwards import KernelForward, RunningNow, describe_forward
+from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
+from kernel_explorer.switching.probe import (
+    CANNOT_RUN,
+    OK,
+    UNVERIFIED,
+    ProbeVerdict,
+    explain,
+    signature,
+    trial_verdict,
+)
+
+if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer._backend.mappings import MappingEntry
+    from kernel_explorer.catalog import Candidate
+
+
+class InstanceDoor(Door):
+    """A door whose kernels replace one target module's forward per instance."""
+
+    def __init__(self, board: Any, group: Any) -> None:
+        super().__init__(board, group)
+        self._on: dict[str, tuple[Candidate, Mode]] = {}
+        self._reasons: dict[str, str] = {}
+        self._guards: dict[str, ModuleGuard] = {}
+        self._notes: dict[str, str] = {}  # what the kernel did to the module, after its first call
+        self._pytorch: dict[str, Any] = {}  # PyTorch's forward on the original state, for changed modules
+
+    # -- what each door says for itself ---------------------------------------------------------
+
+    @abstractmethod
+    def target(self, path: str, *, for_switching: bool) -> nn.Module:
+        """The module whose forward a switch replaces (the instance, or the holder's function copy)."""
+
+    @abstractmethod
+    def release(self, path: str) -> None:
+        """Take the kernel's forward off `path` (and what switching on made for it: a function copy)."""
+
+    def trial_module(self, path: str) -> nn.Module:
+        """A module to try a candidate on, never the model's own: a deep copy of the target."""
+        return copy.deepcopy(self.target(path, for_switching=False))
+
+    def trial_inputs(self, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """One real call of `path` (from the explorer's captured inputs), or None."""
+        return self.board.sample(self.name, path)
+
+    def after_switch(self, paths: list[str]) -> None:
+        """Called once the chosen instances are switched (the extension door tries them at once)."""
+
+    # -- the probe ------------------------------------------------------------------------------
+
+    def probe(self, chosen: Candidate, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
+        """Try `chosen` on a copy of the first instance with its real inputs; cached per model shape."""
+        key = (chosen, self.name, mode, signature(self.board.model))
+        found = model_state.of(self.board.model).probes.get(key)
+        if found is None:
+            found = self._try(entry, mode)
+            model_state.of(self.board.model).probes[key] = found
+        self.board.catalog.record_probe(chosen, mode, found)
+        return found
+
+    def _try(self, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
+        import torch
+
+        path = self.group.instances[0]
+        trial = self.trial_module(path)
+        with hub_session():
+            [(_, error)] = list(kernelize_each([trial], entry, mode))
+        if error is not None:
+            return ProbeVerdict(CANNOT_RUN, explain(error))
+        if runs_class_forward(trial):
+            return ProbeVerdict(OK)  # kernelize keeps PyTorch in this mode: nothing to try
+        sample = self.trial_inputs(path)
+        if sample is None:
+            return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
+        args, kwargs = sample
+        guard = ModuleGuard(trial)
+        forward = installed_forward(trial)
+        try:
+            with torch.no_grad():
+                output = forward(*args, **kwargs)
+                expected = class_forward(self.target(path, for_switching=False))(*args, **kwargs)
+        except Exception as failure:
+            return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
+        return trial_verdict(output, expected, guard.summary(), guard.kept_bytes, guard.in_place)
+
+    # -- switching ------------------------------------------------------------------------------
+
+    def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
+        board = self.board
+        while True:
+            try:
+                chosen, entry = board.catalog.resolve(
+                    self.name, device=board.device, mode=mode, candidate=candidate
+                )
+            except NoUsableKernelError as error:
+                if board.strict:
+                    raise
+                self._fall_back(paths, str(error))
+                return
+            verdict = self.probe(chosen, entry, mode)
+            if not verdict.refused:
+                break
+            named = candidate is not None and not (isinstance(candidate, str) and candidate in SOURCES)
+            if named or board.strict:  # the user named it (or wants no silent choice): say why it is off
+                reason = f"{chosen.repo_label} {verdict}"
+                if board.strict:
+                    raise KernelSwitchError(reason)
+                self._fall_back(paths, reason)
+                return
+            # the default choice passes over it: the catalog reads "cannot run here" now
+        refusal = self._memory_refusal(verdict, len(paths), allow_changes)
+        if refusal:
+            if board.strict:
+                raise KernelSwitchError(f"{chosen.repo_label} {refusal}")
+            self._fall_back(paths, f"{chosen.repo_label} {refusal}")
+            return
+        for path in paths:  # another kernel's state never carries over: from PyTorch, exactly
+            if path in self._on or path in self._guards:
+                self._to_pytorch(path)
+        targets = {path: self.target(path, for_switching=True) for path in paths}
+        for path, target in targets.items():
+            if path not in self._guards:
+                self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place)
+        by_target = {id(t): p for p, t in targets.items()}
+        failure: str | None = None
+        with hub_session():
+            results = list(kernelize_each(list(targets.values()), entry, mode))
+        for target, error in results:
+            path = by_target[id(target)]
+            if error is not None:
+                failure = explain(error)
+                self._to_pytorch(path)
+                self._reasons[path] = f"{chosen.repo_label} failed to load: {failure}"
+                continue
+            self._install(path, target, chosen, mode, verdict)
+        self.after_switch([p for p in paths if p in self._on])
+        if failure is not None:
+            board.catalog.record_failure(chosen, failure)
+            if board.strict:
+                raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
+
+    def _memory_refusal(self, verdict: ProbeVerdict, instances: int, allow: bool) -> str:
+        """Why a kernel that changes its module is refused here (""; allowed)."""
+        if allow or not verdict.kept_bytes:
+            return ""
+        need = verdict.kept_bytes * instances
+        free = available_memory()
+        if free is None or need <= DEFAULT_MEMORY_SHARE * free:
+            return ""
+        return (
+            f"{verdict.changes}: it would keep {need / 2**20:.0f} MB of original weights, more than "
+            f"{DEFAULT_MEMORY_SHARE:.0%} of the {free / 2**20:.0f} MB available; "
+            "on(..., allow_changes=True) to switch it anyway"
+        )
+
+    def _install(
+        self, path: str, target: nn.Module, chosen: Candidate, mode: Mode, verdict: ProbeVerdict
+    ) -> None:
+        from kernels import Mode as Modes
+
+        forward = installed_forward(target)
+        if runs_class_forward(target):  # kernelize kept PyTorch: the kernel does not support this mode
+            self._to_pytorch(path)
+            self._reasons[path] = f"{chosen.repo_label} does not support {mode_name(mode)}"
+            self.board.catalog.record_unsupported(
+                chosen, mode, f"the kernel does not support {mode_name(mode)}"
+            )
+            return
+        self._on[path] = (chosen, mode)
+        self._reasons.pop(path, None)
+        guard = self._guards[path]
+        if verdict.changes:  # known from the probe: PyTorch's side runs on the original state from now
+            self._pytorch[path] = class_forward(guard.original())
+            self._notes[path] = f"{verdict.changes}; restored on off"
+        if Modes.TORCH_COMPILE in mode:
+            # torch.compile guards a callable object by identity: a wrapper per instance made every
+            # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
+            # bound forward, as kernels does; in this mode a kernel's error is raised, not fallen back.
+            return
+
+        def on_error(error: Exception, path: str = path, chosen: Candidate = chosen) -> None:
+            self.board.kernel_raised(self.name, path, chosen, error)
+
+        def after_first(path: str = path, guard: ModuleGuard = guard) -> None:
+            if guard.changes():
+                kept = f"{guard.kept_bytes / 2**20:.1f} MB kept while on"
+                self._notes[path] = f"{guard.summary()}; restored on off; {kept}"
+                self._pytorch.setdefault(path, class_forward(guard.original()))
+
+        set_forward(target, KernelForward(forward, class_forward(target), on_error, after_first=after_first))
+
+    def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:
+        """Back to PyTorch after `chosen` raised on `path`; returns the reason."""
+        declined = isinstance(error, ValueError)  # this instance only; the kernel stays usable
+        what = "declined this instance" if declined else f"raised when run: {type(error).__name__}"
+        reason = f"{chosen.repo_label} {what}: {error}".strip().splitlines()[0]
+        if not declined:
+            self.board.catalog.record_failure(chosen, reason)
+        on = [p for p, (c, _) in self._on.items() if c == chosen]
+        self._fall_back([path] if declined else on, reason)
+        return reason
+
+    def _fall_back(self, paths: list[str], reason: str) -> None:
+        for path in paths:
+            self._to_pytorch(path)
+            self._reasons[path] = reason
+
+    def _to_pytorch(self, path: str) -> None:
+        """Back to the class's own forward, exactly: the module's state as before, nothing of ours."""
+        self._on.pop(path, None)
+        self._reasons.pop(path, None)
+        self._notes.pop(path, None)
+        self._pytorch.pop(path, None)
+        guard = self._guards.pop(path, None)
+        self.release(path)
+        if guard is not None:
+            guard.restore()
+
+    def off(self, paths: list[str]) -> None:
+        for path in paths:
+            self._to_pytorch(path)
+
+    def snapshot(self) -> SwitchState:
+        return {(self.name, path): switched for path, switched in self._on.items()}
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def described(self, path: str) -> tuple[str, str, str] | None:
+        return describe_forward(self.target(path, for_switching=False))
+
+    def running(self, paths: list[str]) -> list[RunningNow]:
+        found = []
+        for path in paths:
+            described = self.described(path)
+            if described is None:
+                found.append(RunningNow(self.name, path, reason=self._reasons.get(path, "")))
+            else:
+                found.append(RunningNow(self.name, path, *described, note=self._notes.get(path, "")))
+        return found
+
+    def forwards(self, path: str) -> tuple[Any, Any, bool]:
+        target = self.target(path, for_switching=False)
+        pytorch = self._pytorch.get(path) or class_forward(target)
+        return installed_forward(target) or pytorch, pytorch, self.described(path) is not None
+
+    def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
+        board = self.board
+        found = []
+        for candidate in board.catalog.candidates(self.name):
+            availability = board.catalog.availability(
+                candidate, device=board.device, mode=mode, query_hub=query_hub
+            )
+            if availability.state is State.READY:
+                availability = self._probed(candidate, availability, mode)
+            found.append((candidate, availability))
+        return tuple(found)
+
+    def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
+        """A ready candidate's availability once probed on this model (a failure to probe is one line)."""
+        try:
+            chosen, entry = self.board.catalog.resolve(
+                self.name, device=self.board.device, mode=mode, candidate=candidate
+            )
+            self.probe(chosen, entry, mode)
+        except Exception as error:  # a stranger's code: never let it break the inventory
+            self.board.catalog.record_probe(candidate, mode, ProbeVerdict(CANNOT_RUN, explain(error)))
+        return self.board.catalog.availability(candidate, device=self.board.device, mode=mode)
+
+
+def _kernel_package(forward: Any) -> Any | None:
+    """The loaded kernel package a (bound) layer forward comes from, for naming what its build lacks."""
+    import sys
+
+    function = getattr(forward, "__func__", forward)
+    package = (getattr(function, "__module__", "") or "").split(".")[0]
+    return sys.modules.get(package)

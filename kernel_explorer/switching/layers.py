@@ -1,0 +1,71 @@
+"""The layer door (a class the model marks, its forward replaced per instance by `kernelize`) and
+the extension door (a class the model does not mark, named by `Explorer.extend`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kernel_explorer._backend.layers import remove_forward
+from kernel_explorer.switching.door import Keep
+from kernel_explorer.switching.instance_door import InstanceDoor
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+class ModuleDoor(InstanceDoor):
+    """A layer class marked with `use_kernel_forward_from_hub`: the instance's forward is replaced."""
+
+    kind: ClassVar[str] = "module"
+
+    def target(self, path: str, *, for_switching: bool) -> nn.Module:
+        return self.board.module(path)
+
+    def release(self, path: str) -> None:
+        remove_forward(self.board.module(path))
+
+    @contextlib.contextmanager
+    def capturing(self, keep: Keep) -> Iterator[None]:
+        handles = []
+        for path in self.group.instances:
+
+            def pre(module: Any, args: Any, kwargs: Any, key: tuple[str, str] = (self.name, path)) -> None:
+                keep(key, args, kwargs)
+
+            handles.append(self.board.module(path).register_forward_pre_hook(pre, with_kwargs=True))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def timed_modules(self) -> list[tuple[nn.Module, str]]:
+        return [(self.board.module(path), self.name) for path in self.group.instances]
+
+    def covered_paths(self) -> set[str]:
+        return set(self.group.instances)
+
+
+class ExtensionDoor(ModuleDoor):
+    """Instances the model does not mark, given a layer name by `Explorer.extend` (see extension.py).
+
+    Its kernels may decline an instance (`ValueError`: weights they cannot pack); each switched
+    instance is tried once at once on a small input, so a declined one shows PyTorch and the reason
+    right away, and weights a kernel packs on first use are packed outside any timed call.
+    """
+
+    def after_switch(self, paths: list[str]) -> None:
+        from kernel_explorer.extension import probe
+
+        probe([self.board.module(path) for path in paths])
+
+    def trial_inputs(self, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        from kernel_explorer.extension import probe_inputs
+
+        found = super().trial_inputs(path)
+        if found is not None:
+            return found
+        args = probe_inputs(self.board.module(path))
+        return None if args is None else (args, {})

@@ -1,0 +1,105 @@
+"""Probe before trust: try a candidate on a copy of one instance, with that instance's real inputs.
+
+A build that loads is not a kernel that runs: flash-attn2's CPU build registers only `varlen_fwd`
+for the CPU (its `fwd` has no CPU kernel) and refuses float32; megablocks' package imports
+`triton`; a layer may repack its module's weights on first use. None of that shows in metadata, so
+before a candidate is called usable for this model, its door loads it, runs it once on a copy of
+one instance (never the model's own module) with a slice of the inputs the model really gives that
+instance, and records the verdict: runs here, cannot run here (with the reason), or unverified
+(nothing to try it on). The guard watches the copy, so what the kernel does to a module is known
+before it touches the model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_explorer._backend.platform import ops_without_kernel
+
+OK, CANNOT_RUN, UNVERIFIED = "runs here", "cannot run here", "unverified"
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    """What one trial of a candidate on this model found."""
+
+    outcome: str  # OK, CANNOT_RUN or UNVERIFIED
+    reason: str = ""
+    changes: str = ""  # what the kernel did to its module ("changes its module on first use (...)")
+    kept_bytes: int = 0  # per instance: the original tensors kept alive while the kernel holds it
+    in_place: bool = False  # it changed tensors in place: the guard must copy, not alias
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def refused(self) -> bool:
+        return self.outcome == CANNOT_RUN
+
+    def __str__(self) -> str:
+        return self.outcome + (f": {self.reason}" if self.reason else "")
+
+
+def missing_module_hint(error: BaseException) -> str | None:
+    """`its Python code needs `triton` (pip install triton)` for an import failure, else None."""
+    name = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if name is None:
+        found = re.search(r"No module named '([^']+)'", str(error))
+        name = found.group(1) if found else None
+    if not name:
+        return None
+    top = name.split(".")[0]
+    return f"its Python code needs `{top}` (pip install {top})"
+
+
+def explain(error: BaseException, kernel_module: Any | None = None) -> str:
+    """One line for a kernel's error, with what the build lacks when the dispatcher said so."""
+    hint = missing_module_hint(error)
+    if hint is not None:
+        return hint
+    first = (str(error).strip().splitlines() or [""])[0]
+    if isinstance(error, NotImplementedError) and ". " in first:  # the dispatcher's first sentence says it
+        first = first.split(". ")[0] + "."
+    text = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    missing = ops_without_kernel(kernel_module, "CPU") if kernel_module is not None else []
+    if missing:  # what the build lacks, visible without calling it
+        names = ", ".join(f"`{op}`" for op in missing[:4])
+        if isinstance(error, NotImplementedError):
+            text = f"its CPU build has no {names} ({text})"
+        else:
+            text = f"{text}; its CPU build has no {names}"
+    return text[:300]
+
+
+def trial_verdict(
+    output: Any, expected: Any, changes: str = "", kept: int = 0, in_place: bool = False
+) -> ProbeVerdict:
+    """The verdict of a trial call that returned: it runs here unless its output's shape is not PyTorch's."""
+    got, want = first_shape(output), first_shape(expected)
+    if got != want:
+        return ProbeVerdict(CANNOT_RUN, f"it returns shape {got} where PyTorch returns {want}")
+    return ProbeVerdict(OK, "", changes, kept, in_place)
+
+
+def first_shape(value: Any) -> tuple[int, ...] | None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (tuple, list)) and value:
+        return first_shape(value[0])
+    return None
+
+
+def signature(model: Any) -> tuple[Any, ...]:
+    """What makes a verdict hold for a model: its class, dtypes, device and attention shape."""
+    config = getattr(model, "config", None)
+    dtypes = tuple(sorted({str(p.dtype) for p in model.parameters()}))
+    devices = tuple(sorted({p.device.type for p in model.parameters()}))
+    heads = tuple(
+        getattr(config, key, None) for key in ("num_attention_heads", "num_key_value_heads", "head_dim")
+    )
+    return (type(model).__qualname__, dtypes, devices, heads)
