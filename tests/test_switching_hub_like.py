@@ -191,3 +191,17 @@ def test_an_attention_kernel_raising_on_a_forward_puts_the_model_back_on_pytorch
     assert all("raised when run" in now.reason and "raises on batches" in now.reason for now in running)
     assert model.config._attn_implementation == "sdpa"
     assert torch.equal(logits(model, batch), before)
+
+
+def test_a_candidate_with_no_inputs_to_try_is_unverified_until_there_are(hub: dict) -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    model = torch.nn.Sequential(LlamaRMSNorm(64))  # no config, no tokenizer: no input to guess
+    explorer = Explorer(model, include_transformers=False)
+    bundled = dict(explorer.inventory().row("RMSNorm").candidates)
+    assert [a.state.value for a in bundled.values()] == ["unverified"]
+    assert "capture() first" in next(iter(bundled.values())).reason
+    assert all(now.is_kernel for now in explorer.on("RMSNorm"))  # unverified is still worth a try
+    explorer.off("RMSNorm")
+    explorer.capture({"input": torch.rand(2, 5, 64)})
+    assert [a.state.value for _, a in explorer.inventory().row("RMSNorm").candidates] == ["ready"]

@@ -204,7 +204,8 @@ class AttentionDoor(AttentionChoices, Door):
                     verdict = ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
                 finally:
                     self._trial = False
-            state.probes[key] = verdict
+            if verdict.outcome != UNVERIFIED:  # tried again once there are inputs to try it on
+                state.probes[key] = verdict
         self.catalog.record_probe(chosen, mode, verdict)
         return verdict
 

@@ -88,7 +88,8 @@ class InstanceDoor(Door):
         found = model_state.of(self.board.model).probes.get(key)
         if found is None:
             found = self._try(entry, mode)
-            model_state.of(self.board.model).probes[key] = found
+            if found.outcome != UNVERIFIED:  # tried again once there are inputs to try it on
+                model_state.of(self.board.model).probes[key] = found
         self.board.catalog.record_probe(chosen, mode, found)
         return found
 
@@ -284,13 +285,16 @@ class InstanceDoor(Door):
             availability = board.catalog.availability(
                 candidate, device=board.device, mode=mode, query_hub=query_hub
             )
-            if availability.state is State.READY:
+            if availability.state in (State.READY, State.UNVERIFIED):
                 availability = self._probed(candidate, availability, mode)
             found.append((candidate, availability))
         return tuple(found)
 
     def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
         """A ready candidate's availability once probed on this model (a failure to probe is one line)."""
+        key = (candidate, self.name, mode, signature(self.board.model))
+        if key in model_state.of(self.board.model).probes:  # tried on this model already
+            return availability
         try:
             chosen, entry = self.board.catalog.resolve(
                 self.name, device=self.board.device, mode=mode, candidate=candidate
