@@ -54,3 +54,10 @@ def mode_priority(mode: Mode) -> list[Mode]:
     from kernels.layer.repos import _MODE_FALLBACK_PRIORITY
 
     return list(_MODE_FALLBACK_PRIORITY[mode])
+
+
+def compiles(mode: Mode) -> bool:
+    """Whether `mode` asks for torch.compile (kernels' `Mode.TORCH_COMPILE` flag)."""
+    from kernels import Mode
+
+    return Mode.TORCH_COMPILE in mode

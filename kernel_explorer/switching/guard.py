@@ -113,8 +113,7 @@ class ModuleGuard:
                 for name, obj in getattr(owner, kind).items():
                     if obj is not None:
                         self.tensors.append(_Tensor.of(owner, kind, name, obj, copy_tensors))
-            own = {k: v for k, v in owner.__dict__.items() if k not in _IGNORED and not _is_hooks(k)}
-            self.attributes[id(owner)] = (owner, own)
+            self.attributes[id(owner)] = (owner, dict(owner.__dict__))  # filtered when read: cheap here
 
     def changes(self) -> list[str]:
         """One phrase per change since recording (`weight converted to bfloat16`, `packed_weight added`)."""
@@ -124,10 +123,10 @@ class ModuleGuard:
             if what:
                 found.append(f"{tensor.name} {what}")
         for owner, before in self.attributes.values():
-            now = {k: v for k, v in owner.__dict__.items() if k not in _IGNORED and not _is_hooks(k)}
-            found += [f"{k} added" for k in now if k not in before]
-            found += [f"{k} removed" for k in before if k not in now]
-            found += [f"{k} set" for k in before if k in now and now[k] is not before[k]]
+            now = owner.__dict__
+            found += [f"{k} added" for k in now if k not in before and _kernel_state(k)]
+            found += [f"{k} removed" for k in before if k not in now and _kernel_state(k)]
+            found += [f"{k} set" for k in before if k in now and now[k] is not before[k] and _kernel_state(k)]
         return found
 
     @property
@@ -152,11 +151,10 @@ class ModuleGuard:
         for tensor in self.tensors:
             tensor.restore()
         for owner, before in self.attributes.values():
-            for key in [k for k in owner.__dict__ if k not in _IGNORED and not _is_hooks(k)]:
-                if key not in before:
-                    del owner.__dict__[key]
+            for key in [k for k in owner.__dict__ if k not in before and _kernel_state(k)]:
+                del owner.__dict__[key]
             for key, value in before.items():
-                if owner.__dict__.get(key, _MISSING) is not value:
+                if _kernel_state(key) and owner.__dict__.get(key, _MISSING) is not value:
                     owner.__dict__[key] = value
 
     def original(self) -> nn.Module:
@@ -174,10 +172,9 @@ class ModuleGuard:
             made = copy.copy(owner)
             remove_forward(made)
             before = self.attributes.get(id(owner), (owner, {}))[1]
-            for key in [k for k in made.__dict__ if k not in _IGNORED and not _is_hooks(k)]:
-                if key not in before:
-                    del made.__dict__[key]
-            made.__dict__.update(before)
+            for key in [k for k in made.__dict__ if k not in before and _kernel_state(k)]:
+                del made.__dict__[key]
+            made.__dict__.update({k: v for k, v in before.items() if _kernel_state(k)})
             made._parameters = {}
             made._buffers = {}
             made._modules = {name: shadow(child) for name, child in owner._modules.items()}
@@ -197,8 +194,10 @@ class ModuleGuard:
 _MISSING = object()
 
 
-def _is_hooks(key: str) -> bool:
-    return key.endswith("_hooks") or key.endswith("_hooks_with_kwargs") or key.endswith("_always_called")
+def _kernel_state(key: str) -> bool:
+    """Whether an instance attribute is state a kernel may set (not torch's bookkeeping, not hooks,
+    not the forward the door installs)."""
+    return key not in _IGNORED and not key.endswith(("_hooks", "_hooks_with_kwargs", "_always_called"))
 
 
 def available_memory() -> int | None:

@@ -22,7 +22,7 @@ from kernel_explorer._backend.layers import (
     runs_class_forward,
     set_forward,
 )
-from kernel_explorer._backend.modes import mode_name
+from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
@@ -191,8 +191,6 @@ class InstanceDoor(Door):
     def _install(
         self, path: str, target: nn.Module, chosen: Candidate, mode: Mode, verdict: ProbeVerdict
     ) -> None:
-        from kernels import Mode as Modes
-
         forward = installed_forward(target)
         if runs_class_forward(target):  # kernelize kept PyTorch: the kernel does not support this mode
             self._to_pytorch(path)
@@ -207,7 +205,7 @@ class InstanceDoor(Door):
         if verdict.changes:  # known from the probe: PyTorch's side runs on the original state from now
             self._pytorch[path] = class_forward(guard.original())
             self._notes[path] = f"{verdict.changes}; restored on off"
-        if Modes.TORCH_COMPILE in mode:
+        if compiles(mode):
             # torch.compile guards a callable object by identity: a wrapper per instance made every
             # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
             # bound forward, as kernels does; in this mode a kernel's error is raised, not fallen back.
