@@ -18,9 +18,11 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
+from kernel_explorer.measure.comparison import Comparison
+from kernel_explorer.measure.stats import MIN_PAIRS
 from kernel_explorer.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
+    INFERENCE,
     LayerDivergence,
     LayerLatency,
     LayerVerdict,
@@ -162,7 +164,7 @@ class LivePlots:
     def _on_record(self, record: Record) -> None:
         with self._lock:
             self._pending.append(record)
-            if isinstance(record.values, LayerLatency) and record.layer:
+            if isinstance(record.values, LayerLatency) and record.layer and record.values.mode == INFERENCE:
                 if record.run_id != self._receiving:
                     self._receiving, self._received = record.run_id, 0
                 self._received += 1
@@ -231,8 +233,10 @@ class LivePlots:
         for name in layers:
             samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
             if len(samples) >= MIN_PAIRS or (samples and verdict is None):
-                found = speedup_interval(samples)
+                found = Comparison(tuple(samples)).interval
                 shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
+            elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
+                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict))
             elif verdict is not None:
                 what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
                 shown.append(
@@ -250,7 +254,7 @@ class LivePlots:
         bars.y = [s[1] for s in shown]
         bars.error_y.array = [s[3] - s[1] for s in shown]
         bars.error_y.arrayminus = [s[1] - s[2] for s in shown]
-        bars.text = [f"{s[1]:.2f}x" for s in shown]
+        bars.text = ["not measurable" if s[5].startswith("not measurable") else f"{s[1]:.2f}x" for s in shown]
         bars.customdata = [f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown]
         bars.marker.color = [verdict_colour(s[2], s[3], s[4]) for s in shown]
 
@@ -278,6 +282,8 @@ class LivePlots:
         if record.run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
             self._reset(record.run_id, self._starts.pop(record.run_id, record.time))
         seconds = record.time - (record.time if self._start is None else self._start)
+        if getattr(values, "mode", INFERENCE) != INFERENCE:
+            return  # training pairs: training_summary() and the report
         if isinstance(values, LayerLatency) and record.layer:
             name = self._trace(record.layer, values.kernel_on).legendgroup
             series = self._series.setdefault(name, _Series())
