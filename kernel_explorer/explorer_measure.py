@@ -96,7 +96,8 @@ class Measuring:
             budget_s: the most seconds of latency pairs per layer, whatever else stops it.
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
-                (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see measure/training.py.
+                (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
+                measure/training.py.
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).

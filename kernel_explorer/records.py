@@ -81,6 +81,10 @@ class _SpeedupSummary:
             text = f"kernel off: PyTorch against itself {text}"
         if self.confidence < 0.95 - 1e-9:
             text += f" (only {self.confidence:.0%} sure: too few pairs)"
+        if self.stalled:
+            text += (
+                f" ({self.stalled} of {getattr(self, 'pairs', '?')} pairs stalled by the machine, left out)"
+            )
         return text
 
 

@@ -45,16 +45,25 @@ def test_pairs_on_pytorch_count_only_when_no_kernel_ran() -> None:
 
 
 def test_an_interval_the_machine_stalled_is_not_a_number() -> None:
-    """'SiLU 1.59x [0.00, 1.72]' read as if 0.00x were a speed: the stalled pairs decide it."""
-    speedups = [1.6, 1.7, 0.004, 1.65, 1.6, 0.003, 1.7]
-    found = Comparison.of_pairs(_pairs(speedups, stalled=(2, 5)), AA)
-    assert found.stalled_pairs == 2 and not found.measurable
-    assert found.verdict == not_measurable(2, 7) == "not measurable here (the machine stalled 2 of 7 pairs)"
+    """'SiLU 1.59x [0.00, 1.72]' read as if 0.00x were a speed: half the pairs stalled."""
+    speedups = [1.6, 0.002, 0.004, 1.65, 0.001, 0.003, 1.7]
+    found = Comparison.of_pairs(_pairs(speedups, stalled=(1, 2, 4, 5)), AA)
+    assert found.stalled_pairs == 4 and not found.measurable
+    assert found.verdict == not_measurable(4, 7) == "not measurable here (the machine stalled 4 of 7 pairs)"
     verdict = LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs")  # type: ignore[arg-type]
     assert verdict.summary == found.verdict and not verdict.measurable and "0.00" not in verdict.summary
-    # one stall among many pairs that leaves the interval clear of 0 is still a measurement
-    many = Comparison.of_pairs(_pairs([1.6] * 20 + [0.004], stalled=(20,)), AA)
-    assert many.measurable and many.verdict == FASTER
+    # stalls no flag caught that still pull the interval to 0: not measurable either
+    unflagged = Comparison.of_pairs(_pairs([1.6, 1.7, 0.004, 1.65, 0.003, 1.7, 1.6], stalled=(2,)), AA)
+    assert unflagged.interval.low < 0.01 and not unflagged.measurable
+
+
+def test_stalled_pairs_are_left_out_of_the_median_and_the_interval_and_counted() -> None:
+    found = Comparison.of_pairs(_pairs([1.6, 1.7, 0.004, 1.65, 1.6, 0.003, 1.7], stalled=(2, 5)), AA)
+    assert found.measurable and found.verdict == FASTER
+    assert found.pairs == 7 and found.stalled_pairs == 2 and found.speedups == (1.6, 1.7, 1.65, 1.6, 1.7)
+    assert found.interval.low >= 1.6
+    verdict = LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs")  # type: ignore[arg-type]
+    assert verdict.summary.endswith("(2 of 7 pairs stalled by the machine, left out)")
 
 
 def test_the_verdict_record_and_the_summary_row_read_the_same_comparison() -> None:

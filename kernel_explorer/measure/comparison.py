@@ -9,9 +9,10 @@ the same numbers because they come from the same arithmetic (`measure/stats.py` 
 primitives; nothing else calls them).
 
 A pair counts toward a kernel's speedup only when the instance ran a kernel; a comparison whose
-pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A comparison where the
-machine stalled enough pairs that the interval reaches 0, or a quarter of the pairs, is "not
-measurable here" rather than a speed: a sample that waited a scheduler slice measures the machine.
+pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A pair the machine
+stalled (`stats.StallWatch`: a side waited a scheduler slice) measures the machine, not the kernel:
+it is counted, and left out of the median and the interval. When half the pairs or more stalled,
+or the interval still reaches 0, the comparison is "not measurable here", not a speed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
 KERNEL_OFF = "PyTorch against PyTorch (kernel off)"
 UNMEASURABLE_LOW = 0.01  # an interval whose low end reads 0.00x measured the machine, not the kernel
-UNMEASURABLE_SHARE = 0.25  # ... and so did a comparison a quarter of whose pairs stalled
+UNMEASURABLE_SHARE = 0.5  # ... and so did a comparison half of whose pairs stalled (its median would be one)
 
 
 def not_measurable(stalled: int, pairs: int) -> str:
@@ -48,11 +49,11 @@ def not_measurable(stalled: int, pairs: int) -> str:
 class Comparison:
     """The pairs of one comparison and what they say (see the module doc)."""
 
-    speedups: tuple[float, ...]  # per pair, in time order: PyTorch time over the other side's
+    all_speedups: tuple[float, ...]  # per pair, in time order: PyTorch time over the other side's
     aa_ratios: tuple[float, ...] = ()  # A/A pairs: PyTorch over PyTorch
-    pytorch_s: tuple[float, ...] = ()  # per pair, when known
-    kernel_s: tuple[float, ...] = ()
-    stalled_pairs: int = 0  # pairs where a side waited for the machine (stats.StallWatch)
+    all_pytorch_s: tuple[float, ...] = ()  # per pair, when known
+    all_kernel_s: tuple[float, ...] = ()
+    stalled: tuple[bool, ...] = ()  # per pair: a side waited for the machine (none when empty)
     kernel_on: bool = True  # False: every pair ran PyTorch on both sides
     divergences: tuple[LayerDivergence | GradientDivergence, ...] = ()
     floor_hint: float = 0.0  # the floor to use without A/A pairs of its own (decode borrows prefill's)
@@ -68,18 +69,34 @@ class Comparison:
         on = [p for p in pairs if p.kernel_on]
         used = on or list(pairs)
         return cls(
-            speedups=tuple(p.speedup for p in used),
+            all_speedups=tuple(p.speedup for p in used),
             aa_ratios=tuple(aa_ratios),
-            pytorch_s=tuple(p.pytorch_s for p in used),
-            kernel_s=tuple(p.kernel_s for p in used),
-            stalled_pairs=sum(p.stalled for p in used),
+            all_pytorch_s=tuple(p.pytorch_s for p in used),
+            all_kernel_s=tuple(p.kernel_s for p in used),
+            stalled=tuple(p.stalled for p in used),
             kernel_on=bool(on),
             divergences=tuple(divergences),
         )
 
     @property
     def pairs(self) -> int:
-        return len(self.speedups)
+        """Every pair, stalled ones included."""
+        return len(self.all_speedups)
+
+    @property
+    def stalled_pairs(self) -> int:
+        return sum(self.stalled)
+
+    def _clean(self, values: tuple[float, ...]) -> tuple[float, ...]:
+        """`values` of the pairs that did not stall; all of them when every pair stalled."""
+        flags = self.stalled or (False,) * len(values)
+        kept = tuple(v for v, stalled in zip(values, flags, strict=True) if not stalled)
+        return kept or values
+
+    @property
+    def speedups(self) -> tuple[float, ...]:
+        """The speedups the median and the interval are taken over: the pairs that did not stall."""
+        return self._clean(self.all_speedups)
 
     @property
     def interval(self) -> Interval:
@@ -119,11 +136,11 @@ class Comparison:
 
     @property
     def pytorch_median_s(self) -> float:
-        return statistics.median(self.pytorch_s) if self.pytorch_s else 0.0
+        return statistics.median(self._clean(self.all_pytorch_s)) if self.all_pytorch_s else 0.0
 
     @property
     def kernel_median_s(self) -> float:
-        return statistics.median(self.kernel_s) if self.kernel_s else 0.0
+        return statistics.median(self._clean(self.all_kernel_s)) if self.all_kernel_s else 0.0
 
     @property
     def accuracy(self) -> str:

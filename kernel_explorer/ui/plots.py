@@ -294,7 +294,7 @@ class LivePlots:
                 f"{'kernel' if values.kernel_on else 'PyTorch again'} {values.kernel_s * 1e6:.1f} us"
             )
             self._dirty.add(name)
-            if values.kernel_on:
+            if values.kernel_on and not values.stalled:  # a stalled pair measured the machine
                 self._samples[record.layer].append(values.speedup)
         elif isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
             self._verdicts[record.layer] = values
