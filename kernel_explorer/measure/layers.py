@@ -164,7 +164,7 @@ def compare_layer(
             lambda call, values: Record(run_id, values, name, call[0], provenance=origin(*call)),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
-            stalls=StallWatch(copy_seconds(2 * tensor_bytes(calls[0][1], calls[0][2]))),
+            stalls=lambda call: StallWatch(copy_seconds(2 * tensor_bytes(call[1], call[2]))),
         )
         if not conclude:
             return
@@ -183,29 +183,31 @@ def interleaved_series(
     *,
     calibration_pairs: int,
     stop: StopRule,
-    stalls: StallWatch,
+    stalls: Callable[[Any], StallWatch],
     mode: str = INFERENCE,
 ) -> Generator[Record, None, tuple[list[float], list[LayerLatency], str]]:
     """A/A pairs, then interleaved pairs round-robin over `items` until `stop` says; yields a record
     per pair and returns (A/A ratios, samples, why it stopped).
 
     The one loop of every comparison (inference and training, `mode`): `pair(item, index, aa)`
-    times one pair, `record(item, values)` the record it makes for that item; `stalls` flags the
-    pairs where the machine, not the op, took the time.
+    times one pair, `record(item, values)` the record it makes for that item; `stalls(item)` makes
+    the watch that flags that item's pairs where the machine, not the op, took the time (one per
+    item: instances of one layer may differ in size, as a model's Linear layers do).
     """
+    watches = [stalls(item) for item in items]
     aa_ratios: list[float] = []
     for index in range(calibration_pairs):
         item = items[index % len(items)]
         first, second, _, repeat = pair(item, index, True)
-        stalls.observe(first, second)
+        watches[index % len(items)].observe(first, second)
         aa_ratios.append(first / second)
         yield record(item, LayerCalibration(first, second, first / second, repeat, mode=mode))
     samples: list[LayerLatency] = []
     stopped_by = None
     while stopped_by is None:
-        for item in items:
+        for item, watch in zip(items, watches, strict=True):
             t_pytorch, t_other, on, repeat = pair(item, stop.rounds, False)
-            stalled = stalls.observe(t_pytorch, t_other)
+            stalled = watch.observe(t_pytorch, t_other)
             sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat, mode, stalled)
             samples.append(sample)
             yield record(item, sample)

@@ -247,7 +247,7 @@ def compare_layer_training(
             lambda step, values: Record(run_id, values, name, step.path, provenance=origin[step.path]),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
-            stalls=StallWatch(),  # forward+backward: no copy of the forward's bytes bounds it
+            stalls=lambda step: StallWatch(),  # forward+backward: no copy of the forward's bytes bounds it
             mode=TRAINING,
         )
         verdict = layer_verdict(samples, aa_ratios, found, calls, False, stopped_by, mode=TRAINING)
