@@ -166,6 +166,8 @@ class ResultLog:
                     "pytorch_us_median": found.pytorch_median_s * 1e6,
                     "kernel_us_median": found.kernel_median_s * 1e6,
                 }
+                if not found.measurable:  # no number: the verdict says why
+                    row |= dict.fromkeys(_SPEEDS)
             if divergence:
                 row |= {
                     "accuracy": found.accuracy,
@@ -187,13 +189,9 @@ class ResultLog:
         A layer measured only while its kernel was off compared PyTorch with itself: that is no
         measured speedup, so it does not count here.
         """
+        found = [r for r in self.records("layer_verdict") if isinstance(r.values, LayerVerdict)]
         return {
-            r.layer: r.values
-            for r in self.records("layer_verdict")
-            if r.layer is not None
-            and isinstance(r.values, LayerVerdict)
-            and r.values.kernel_on
-            and r.values.mode == INFERENCE
+            r.layer: r.values for r in found if r.layer and r.values.kernel_on and r.values.mode == INFERENCE
         }
 
     def breakdown_summary(self, phase: str = "prefill", on: Collection[str] | None = None) -> pd.DataFrame:
@@ -364,6 +362,9 @@ def _per_kernel(
                 for kind, found in kinds.items()
             }
             yield run_id, layer, kid, mine
+
+
+_SPEEDS = ("speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high")
 
 
 def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:

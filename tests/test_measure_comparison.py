@@ -87,3 +87,15 @@ def test_the_verdict_record_and_the_summary_row_read_the_same_comparison() -> No
     assert row["noise_floor"] == pytest.approx(verdict.noise_floor)
     assert (row["across_runs_low"], row["across_runs_high"]) == pytest.approx(verdict.across_runs)
     assert row["verdict"] == verdict.verdict and row["stalled_pairs"] == 0
+
+
+def test_a_summary_row_the_machine_stalled_has_no_speed() -> None:
+    stalled = _pairs([0.002, 0.003, 1.6, 0.001, 1.7], stalled=(0, 1, 3))
+    (row,) = (
+        ResultLog([Record("run-1", p, "SiLU", "model.act") for p in stalled])
+        .layer_summary()
+        .to_dict("records")
+    )
+    assert row["verdict"] == "not measurable here (the machine stalled 3 of 5 pairs)"
+    assert row["speedup_median"] is None and row["speedup_low"] is None and row["across_runs_high"] is None
+    assert row["stalled_pairs"] == 3 and row["pairs"] == 5
