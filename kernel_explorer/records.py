@@ -81,11 +81,14 @@ class _SpeedupSummary:
             text = f"kernel off: PyTorch against itself {text}"
         if self.confidence < 0.95 - 1e-9:
             text += f" (only {self.confidence:.0%} sure: too few pairs)"
-        if self.stalled:
-            text += (
-                f" ({self.stalled} of {getattr(self, 'pairs', '?')} pairs stalled by the machine, left out)"
-            )
         return text
+
+    @property
+    def stalled_note(self) -> str:
+        """How many pairs the machine stalled (left out of the numbers), or "" when none did."""
+        if not self.stalled:
+            return ""
+        return f"{self.stalled} of {getattr(self, 'pairs', '?')} pairs stalled by the machine, left out"
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ def test_stalled_pairs_are_left_out_of_the_median_and_the_interval_and_counted()
     assert found.pairs == 7 and found.stalled_pairs == 2 and found.speedups == (1.6, 1.7, 1.65, 1.6, 1.7)
     assert found.interval.low >= 1.6
     verdict = LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs")  # type: ignore[arg-type]
-    assert verdict.summary.endswith("(2 of 7 pairs stalled by the machine, left out)")
+    assert verdict.summary.startswith("1.65x [1.60, 1.70] faster")
+    assert verdict.stalled_note == "2 of 7 pairs stalled by the machine, left out"
 
 
 def test_the_verdict_record_and_the_summary_row_read_the_same_comparison() -> None:
