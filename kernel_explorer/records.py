@@ -18,12 +18,9 @@ TRAINING = "training"
 
 @dataclass(frozen=True)
 class LayerLatency:
-    """One interleaved pair of timings of an instance: PyTorch against what runs now.
-
-    In `mode` "training" each side runs the forward on the captured inputs (as leaves that require
-    grad where the model's own forward had them require grad) and the backward of a fixed upstream
-    gradient.
-    """
+    """One interleaved pair of timings of an instance: PyTorch against what runs now. In `mode`
+    "training" each side runs the forward on the captured inputs (leaves that require grad where the
+    model's own forward had them require grad) and the backward of a fixed upstream gradient."""
 
     kind: ClassVar[str] = "layer_latency"
     pytorch_s: float
@@ -86,9 +83,8 @@ class _SpeedupSummary:
     @property
     def stalled_note(self) -> str:
         """How many pairs the machine stalled (left out of the numbers), or "" when none did."""
-        if not self.stalled:
-            return ""
-        return f"{self.stalled} of {getattr(self, 'pairs', '?')} pairs stalled by the machine, left out"
+        pairs = getattr(self, "pairs", "?")
+        return f"{self.stalled} of {pairs} pairs stalled by the machine, left out" if self.stalled else ""
 
 
 @dataclass(frozen=True)
