@@ -17,6 +17,7 @@ or the interval still reaches 0, the comparison is "not measurable here", not a 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ class Comparison:
         """The speedups the median and the interval are taken over: the pairs that did not stall."""
         return self._clean(self.all_speedups)
 
-    @property
+    @functools.cached_property
     def interval(self) -> Interval:
         """The median speedup and its 95% interval over batch medians (`stats.speedup_interval`)."""
         return speedup_interval(self.speedups)
