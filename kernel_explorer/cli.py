@@ -115,9 +115,11 @@ def _measure(
         v = record.values
         print(f"  {record.layer:<{width}}  {v.summary}")
         low, high = v.across_runs
+        across = f"across runs [{low:.2f}, {high:.2f}]; " if v.measurable and low is not None else ""
+        why = ", ".join(filter(None, (v.stopped_by, v.stalled_note)))
         print(
-            f"  {'':<{width}}    across runs [{low:.2f}, {high:.2f}]; "
-            f"{v.pairs} pairs ({v.stopped_by}), noise floor {v.noise_floor:.1%}, "
+            f"  {'':<{width}}    {across}"
+            f"{v.pairs} pairs ({why}), noise floor {v.noise_floor:.1%}, "
             f"PyTorch {v.pytorch_s * 1e6:.1f} us, kernel {v.kernel_s * 1e6:.1f} us; {v.accuracy}"
         )
         for note in v.notes:

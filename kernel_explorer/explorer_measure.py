@@ -96,7 +96,8 @@ class Measuring:
             budget_s: the most seconds of latency pairs per layer, whatever else stops it.
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
-                (inputs and weights) against float64 (`TrainingVerdict`); see measure/training.py.
+                (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
+                measure/training.py.
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
@@ -128,7 +129,7 @@ class Measuring:
         """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
         import warnings
 
-        kinds = ("layer_verdict", "training_verdict", "model_verdict")
+        kinds = ("layer_verdict", "model_verdict")
         found = [r for kind in kinds for r in self.results.records(kind, run_id)]
         floors = [r.values.noise_floor for r in found]
         warning = noise_warning(max(floors, default=0.0))

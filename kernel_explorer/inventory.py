@@ -52,7 +52,7 @@ class InventoryRow:
         if self.share is None:
             return "-"
         text = f"{self.share:.0%}"
-        if self.measured is not None and self.measured.kernel_on:
+        if self.measured is not None and self.measured.kernel_on and self.measured.measurable:
             model = 1.0 / (1.0 - self.share + self.share / self.measured.speedup)
             text += f" (model {model:.2f}x)"
         return text

@@ -12,10 +12,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+INFERENCE = "inference"
+TRAINING = "training"
+
 
 @dataclass(frozen=True)
 class LayerLatency:
-    """One interleaved pair of timings of an instance: PyTorch against what runs now."""
+    """One interleaved pair of timings of an instance: PyTorch against what runs now. In `mode`
+    "training" each side runs the forward on the captured inputs (leaves that require grad where the
+    model's own forward had them require grad) and the backward of a fixed upstream gradient."""
 
     kind: ClassVar[str] = "layer_latency"
     pytorch_s: float
@@ -23,6 +28,8 @@ class LayerLatency:
     speedup: float  # pytorch_s / kernel_s, of this one pair
     kernel_on: bool = True  # False: the instance ran PyTorch (a PyTorch-vs-PyTorch pair)
     repeat: int = 1  # calls per timed block
+    mode: str = INFERENCE  # "inference" (forward) or "training" (forward + backward)
+    stalled: bool = False  # a side waited for the machine (a scheduler slice): see stats.StallWatch
 
 
 @dataclass(frozen=True)
@@ -34,59 +41,50 @@ class LayerCalibration:
     second_s: float
     ratio: float  # first_s / second_s: 1.0 when nothing changed, give or take the machine's noise
     repeat: int = 1
-
-
-@dataclass(frozen=True)
-class TrainingLatency:
-    """One interleaved pair of forward+backward timings of an instance: PyTorch against what runs now.
-
-    Each side runs the forward on the captured inputs (as leaves that require grad where the model's
-    own forward had them require grad) and the backward of a fixed upstream gradient.
-    """
-
-    kind: ClassVar[str] = "training_latency"
-    pytorch_s: float
-    kernel_s: float
-    speedup: float  # pytorch_s / kernel_s, of this one pair
-    kernel_on: bool = True  # False: the instance ran PyTorch (no kernel runs in training mode)
-    repeat: int = 1
-
-
-@dataclass(frozen=True)
-class TrainingCalibration:
-    """One A/A forward+backward pair: PyTorch against PyTorch (the training noise floor)."""
-
-    kind: ClassVar[str] = "training_calibration"
-    first_s: float
-    second_s: float
-    ratio: float
-    repeat: int = 1
+    mode: str = INFERENCE
 
 
 class _SpeedupSummary:
-    """One line for a verdict: `3.21x [3.10, 3.35] faster` (what tables and the CLI print)."""
+    """One line for a verdict: `3.21x [3.10, 3.35] faster` (what tables and the CLI print).
+
+    Every number here was derived by `measure.comparison.Comparison`; a record only stores them.
+    """
 
     speedup: float
     speedup_low: float
     speedup_high: float
     confidence: float
     verdict: str
+    across_low: float | None
+    across_high: float | None
+    stalled: int
 
     @property
-    def across_runs(self) -> tuple[float, float]:
-        """The interval widened by the noise floor: what another run here may give (stats.across_runs)."""
-        from kernel_explorer.measure.stats import across_runs
+    def across_runs(self) -> tuple[float | None, float | None]:
+        """The interval widened by the noise floor: what another run here may give."""
+        return self.across_low, self.across_high
 
-        return across_runs(self.speedup_low, self.speedup_high, getattr(self, "noise_floor", 0.0))
+    @property
+    def measurable(self) -> bool:
+        """False when the machine stalled the pairs: the verdict then says so, and no number is shown."""
+        return not self.verdict.startswith("not measurable")
 
     @property
     def summary(self) -> str:
+        if not self.measurable:
+            return self.verdict
         text = f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}] {self.verdict}"
         if not getattr(self, "kernel_on", True):
             text = f"kernel off: PyTorch against itself {text}"
         if self.confidence < 0.95 - 1e-9:
             text += f" (only {self.confidence:.0%} sure: too few pairs)"
         return text
+
+    @property
+    def stalled_note(self) -> str:
+        """How many pairs the machine stalled (left out of the numbers), or "" when none did."""
+        pairs = getattr(self, "pairs", "?")
+        return f"{self.stalled} of {pairs} pairs stalled by the machine, left out" if self.stalled else ""
 
 
 @dataclass(frozen=True)
@@ -100,31 +98,29 @@ class _VerdictFields(_SpeedupSummary):
     speedup_high: float
     confidence: float  # the interval's real coverage (below 0.95 with fewer than 6 pairs)
     noise_floor: float  # relative: PyTorch against itself moved this much (A/A)
-    verdict: str  # faster, slower, no difference we can detect here
+    verdict: str  # faster, slower, no difference we can detect here, not measurable here (...)
     accuracy: str  # bitwise equal, rounds differently (as accurate...), less accurate, ...
     stopped_by: str  # pairs (the count asked for), precision (the interval), budget (the time)
     pytorch_s: float = 0.0  # median seconds per call of PyTorch, over the pairs
     kernel_s: float = 0.0  # median seconds per call of the other side
     kernel_on: bool = True  # False: the instances ran PyTorch, the pairs were A/A
     notes: tuple[str, ...] = ()  # plausibility: look twice
+    across_low: float | None = None  # the interval widened by the floor (None: an older record)
+    across_high: float | None = None
+    stalled: int = 0  # pairs where the machine stalled a side
+    mode: str = INFERENCE
 
 
 @dataclass(frozen=True)
 class LayerVerdict(_VerdictFields):
-    """What a layer comparison concluded: the speedup's interval, the noise floor, the verdicts."""
+    """What a layer comparison concluded: the speedup's interval, the noise floor, the verdicts.
 
-    kind: ClassVar[str] = "layer_verdict"
-
-
-@dataclass(frozen=True)
-class TrainingVerdict(_VerdictFields):
-    """What a training-mode layer comparison concluded: forward+backward speedup, gradient accuracy.
-
-    `accuracy` judges the gradients (inputs and weights) of both sides against float64; `notes`
-    carries why no kernel ran when the layer's kernel refuses training mode.
+    In `mode` "training" the speedup is of forward+backward, `accuracy` judges the gradients
+    (inputs and weights) of both sides against float64, and `notes` carry why no kernel ran when
+    the layer's kernel refuses training mode.
     """
 
-    kind: ClassVar[str] = "training_verdict"
+    kind: ClassVar[str] = "layer_verdict"
 
 
 @dataclass(frozen=True)
@@ -209,6 +205,10 @@ class ModelVerdict(_SpeedupSummary):
     confidence: float
     noise_floor: float
     verdict: str
+    across_low: float | None = None
+    across_high: float | None = None
+    stalled: int = 0
+    kernels_on: tuple[str, ...] = ()  # layers with a kernel on during the measure (what Amdahl uses)
 
 
 @dataclass(frozen=True)
@@ -296,9 +296,6 @@ Values = (
     | TimeShare
     | ModelAgreement
     | ModelThroughput
-    | TrainingLatency
-    | TrainingCalibration
-    | TrainingVerdict
     | GradientDivergence
     | TrainingAgreement
     | ModelPair
@@ -320,14 +317,19 @@ VALUE_TYPES: dict[str, type[Values]] = {
         TimeShare,
         ModelAgreement,
         ModelThroughput,
-        TrainingLatency,
-        TrainingCalibration,
-        TrainingVerdict,
         GradientDivergence,
         TrainingAgreement,
         ModelPair,
         RunEvent,
     )
+}
+
+
+#: kinds of older logs -> the kind that holds them now, with mode "training"
+_TRAINING_KINDS = {
+    "training_latency": "layer_latency",
+    "training_calibration": "layer_calibration",
+    "training_verdict": "layer_verdict",
 }
 
 
@@ -378,11 +380,14 @@ class Record:
     def from_dict(cls, data: dict[str, Any]) -> Record:
         """The inverse of `to_dict`; an unknown kind or field raises with the name."""
         kind = data["kind"]
+        fields = dict(data["values"])
+        if kind in _TRAINING_KINDS:  # written before the twins were folded: the mode is a field now
+            kind, fields = _TRAINING_KINDS[kind], {**fields, "mode": TRAINING}
         if kind not in VALUE_TYPES:
             raise ValueError(f"unknown record kind {kind!r}; known: {', '.join(VALUE_TYPES)}")
-        fields = dict(data["values"])
-        if "notes" in fields:
-            fields["notes"] = tuple(fields["notes"])
+        for listed in ("notes", "kernels_on"):  # tuples, written to JSON as lists
+            if listed in fields:
+                fields[listed] = tuple(fields[listed])
         values = VALUE_TYPES[kind](**fields)
         provenance = data.get("provenance")
         if provenance is not None:

@@ -102,6 +102,8 @@ def figures(log: ResultLog) -> list[Any]:
             )
     latency = log.to_pandas("layer_latency")
     if not latency.empty:
+        latency = latency[latency["mode"] == "inference"]  # training pairs: training_summary()
+    if not latency.empty:
         fig = go.Figure()
         for (layer, on), group in latency.groupby(["layer", "kernel_on"], sort=False):
             name = str(layer) if on else f"{layer}: kernel off (PyTorch vs PyTorch)"

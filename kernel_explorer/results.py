@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import statistics
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel_explorer.records import (
+    INFERENCE,
+    TRAINING,
     GradientDivergence,
     LayerCalibration,
     LayerDivergence,
@@ -25,7 +27,6 @@ from kernel_explorer.records import (
     Record,
     TimeShare,
     TrainingAgreement,
-    TrainingVerdict,
 )
 
 if TYPE_CHECKING:
@@ -111,22 +112,18 @@ class ResultLog:
         """
         import pandas as pd
 
-        from kernel_explorer.measure.divergence import accuracy_verdict
-        from kernel_explorer.measure.stats import across_runs, noise_floor, speed_verdict, speedup_interval
+        from kernel_explorer.measure.comparison import KERNEL_OFF, Comparison
 
         grouped: dict[tuple[str, str], dict[str, list[Record]]] = {}
         for record in self.records():
             if record.layer is not None and record.kind.startswith("layer_"):
+                if getattr(record.values, "mode", INFERENCE) != INFERENCE:
+                    continue  # training mode: training_summary()
                 kinds = grouped.setdefault((record.run_id, record.layer), {})
                 kinds.setdefault(record.kind, []).append(record)
         rows = []
         for run_id, layer, kernel, kinds in _per_kernel(grouped):
             timed = [r for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
-            latency = [r.values for r in timed]
-            on = [v for v in latency if v.kernel_on]
-            used = on or latency
-            # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
-            instances = {r.instance for r in timed if r.values.kernel_on == bool(on)}
             aa = [
                 r.values.ratio
                 for r in kinds.get("layer_calibration", [])
@@ -138,21 +135,22 @@ class ResultLog:
             verdicts = [
                 r.values for r in kinds.get("layer_verdict", []) if isinstance(r.values, LayerVerdict)
             ]
+            found = Comparison.of_pairs([r.values for r in timed], aa, divergence)
+            # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
+            instances = {r.instance for r in timed if r.values.kernel_on == found.kernel_on}
             row: dict[str, object] = {
                 "run_id": run_id,
                 "layer": layer,
-                "pairs": len(used),
+                "pairs": found.pairs,
                 "instances": len(instances),
                 "aa_pairs": len(aa),
             }
             if kernel is not None:  # several candidates compared in this run: a row each
                 row["kernel"] = kernel
-            if used:
-                speedups = [v.speedup for v in used]
-                interval = speedup_interval(speedups)
-                floor = noise_floor(aa) if aa else 0.0
-                across_low, across_high = across_runs(interval.low, interval.high, floor)
-                series = pd.Series(speedups)
+            if found.pairs:
+                interval = found.interval
+                across_low, across_high = found.across_runs
+                series = pd.Series(found.speedups)
                 row |= {
                     "speedup_median": interval.median,
                     "speedup_low": interval.low,
@@ -160,18 +158,19 @@ class ResultLog:
                     "confidence": interval.confidence,
                     "speedup_q1": series.quantile(0.25),
                     "speedup_q3": series.quantile(0.75),
-                    "noise_floor": floor,
+                    "noise_floor": found.floor,
                     "across_runs_low": across_low,
                     "across_runs_high": across_high,
-                    "verdict": speed_verdict(interval, floor)
-                    if on
-                    else "PyTorch against PyTorch (kernel off)",
-                    "pytorch_us_median": statistics.median(v.pytorch_s for v in used) * 1e6,
-                    "kernel_us_median": statistics.median(v.kernel_s for v in used) * 1e6,
+                    "stalled_pairs": found.stalled_pairs,
+                    "verdict": found.verdict if found.kernel_on else KERNEL_OFF,
+                    "pytorch_us_median": found.pytorch_median_s * 1e6,
+                    "kernel_us_median": found.kernel_median_s * 1e6,
                 }
+                if not found.measurable:  # no number: the verdict says why
+                    row |= dict.fromkeys(_SPEEDS)
             if divergence:
                 row |= {
-                    "accuracy": accuracy_verdict(divergence),
+                    "accuracy": found.accuracy,
                     "max_abs": max((d.max_abs or 0.0) for d in divergence),
                     "max_ulp": max((d.max_ulp or 0) for d in divergence),
                     "bitwise_equal": statistics.fmean(d.bitwise_equal for d in divergence),
@@ -190,16 +189,16 @@ class ResultLog:
         A layer measured only while its kernel was off compared PyTorch with itself: that is no
         measured speedup, so it does not count here.
         """
+        found = [r for r in self.records("layer_verdict") if isinstance(r.values, LayerVerdict)]
         return {
-            r.layer: r.values
-            for r in self.records("layer_verdict")
-            if r.layer is not None and isinstance(r.values, LayerVerdict) and r.values.kernel_on
+            r.layer: r.values for r in found if r.layer and r.values.kernel_on and r.values.mode == INFERENCE
         }
 
-    def breakdown_summary(self, phase: str = "prefill") -> pd.DataFrame:
+    def breakdown_summary(self, phase: str = "prefill", on: Collection[str] | None = None) -> pd.DataFrame:
         """The last time breakdown of `phase`: each category's share and, with the last measured
         kernel speedup of that layer, Amdahl's model speedup (alone, and if it cost nothing); a last
-        row predicts the model speedup with every measured kernel on."""
+        row predicts the model speedup with every measured kernel on, or with only the layers `on`
+        (the kernels a model run had switched on), named in its category."""
         import pandas as pd
 
         from kernel_explorer.measure.breakdown import amdahl
@@ -210,7 +209,7 @@ class ResultLog:
         rows = []
         for found in sorted(shares, key=lambda v: -v.share):
             verdict = verdicts.get(found.category)
-            speedup = verdict.speedup if verdict is not None else None
+            speedup = verdict.speedup if verdict is not None and verdict.measurable else None
             ceiling, predicted = amdahl(found.share, speedup)
             rows.append(
                 {
@@ -222,13 +221,15 @@ class ResultLog:
                     "model_speedup_predicted": predicted,
                 }
             )
-        measured = [r for r in rows if r["kernel_speedup"] is not None]
-        if measured:
+        measured = [
+            r for r in rows if r["kernel_speedup"] is not None and (on is None or r["category"] in on)
+        ]
+        if measured or on is not None:
             rest = 1.0 - sum(r["share"] for r in measured)
             total = 1.0 / (rest + sum(r["share"] / r["kernel_speedup"] for r in measured))
-            rows.append(
-                {"category": "every measured kernel on", "share": 1 - rest, "model_speedup_predicted": total}
-            )
+            named = ", ".join(str(r["category"]) for r in measured) or "no measured kernel"
+            label = "every measured kernel on" if on is None else f"with {named} on"
+            rows.append({"category": label, "share": 1 - rest, "model_speedup_predicted": total})
         return pd.DataFrame.from_records(rows, columns=None if rows else ["category", "share"])
 
     def latest_shares(self, phase: str = "prefill") -> dict[str, float]:
@@ -244,15 +245,11 @@ class ResultLog:
     def model_summary(self) -> pd.DataFrame:
         """Per run and measure (prefill at each length, decode, training step, compiled prefill):
         speedup, interval, floor, verdict; a training step adds its loss and gradient agreement, and
-        once a time breakdown and layer verdicts exist, prefill rows add the speedup Amdahl predicts."""
+        once a time breakdown and layer verdicts exist, prefill rows add the speedup Amdahl predicts
+        from the kernels that run had on (`predicted_with` names them)."""
         import pandas as pd
 
-        predicted = self.breakdown_summary()
-        total = (
-            predicted[predicted["category"] == "every measured kernel on"]
-            if not predicted.empty
-            else predicted
-        )
+        has_breakdown = bool(self.latest_shares())
         agreements = {
             (r.run_id, r.values.tokens): asdict(r.values)
             for r in self.records("training_agreement")
@@ -265,8 +262,10 @@ class ResultLog:
                 if r.values.measure == "training step":
                     extra = agreements.get((r.run_id, r.values.tokens), {})
                     row |= {k: v for k, v in extra.items() if k not in row}
-                if r.values.measure == "prefill" and not total.empty:
-                    row["predicted_from_layers"] = float(total["model_speedup_predicted"].iloc[0])
+                if r.values.measure == "prefill" and has_breakdown:
+                    last = self.breakdown_summary(on=r.values.kernels_on).iloc[-1]
+                    row["predicted_from_layers"] = float(last["model_speedup_predicted"])
+                    row["predicted_with"] = str(last["category"])
                 rows.append(row)
         return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
 
@@ -286,8 +285,8 @@ class ResultLog:
             if key not in worst or _excess(values) > _excess(worst[key]):
                 worst[key] = values
         rows = []
-        for r in self.records("training_verdict"):
-            if not isinstance(r.values, TrainingVerdict):
+        for r in self.records("layer_verdict"):
+            if not isinstance(r.values, LayerVerdict) or r.values.mode != TRAINING:
                 continue
             v = r.values
             row: dict[str, object] = {"run_id": r.run_id, "layer": r.layer, "summary": v.summary}
@@ -365,13 +364,19 @@ def _per_kernel(
             yield run_id, layer, kid, mine
 
 
+_SPEEDS = ("speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high")
+
+
 def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
     """`runs_agree` per row: False where another run of the same layer has an interval that does not
     overlap this one (the machine changed state between the runs: each interval holds for its own
-    run only); None with a single run."""
+    run only); None with a single run. Rows without a speed (kernel off, not measurable) take no part."""
+    from kernel_explorer.measure.comparison import KERNEL_OFF
+
     by_layer: dict[object, list[dict[str, object]]] = {}
     for row in rows:
-        if "speedup_low" in row and row.get("verdict") != "PyTorch against PyTorch (kernel off)":
+        verdict = str(row.get("verdict", ""))
+        if "speedup_low" in row and verdict != KERNEL_OFF and not verdict.startswith("not measurable"):
             by_layer.setdefault((row["layer"], row.get("kernel")), []).append(row)
     for runs in by_layer.values():
         for row in runs:

@@ -107,3 +107,18 @@ def test_bad_sampling_settings_are_one_line(pairs, precision, budget, message) -
     with pytest.raises(KernelExplorerError, match=message) as info:
         check_sampling(pairs, precision, budget)
     assert "\n" not in str(info.value)
+
+
+def test_a_pair_that_waited_for_the_machine_is_flagged() -> None:
+    """Rotary on 48 tokens under load: PyTorch 35 us, the kernel's parallel region 15 ms a call."""
+    from kernel_explorer.measure.stats import STALL_FACTOR, StallWatch
+
+    watch = StallWatch()
+    assert not watch.observe(35e-6, 36e-6)  # an A/A pair sets the reference
+    assert not watch.observe(35e-6, 9e-6)  # a kernel 4x faster: the reference drops to 9 us
+    assert not watch.observe(36e-6, 9e-6 * STALL_FACTOR * 0.9)  # slow, but within the factor
+    assert watch.observe(35e-6, 15e-3)
+    assert watch.observe(15e-3, 9e-6)  # either side
+    # never less than a plain copy of the op's bytes: a reference faster than a copy is no reference
+    copy_bound = StallWatch(copy_s=1e-3)
+    assert not copy_bound.observe(1e-6, 5e-3)

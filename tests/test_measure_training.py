@@ -27,6 +27,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::kernel_explorer.measure.stats.N
 TOKENS = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(3))
 BUNDLED_OP = re.compile(r"_(rmsnorm|activation|rotary)_cpu_[0-9a-f]+::")
 
+
+def _training(explorer: Explorer, kind: str) -> list:  # type: ignore[type-arg]
+    """The run's records of `kind` measured in training mode."""
+    return [r for r in explorer.results.records(kind) if r.values.mode == "training"]
+
+
 # A pure-Python RMSNorm whose forward matches PyTorch's and whose input gradient is 1% too large.
 WRONG_BACKWARD_RMSNORM = """
 import torch
@@ -94,13 +100,15 @@ def test_training_compare_streams_gradients_pairs_and_a_verdict(explorer: Explor
         assert values.kernel_on and values.dtype == "float32" and values.allclose
         # both sides against float64: the fused backward is as accurate as autograd's, give or take
         assert values.kernel_err64 <= 4 * values.pytorch_err64 + 1e-6
-    assert len(explorer.results.records("training_calibration")) == 4
-    latency = explorer.results.records("training_latency")
+    assert len(_training(explorer, "layer_calibration")) == 4
+    latency = _training(explorer, "layer_latency")
     assert len(latency) == 5 * 3 and all(r.values.kernel_on and r.values.kernel_s > 0 for r in latency)
-    (verdict,) = [r.values for r in explorer.results.records("training_verdict")]
+    (verdict,) = [r.values for r in _training(explorer, "layer_verdict")]
     assert verdict.kernel_on and verdict.pairs == 15 and verdict.speedup_low <= verdict.speedup_high
     assert verdict.accuracy.startswith(("bitwise equal", "rounds differently"))
-    assert not explorer.results.records("layer_verdict")  # training records stay out of inference's
+    # one record class per kind of value: the mode tells training's records from inference's
+    assert {r.values.mode for r in explorer.results.records("layer_verdict")} == {"training"}
+    assert "RMSNorm" not in explorer.results.latest_verdicts()  # the inventory shows inference's
     assert not any(now.is_kernel for now in explorer.running())  # switched on for the run only
     assert all(p.grad is None for p in explorer.model.parameters())  # no gradient left on the model
 
@@ -130,14 +138,14 @@ def test_rotary_gradients_cover_q_and_k_against_float64(explorer: Explorer) -> N
     ]
     assert sorted(v.gradient for v in rotary) == ["input 0", "input 0", "input 1", "input 1"]  # q, k
     assert all(v.kernel_err64 is not None and v.kernel_err64 < 1e-5 for v in rotary)
-    assert {r.layer for r in explorer.results.records("training_verdict")} == {"rotary_pos_emb", "SiLU"}
+    assert {r.layer for r in _training(explorer, "layer_verdict")} == {"rotary_pos_emb", "SiLU"}
 
 
 def test_a_wrong_backward_is_less_accurate_and_the_step_names_where(tmp_path: Path, hub: dict) -> None:
     """The checks can fail: a backward 1% off is 'less accurate' at layer level and visible in the step."""
     explorer = _with_repo(tmp_path, WRONG_BACKWARD_RMSNORM)
     explorer.compare("RMSNorm", instances="model.norm", pairs=1, calibration_pairs=1, mode="training")
-    (verdict,) = [r.values for r in explorer.results.records("training_verdict")]
+    (verdict,) = [r.values for r in _training(explorer, "layer_verdict")]
     assert verdict.kernel_on and verdict.accuracy.startswith("less accurate")
     by = {r.values.gradient: r.values for r in explorer.results.records("gradient_divergence")}
     assert by["input 0"].kernel_err64 > 100 * by["input 0"].pytorch_err64
@@ -163,10 +171,10 @@ def test_a_kernel_without_backward_is_refused_with_the_reason(tmp_path: Path, hu
     explorer.on("RMSNorm")
     assert all(now.is_kernel for now in explorer.running("RMSNorm"))
     explorer.compare("RMSNorm", pairs=2, calibration_pairs=2, mode="training")
-    (verdict,) = [r.values for r in explorer.results.records("training_verdict")]
+    (verdict,) = [r.values for r in _training(explorer, "layer_verdict")]
     assert not verdict.kernel_on and any("does not support training" in note for note in verdict.notes)
     assert verdict.summary.startswith("kernel off")
-    assert not any(r.values.kernel_on for r in explorer.results.records("training_latency"))
+    assert not any(r.values.kernel_on for r in _training(explorer, "layer_latency"))
     assert all(now.is_kernel for now in explorer.running("RMSNorm"))  # the inference switch is back
 
 

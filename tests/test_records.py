@@ -24,9 +24,6 @@ def test_every_kind_is_one_value_class() -> None:
         "time_share",
         "model_agreement",
         "model_throughput",
-        "training_latency",
-        "training_calibration",
-        "training_verdict",
         "gradient_divergence",
         "training_agreement",
         "model_pair",
@@ -43,6 +40,16 @@ def test_round_trip_through_the_dict_form() -> None:
     data = record.to_dict()
     assert data["kind"] == "layer_latency" and data["values"]["speedup"] == 2.0
     assert Record.from_dict(json.loads(json.dumps(data))) == record  # through JSON: tuples come back
+
+
+def test_training_records_of_older_logs_load_as_the_folded_kinds() -> None:
+    """The twins (TrainingLatency, TrainingCalibration, TrainingVerdict) were folded into the layer
+    kinds with a `mode` field; a log written before still loads."""
+    data = Record("run-1", LayerLatency(2e-6, 1e-6, 2.0), "RMSNorm", "model.norm").to_dict()
+    data["kind"] = "training_latency"
+    del data["values"]["mode"], data["values"]["stalled"]
+    loaded = Record.from_dict(data)
+    assert loaded.kind == "layer_latency" and loaded.values.mode == "training"
 
 
 def test_a_renamed_field_fails_by_name_not_silently() -> None:

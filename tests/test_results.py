@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kernel_explorer.records import LayerDivergence, LayerLatency, Record, RunEvent
 from kernel_explorer.results import ResultLog
 
@@ -104,3 +106,34 @@ def test_export_by_suffix_and_its_errors(tmp_path: Path) -> None:
         log.export(tmp_path / "r.xlsx")
     with pytest.raises(KernelExplorerError, match="does not exist"):
         log.export(tmp_path / "missing" / "r.csv")
+
+
+def _breakdown_and_verdicts(on: tuple[str, ...]) -> ResultLog:
+    """A breakdown (RMSNorm 2%, SiLU 4% of prefill), both layers measured, and a model run with `on`."""
+    from kernel_explorer.measure.comparison import Comparison
+    from kernel_explorer.records import LayerVerdict, ModelVerdict, TimeShare
+
+    records = [
+        Record("b", TimeShare("prefill", 16, name, share / 1e3, share / 100, 0.0))
+        for name, share in (("RMSNorm", 2.0), ("SiLU", 4.0), ("rest", 94.0))
+    ]
+    for name, speedup in (("RMSNorm", 3.0), ("SiLU", 2.0)):
+        found = Comparison((speedup,) * 12)
+        records.append(
+            Record("c", LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs"), name)
+        )  # type: ignore[arg-type]
+    model = Comparison((1.01,) * 7)
+    records.append(Record("m", ModelVerdict(measure="prefill", tokens=16, **model.fields(), kernels_on=on)))  # type: ignore[arg-type]
+    return ResultLog(records)
+
+
+def test_amdahl_predicts_from_the_kernels_the_model_run_had_on_and_says_which() -> None:
+    """%kernels bench printed 1.13x predicted with only RMSNorm (2%) on: every measured kernel counted."""
+    (row,) = _breakdown_and_verdicts(("RMSNorm",)).model_summary().to_dict("records")
+    assert row["predicted_with"] == "with RMSNorm on"
+    assert row["predicted_from_layers"] == pytest.approx(1 / (0.98 + 0.02 / 3.0))
+    (none,) = _breakdown_and_verdicts(()).model_summary().to_dict("records")
+    assert none["predicted_with"] == "with no measured kernel on" and none["predicted_from_layers"] == 1.0
+    (both,) = _breakdown_and_verdicts(("RMSNorm", "SiLU")).model_summary().to_dict("records")
+    assert both["predicted_from_layers"] == pytest.approx(1 / (0.94 + 0.02 / 3.0 + 0.04 / 2.0))
+    assert both["predicted_with"] == "with SiLU, RMSNorm on"  # in order of share

@@ -11,26 +11,25 @@ meantime are left as the user made them.
 from __future__ import annotations
 
 import contextlib
-import statistics
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
-from kernel_explorer.measure.divergence import accuracy_verdict, divergence, float64_reference
-from kernel_explorer.measure.plausibility import ignores_its_input, plausibility_notes, tensor_bytes
+from kernel_explorer.measure.comparison import Comparison
+from kernel_explorer.measure.divergence import divergence, float64_reference
+from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
 from kernel_explorer.measure.provenance import provenance
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
+    StallWatch,
     StopRule,
     check_sampling,
-    noise_floor,
-    speedup_interval,
-    verdict_fields,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 from kernel_explorer.records import (
+    INFERENCE,
     GradientDivergence,
     LayerCalibration,
     LayerDeterminism,
@@ -39,14 +38,10 @@ from kernel_explorer.records import (
     LayerVerdict,
     Provenance,
     Record,
-    TrainingCalibration,
-    TrainingLatency,
-    TrainingVerdict,
 )
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
-V = TypeVar("V", LayerVerdict, TrainingVerdict)
 
 if TYPE_CHECKING:
     from kernel_explorer.switchboard import Switchboard
@@ -169,8 +164,7 @@ def compare_layer(
             lambda call, values: Record(run_id, values, name, call[0], provenance=origin(*call)),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
-            calibration=LayerCalibration,
-            latency=LayerLatency,
+            stalls=lambda call: StallWatch(copy_seconds(2 * tensor_bytes(call[1], call[2]))),
         )
         if not conclude:
             return
@@ -189,27 +183,32 @@ def interleaved_series(
     *,
     calibration_pairs: int,
     stop: StopRule,
-    calibration: type[LayerCalibration] | type[TrainingCalibration],
-    latency: type[LayerLatency] | type[TrainingLatency],
-) -> Generator[Record, None, tuple[list[float], list[Any], str]]:
+    stalls: Callable[[Any], StallWatch],
+    mode: str = INFERENCE,
+) -> Generator[Record, None, tuple[list[float], list[LayerLatency], str]]:
     """A/A pairs, then interleaved pairs round-robin over `items` until `stop` says; yields a record
     per pair and returns (A/A ratios, samples, why it stopped).
 
-    The one loop of every comparison (inference and training): `pair(item, index, aa)` times one
-    pair, `record(item, values)` the record it makes for that item.
+    The one loop of every comparison (inference and training, `mode`): `pair(item, index, aa)`
+    times one pair, `record(item, values)` the record it makes for that item; `stalls(item)` makes
+    the watch that flags that item's pairs where the machine, not the op, took the time (one per
+    item: instances of one layer may differ in size, as a model's Linear layers do).
     """
+    watches = [stalls(item) for item in items]
     aa_ratios: list[float] = []
     for index in range(calibration_pairs):
         item = items[index % len(items)]
         first, second, _, repeat = pair(item, index, True)
+        watches[index % len(items)].observe(first, second)
         aa_ratios.append(first / second)
-        yield record(item, calibration(first, second, first / second, repeat))
-    samples: list[Any] = []
+        yield record(item, LayerCalibration(first, second, first / second, repeat, mode=mode))
+    samples: list[LayerLatency] = []
     stopped_by = None
     while stopped_by is None:
-        for item in items:
+        for item, watch in zip(items, watches, strict=True):
             t_pytorch, t_other, on, repeat = pair(item, stop.rounds, False)
-            sample = latency(t_pytorch, t_other, t_pytorch / t_other, on, repeat)
+            stalled = watch.observe(t_pytorch, t_other)
+            sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat, mode, stalled)
             samples.append(sample)
             yield record(item, sample)
         stopped_by = stop.after_round([s.speedup for s in samples])
@@ -217,42 +216,31 @@ def interleaved_series(
 
 
 def layer_verdict(
-    samples: Sequence[LayerLatency | TrainingLatency],
+    samples: Sequence[LayerLatency],
     aa_ratios: list[float],
     divergences: Sequence[LayerDivergence | GradientDivergence],
     calls: list[Call],
     ignores_input: bool,
     stopped_by: str,
-    cls: type[V] = LayerVerdict,  # type: ignore[assignment]
-) -> V:
-    """The layer's conclusion from its samples: pairs on a kernel when there are any, else A/A.
-
-    `cls` is `LayerVerdict`, or `TrainingVerdict` for forward+backward pairs and gradients.
-    """
-    on = [s for s in samples if s.kernel_on]
-    used = on or samples
-    interval = speedup_interval([s.speedup for s in used])
-    floor = noise_floor(aa_ratios) if aa_ratios else 0.0
+    mode: str = INFERENCE,
+) -> LayerVerdict:
+    """The layer's conclusion: its `Comparison` (pairs on a kernel when there are any, else A/A)."""
+    found = Comparison.of_pairs(samples, aa_ratios, divergences)
     _, args, kwargs = calls[0]
-    kernel_s = statistics.median(s.kernel_s for s in used)
-    pytorch_s = statistics.median(s.pytorch_s for s in used)
-    notes = plausibility_notes(
-        interval if on else None,
-        kernel_s=kernel_s if on else None,
+    notes = found.notes(
         bytes_moved=2 * tensor_bytes(args, kwargs),  # inputs read, and an output at least that large
         ignores_input=ignores_input,
-        pytorch_s=pytorch_s,
     )
-    return cls(
-        pairs=len(used),
+    return LayerVerdict(
         instances=len(calls),
-        **verdict_fields(interval, floor),  # type: ignore[arg-type]
-        accuracy=accuracy_verdict(divergences),
+        **found.fields(),  # type: ignore[arg-type]
+        accuracy=found.accuracy,
         stopped_by=stopped_by,
-        pytorch_s=pytorch_s,
-        kernel_s=kernel_s,
-        kernel_on=bool(on),
+        pytorch_s=found.pytorch_median_s,
+        kernel_s=found.kernel_median_s,
+        kernel_on=found.kernel_on,
         notes=notes,
+        mode=mode,
     )
 
 

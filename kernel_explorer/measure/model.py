@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
-from kernel_explorer.measure.stats import noise_floor, speedup_interval, verdict_fields
+from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.timing import Clock
 from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
 
@@ -40,9 +40,24 @@ def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
         return clock.per_call(fn, 1)
 
 
-def model_verdict(measure: str, tokens: int, speedups: list[float], floor: float) -> ModelVerdict:
-    interval = speedup_interval(speedups)
-    return ModelVerdict(measure=measure, tokens=tokens, pairs=interval.n, **verdict_fields(interval, floor))  # type: ignore[arg-type]
+def kernels_on(board: Switchboard) -> tuple[str, ...]:
+    """The layers with a kernel on in at least one instance now (what a model measure ran with)."""
+    return tuple(sorted({now.layer_name for now in board.running() if now.is_kernel}))
+
+
+def model_verdict(
+    measure: str,
+    tokens: int,
+    speedups: list[float],
+    aa_ratios: list[float],
+    floor_hint: float = 0.0,
+    *,
+    on: tuple[str, ...] = (),
+) -> ModelVerdict:
+    """The verdict of one model measure, from its `Comparison` (A/A ratios give its floor; without
+    any, `floor_hint`); `on`: the layers whose kernels the measure ran (`kernels_on`)."""
+    found = Comparison(tuple(speedups), tuple(aa_ratios), floor_hint=floor_hint)
+    return ModelVerdict(measure=measure, tokens=tokens, **found.fields(), kernels_on=on)  # type: ignore[arg-type]
 
 
 def compare_prefill(
@@ -63,18 +78,17 @@ def compare_prefill(
     inputs = {length: {"input_ids": token_ids(vocab_size, length)} for length in lengths}
     for length in lengths:
         run_model(board.model, inputs[length])  # warm-up, also checks the model accepts them
-    floors: dict[int, float] = {}
+    aa: dict[int, list[float]] = {}
     for length in lengths:
 
         def forward(kwargs: dict[str, Any] = inputs[length]) -> None:
             run_model(board.model, kwargs)
 
         with all_pytorch(board):
-            ratios = [
+            aa[length] = [
                 _timed(clock, board, forward) / _timed(clock, board, forward)
                 for _ in range(calibration_pairs)
             ]
-        floors[length] = noise_floor(ratios) if ratios else 0.0
     speedups: dict[int, list[float]] = {length: [] for length in lengths}
     for index in range(pairs):
         for length in lengths:
@@ -94,7 +108,9 @@ def compare_prefill(
             yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s))
     for length in lengths:
         if speedups[length]:
-            yield Record(run_id, model_verdict("prefill", length, speedups[length], floors[length]))
+            yield Record(
+                run_id, model_verdict("prefill", length, speedups[length], aa[length], on=kernels_on(board))
+            )
 
 
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
@@ -138,7 +154,9 @@ def compare_decode(
         speedups.append(values.speedup)
         yield Record(run_id, values)
     if speedups:
-        yield Record(run_id, model_verdict("decode", new_tokens, speedups, noise_floor_hint))
+        yield Record(
+            run_id, model_verdict("decode", new_tokens, speedups, [], noise_floor_hint, on=kernels_on(board))
+        )
 
 
 def compare_outputs(

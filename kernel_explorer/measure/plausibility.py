@@ -73,6 +73,11 @@ def copy_bandwidth(nbytes: int) -> float:
     return _copy_bandwidth_bucket(max(12, min(31, int(nbytes).bit_length() - 1)))
 
 
+def copy_seconds(nbytes: int) -> float:
+    """Seconds a plain copy of `nbytes` (read and written, all told) takes here; 0 for nothing."""
+    return nbytes / copy_bandwidth(nbytes) if nbytes > 0 else 0.0
+
+
 def tensor_bytes(*values: Any) -> int:
     """Bytes of every tensor in `values` (nested args and kwargs included)."""
     import torch

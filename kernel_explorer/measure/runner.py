@@ -4,25 +4,36 @@ A measurement is a generator of records; the runner appends each record as it co
 cancellation between records, so a cancel stops within one sample. Closing a generator runs its
 `finally` blocks, which is where measurements put back any switch state they changed; that also
 happens on errors and on KeyboardInterrupt (a foreground run re-raises it after cleaning up).
+
+A worker-thread run first releases the starting thread's idle OpenMP pool (`measure/openmp.py`),
+so its kernels run with the CPUs' only pool, as a foreground run's do: the same call costs the
+same on either thread. Runs still going when the interpreter exits are cancelled and joined by an
+`atexit` hook (their `finally` blocks put the switches back); a daemon thread left inside torch's
+C++ while the interpreter finalizes aborts the process ("terminate called without an active
+exception").
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kernel_explorer.measure.openmp import release_thread_pool
 from kernel_explorer.records import Provenance, Record, RunEvent
 from kernel_explorer.results import ResultLog
 
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
 
 _run_numbers = itertools.count(1)
+EXIT_JOIN_S = 30.0  # at exit, how long to wait for a run to finish its sample and put switches back
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: one handle per run
 class RunHandle:
     """A started run: cancel it, wait for it, read how it ended."""
 
@@ -74,6 +85,8 @@ class Runner:
         self._names.add(run_id)
         handle = RunHandle(run_id=run_id)
         if background:
+            release_thread_pool()  # the worker's parallel regions get the only OpenMP pool
+            _going.add(handle)
             handle.thread = threading.Thread(
                 target=self._run,
                 args=(handle, measurements),
@@ -120,3 +133,19 @@ class Runner:
             detail = f"{type(error).__name__}: {error}"
         append(Record(handle.run_id, RunEvent(handle.outcome, detail)))
         handle._done.set()
+
+
+_going: weakref.WeakSet[RunHandle] = weakref.WeakSet()  # background runs, until they are collected
+
+
+@atexit.register
+def stop_runs_at_exit() -> None:
+    """Cancel every background run still going and wait for it: its switches are put back and its
+    thread leaves torch's C++ before the interpreter finalizes (a daemon thread inside it aborts)."""
+    going = [handle for handle in list(_going) if not handle.done]
+    for handle in going:
+        handle.cancel()
+    for handle in going:
+        handle.wait(EXIT_JOIN_S)
+        if handle.thread is not None:
+            handle.thread.join(EXIT_JOIN_S)

@@ -37,6 +37,7 @@ DEFAULT_PRECISION = 0.05  # adaptive runs stop once the interval's half-width is
 DEFAULT_BUDGET_S = 10.0  # ... or after this many seconds per layer
 HIGH_NOISE = 0.10  # an A/A floor above 10% gets a one-line warning
 IMPLAUSIBLE_SPEEDUP = 10.0
+STALL_FACTOR = 25.0  # a side this many times slower than the comparison's fastest time waited for the machine
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -171,20 +172,31 @@ class StopRule:
         return None
 
 
+class StallWatch:
+    """Flags a pair where a side waited for the machine rather than ran: slower than `STALL_FACTOR`
+    times the comparison's reference time.
+
+    The reference is the fastest per-call time seen so far on either side (the A/A pairs come
+    first, so PyTorch's own time is known before any kernel pair), and never less than a plain
+    copy of the op's bytes here. Why: on a loaded 2-core guest a kernel's parallel region waits
+    for its second thread to be scheduled, a slice of several milliseconds; rotary on 48 tokens
+    then took 10-20 ms a call against PyTorch's 35 us, and its "speedup" read 0.00x. Such a pair
+    says nothing about the kernel; `Comparison` counts these and calls the comparison "not
+    measurable here" when they decide its interval.
+    """
+
+    def __init__(self, copy_s: float = 0.0) -> None:
+        self.fastest = math.inf
+        self.copy_s = copy_s
+
+    def observe(self, *seconds: float) -> bool:
+        """Take one pair's per-call times; True when the pair stalled."""
+        self.fastest = min(self.fastest, *seconds)
+        return max(seconds) > STALL_FACTOR * max(self.fastest, self.copy_s)
+
+
 class NoisyMachineWarning(UserWarning):
     """PyTorch against itself moved more than `HIGH_NOISE` here: small differences are not findings."""
-
-
-def verdict_fields(interval: Interval, floor: float) -> dict[str, float | str]:
-    """The fields every verdict record shares: the median, its interval, the floor, the verdict."""
-    return {
-        "speedup": interval.median,
-        "speedup_low": interval.low,
-        "speedup_high": interval.high,
-        "confidence": interval.confidence,
-        "noise_floor": floor,
-        "verdict": speed_verdict(interval, floor),
-    }
 
 
 def noise_warning(floor: float) -> str | None:

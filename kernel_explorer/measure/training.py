@@ -34,15 +34,15 @@ from kernel_explorer.measure.layers import (
     layer_verdict,
 )
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION, StopRule, check_sampling
-from kernel_explorer.measure.timing import Clock, interleaved_pair
-from kernel_explorer.records import (
-    GradientDivergence,
-    Record,
-    TrainingCalibration,
-    TrainingLatency,
-    TrainingVerdict,
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    StallWatch,
+    StopRule,
+    check_sampling,
 )
+from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.records import TRAINING, GradientDivergence, Record
 
 if TYPE_CHECKING:
     import torch
@@ -213,7 +213,7 @@ def compare_layer_training(
     """Gradient divergence per instance, an A/A calibration, forward+backward pairs, then a verdict.
 
     `captured` must come from a capture with autograd on (`capture_inputs(..., grad=True)`). Pairs
-    stop like `compare_layer`'s (`StopRule`); the last record is a `TrainingVerdict`.
+    stop like `compare_layer`'s (`StopRule`); the last record is a `LayerVerdict` in mode "training".
     """
     check_sampling(pairs, precision, budget_s)
     calls = calls_for(captured, name, board.select(name, instances))
@@ -247,10 +247,10 @@ def compare_layer_training(
             lambda step, values: Record(run_id, values, name, step.path, provenance=origin[step.path]),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
-            calibration=TrainingCalibration,
-            latency=TrainingLatency,
+            stalls=lambda step: StallWatch(),  # forward+backward: no copy of the forward's bytes bounds it
+            mode=TRAINING,
         )
-        verdict = layer_verdict(samples, aa_ratios, found, calls, False, stopped_by, cls=TrainingVerdict)
+        verdict = layer_verdict(samples, aa_ratios, found, calls, False, stopped_by, mode=TRAINING)
         if refused:  # the instances a kernel refused for training ran PyTorch: say why
             verdict = dataclasses.replace(verdict, notes=(*verdict.notes, *refused))
         yield Record(run_id, verdict, name, provenance=origin[calls[0][0]])

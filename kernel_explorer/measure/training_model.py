@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import first_tensor, run_model
-from kernel_explorer.measure.model import all_pytorch, model_verdict, token_ids
-from kernel_explorer.measure.stats import noise_floor
+from kernel_explorer.measure.model import all_pytorch, kernels_on, model_verdict, token_ids
 from kernel_explorer.measure.timing import Clock
 from kernel_explorer.measure.training import kernels_in_mode
 from kernel_explorer.records import ModelPair, Record, TrainingAgreement
@@ -162,8 +161,7 @@ def compare_training_step(
                 yield Record(
                     run_id, ModelPair(TRAINING_STEP, length, pytorch_s, kernel_s, pytorch_s / kernel_s)
                 )
-            floor = noise_floor(ratios) if ratios else 0.0
-            yield Record(run_id, model_verdict(TRAINING_STEP, length, speedups, floor))
+            yield Record(run_id, model_verdict(TRAINING_STEP, length, speedups, ratios, on=kernels_on(board)))
 
 
 def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -215,5 +213,6 @@ def compare_compiled(
                 speedups.append(pytorch_s / kernel_s)
                 pair = ModelPair(COMPILED_PREFILL, length, pytorch_s, kernel_s, pytorch_s / kernel_s)
                 yield Record(run_id, pair)
-            floor = noise_floor(ratios) if ratios else 0.0
-            yield Record(run_id, model_verdict(COMPILED_PREFILL, length, speedups, floor))
+            yield Record(
+                run_id, model_verdict(COMPILED_PREFILL, length, speedups, ratios, on=kernels_on(board))
+            )

@@ -145,7 +145,7 @@ class Dashboard:
             if event == "failed":
                 self.show_error(detail or "the run failed")
             else:
-                self.status.value = f"Run {record.run_id} {event}; {self.plots.points()} pairs timed."
+                self.status.value = f"Run {record.run_id} {event}; {self.plots.pairs_received()} pairs timed."
             self.table.refresh()
             self.refresh_snapshot()
             self.refresh_downloads()

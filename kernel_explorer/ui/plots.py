@@ -2,7 +2,10 @@
 model throughput and divergence, fed by ResultLog records in batches.
 
 Records arrive on the measurement thread; they are buffered and drawn every `interval` seconds in
-one `batch_update`, so the browser gets one message per batch instead of one per sample. The plots
+one `batch_update`, so the browser gets one message per batch instead of one per sample. Inside
+`batch_update` a trace's `x` reads what it was before the block, so points are kept here, per
+trace, and each trace is assigned once per batch: every pair logged is drawn (a trace longer than
+`MAX_DRAWN` shows the median of each run of consecutive pairs, and its legend says so). The plots
 follow the latest run: a run's start clears them (its records stay in the log and the report).
 Conventions shared with the report: a log speedup axis with a dotted 1x line, units on every axis
 and hover, pairs of instances on PyTorch drawn apart (open grey markers) and never in a bar.
@@ -15,9 +18,11 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
+from kernel_explorer.measure.comparison import Comparison
+from kernel_explorer.measure.stats import MIN_PAIRS
 from kernel_explorer.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
+    INFERENCE,
     LayerDivergence,
     LayerLatency,
     LayerVerdict,
@@ -29,6 +34,30 @@ from kernel_explorer.results import ResultLog
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
+MAX_DRAWN = 3000  # points per per-pair trace; beyond, each point is the median of consecutive pairs
+
+
+class _Series:
+    """The points of one trace, kept here: the figure is assigned all of them once per batch."""
+
+    def __init__(self) -> None:
+        self.x: list[float] = []
+        self.y: list[float] = []
+        self.text: list[str] = []
+
+    def drawn(self) -> tuple[list[float], list[float], list[str], int]:
+        """The points to draw and how many pairs each stands for (1: every pair as it is)."""
+        n = len(self.x)
+        step = -(-n // MAX_DRAWN)  # ceil: consecutive pairs per point
+        if step <= 1:
+            return self.x, self.y, self.text, 1
+        x, y, text = [], [], []
+        for start in range(0, n, step):
+            ys = sorted(self.y[start : start + step])
+            x.append(self.x[start])
+            y.append(ys[len(ys) // 2])
+            text.append(f"median of {len(ys)} pairs: {y[-1]:.2f}x")
+        return x, y, text, step
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -116,6 +145,11 @@ class LivePlots:
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
         self._start: float | None = None
         self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
+        self._series: dict[str, _Series] = {}  # per-pair trace name -> every point of this run
+        self._throughput = _Series()
+        self._dirty: set[str] = set()  # traces with points not yet assigned to the figure
+        self._received = 0  # latency records of this run received (drawn or pending)
+        self._receiving: str | None = None
         self._verdicts: dict[str, LayerVerdict] = {}
         self._worst: dict[str, dict[str, float]] = defaultdict(dict)
         self._unsubscribe = log.subscribe(self._on_record)
@@ -130,6 +164,16 @@ class LivePlots:
     def _on_record(self, record: Record) -> None:
         with self._lock:
             self._pending.append(record)
+            if isinstance(record.values, LayerLatency) and record.layer and record.values.mode == INFERENCE:
+                if record.run_id != self._receiving:
+                    self._receiving, self._received = record.run_id, 0
+                self._received += 1
+
+    def pairs_received(self) -> int:
+        """Per-pair records of the latest run received so far: what the status line counts (every
+        one is drawn by the next flush)."""
+        with self._lock:
+            return self._received
 
     def mark_switch(self, when: float) -> None:
         """A dashed line on the per-pair plot where a switch happened during the run (time.time())."""
@@ -162,6 +206,7 @@ class LivePlots:
                 stack.enter_context(figure.batch_update())
             for record in batch:
                 self._draw(record)
+            self._assign_points()
             self._draw_speedup_bars()
         for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
             if self._start is not None:
@@ -173,6 +218,9 @@ class LivePlots:
         self._samples.clear()
         self._verdicts.clear()
         self._worst.clear()
+        self._series.clear()
+        self._throughput = _Series()
+        self._dirty.clear()
         self.latency.data = ()
         self.latency.layout.shapes = (one_x_line(),)
         self.throughput.data[0].x, self.throughput.data[0].y = (), ()
@@ -185,8 +233,10 @@ class LivePlots:
         for name in layers:
             samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
             if len(samples) >= MIN_PAIRS or (samples and verdict is None):
-                found = speedup_interval(samples)
+                found = Comparison(tuple(samples)).interval
                 shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
+            elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
+                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict))
             elif verdict is not None:
                 what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
                 shown.append(
@@ -204,17 +254,21 @@ class LivePlots:
         bars.y = [s[1] for s in shown]
         bars.error_y.array = [s[3] - s[1] for s in shown]
         bars.error_y.arrayminus = [s[1] - s[2] for s in shown]
-        bars.text = [f"{s[1]:.2f}x" for s in shown]
+        bars.text = ["not measurable" if s[5].startswith("not measurable") else f"{s[1]:.2f}x" for s in shown]
         bars.customdata = [f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown]
         bars.marker.color = [verdict_colour(s[2], s[3], s[4]) for s in shown]
 
     def _trace(self, layer: str, kernel_on: bool) -> Any:
+        """The per-pair trace of `layer` (kernel on or off), keyed by its `legendgroup`: its name
+        changes when it is decimated."""
         name = layer if kernel_on else f"{layer}: kernel off (PyTorch vs PyTorch)"
         for trace in self.latency.data:
-            if trace.name == name:
+            if trace.legendgroup == name:
                 return trace
         marker = {"symbol": "circle"} if kernel_on else {"symbol": "circle-open", "color": UNSURE_COLOUR}
-        self.latency.add_scatter(x=[], y=[], mode="markers", name=name, marker=marker, hovertext=[])
+        self.latency.add_scatter(
+            x=[], y=[], mode="markers", name=name, legendgroup=name, marker=marker, hovertext=[]
+        )
         return self.latency.data[-1]
 
     def _draw(self, record: Record) -> None:
@@ -227,25 +281,28 @@ class LivePlots:
             return
         if record.run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
             self._reset(record.run_id, self._starts.pop(record.run_id, record.time))
-        seconds = record.time - (self._start or record.time)
+        seconds = record.time - (record.time if self._start is None else self._start)
+        if getattr(values, "mode", INFERENCE) != INFERENCE:
+            return  # training pairs: training_summary() and the report
         if isinstance(values, LayerLatency) and record.layer:
-            trace = self._trace(record.layer, values.kernel_on)
-            trace.x = (*trace.x, seconds)
-            trace.y = (*trace.y, values.speedup)
-            trace.hovertext = (
-                *(trace.hovertext or ()),
+            name = self._trace(record.layer, values.kernel_on).legendgroup
+            series = self._series.setdefault(name, _Series())
+            series.x.append(seconds)
+            series.y.append(values.speedup)
+            series.text.append(
                 f"{values.speedup:.2f}x: PyTorch {values.pytorch_s * 1e6:.1f} us, "
-                f"{'kernel' if values.kernel_on else 'PyTorch again'} {values.kernel_s * 1e6:.1f} us",
+                f"{'kernel' if values.kernel_on else 'PyTorch again'} {values.kernel_s * 1e6:.1f} us"
             )
-            if values.kernel_on:
+            self._dirty.add(name)
+            if values.kernel_on and not values.stalled:  # a stalled pair measured the machine
                 self._samples[record.layer].append(values.speedup)
         elif isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
             self._verdicts[record.layer] = values
             self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
         elif isinstance(values, ModelThroughput):
-            line = self.throughput.data[0]
-            line.x = (*line.x, seconds)
-            line.y = (*line.y, values.tokens_s)
+            self._throughput.x.append(seconds)
+            self._throughput.y.append(values.tokens_s)
+            self._dirty.add("")  # "": the throughput line
         elif isinstance(values, LayerDivergence) and record.layer:
             worst = self._worst[record.layer]
             measured = {
@@ -273,9 +330,28 @@ class LivePlots:
                 for n in layers
             ]
 
+    def _assign_points(self) -> None:
+        """Each trace with new points gets all of them, in one assignment (see the module doc)."""
+        for name in self._dirty:
+            if name == "":
+                line = self.throughput.data[0]
+                line.x, line.y = list(self._throughput.x), list(self._throughput.y)
+                continue
+            trace = self._trace_named(name)
+            x, y, text, step = self._series[name].drawn()
+            trace.x, trace.y, trace.hovertext = list(x), list(y), list(text)
+            pairs = len(self._series[name].x)
+            trace.name = name if step == 1 else f"{name} (median of each {step} of {pairs:,} pairs)"
+        self._dirty.clear()
+
     def points(self) -> int:
-        """Latency points drawn so far in this run (what the browser test waits for)."""
-        return sum(len(trace.x) for trace in self.latency.data)
+        """Pairs drawn so far in this run, each point counted for the pairs it stands for: after a
+        flush, the per-pair records of the run (what the browser test waits for)."""
+        with self._drawing:  # not while the flush thread adds traces
+            return sum(len(series.x) for name, series in self._series.items() if name not in self._dirty)
+
+    def _trace_named(self, name: str) -> Any:
+        return next(trace for trace in self.latency.data if trace.legendgroup == name)
 
 
 def static_html(log: ResultLog) -> str:

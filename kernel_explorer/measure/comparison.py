@@ -1,0 +1,180 @@
+"""One comparison's pairs, and everything a view says about them, derived in one place.
+
+A `Comparison` owns the interleaved pairs of one layer (or one model measure) in one run, its A/A
+pairs and its divergences, and derives the median speedup, its 95% interval, the interval across
+runs, the A/A noise floor, the verdict, how many pairs the machine stalled, and the accuracy
+verdict. The measurement builds one to close a layer (`LayerVerdict`), `ResultLog.layer_summary`
+builds one per run and layer from the log, the live plots one per layer so far: every view reads
+the same numbers because they come from the same arithmetic (`measure/stats.py` holds the
+primitives; nothing else calls them).
+
+A pair counts toward a kernel's speedup only when the instance ran a kernel; a comparison whose
+pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A pair the machine
+stalled (`stats.StallWatch`: a side waited a scheduler slice) measures the machine, not the kernel:
+it is counted, and left out of the median and the interval. When half the pairs or more stalled,
+or the interval still reaches 0, the comparison is "not measurable here", not a speed.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kernel_explorer.measure.stats import (
+    FASTER,
+    SLOWER,
+    Interval,
+    across_runs,
+    noise_floor,
+    speed_verdict,
+    speedup_interval,
+)
+
+if TYPE_CHECKING:
+    from kernel_explorer.records import GradientDivergence, LayerDivergence, LayerLatency
+
+KERNEL_OFF = "PyTorch against PyTorch (kernel off)"
+UNMEASURABLE_LOW = 0.01  # an interval whose low end reads 0.00x measured the machine, not the kernel
+UNMEASURABLE_SHARE = 0.5  # ... and so did a comparison half of whose pairs stalled (its median would be one)
+
+
+def not_measurable(stalled: int, pairs: int) -> str:
+    """The verdict of a comparison the machine stalled: no number, and why."""
+    return f"not measurable here (the machine stalled {stalled} of {pairs} pairs)"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The pairs of one comparison and what they say (see the module doc)."""
+
+    all_speedups: tuple[float, ...]  # per pair, in time order: PyTorch time over the other side's
+    aa_ratios: tuple[float, ...] = ()  # A/A pairs: PyTorch over PyTorch
+    all_pytorch_s: tuple[float, ...] = ()  # per pair, when known
+    all_kernel_s: tuple[float, ...] = ()
+    stalled: tuple[bool, ...] = ()  # per pair: a side waited for the machine (none when empty)
+    kernel_on: bool = True  # False: every pair ran PyTorch on both sides
+    divergences: tuple[LayerDivergence | GradientDivergence, ...] = ()
+    floor_hint: float = 0.0  # the floor to use without A/A pairs of its own (decode borrows prefill's)
+
+    @classmethod
+    def of_pairs(
+        cls,
+        pairs: Sequence[LayerLatency],
+        aa_ratios: Sequence[float] = (),
+        divergences: Sequence[LayerDivergence | GradientDivergence] = (),
+    ) -> Comparison:
+        """From latency pairs: those that ran a kernel when there are any, else all (A/A)."""
+        on = [p for p in pairs if p.kernel_on]
+        used = on or list(pairs)
+        return cls(
+            all_speedups=tuple(p.speedup for p in used),
+            aa_ratios=tuple(aa_ratios),
+            all_pytorch_s=tuple(p.pytorch_s for p in used),
+            all_kernel_s=tuple(p.kernel_s for p in used),
+            stalled=tuple(p.stalled for p in used),
+            kernel_on=bool(on),
+            divergences=tuple(divergences),
+        )
+
+    @property
+    def pairs(self) -> int:
+        """Every pair, stalled ones included."""
+        return len(self.all_speedups)
+
+    @property
+    def stalled_pairs(self) -> int:
+        return sum(self.stalled)
+
+    def _clean(self, values: tuple[float, ...]) -> tuple[float, ...]:
+        """`values` of the pairs that did not stall; all of them when every pair stalled."""
+        flags = self.stalled or (False,) * len(values)
+        kept = tuple(v for v, stalled in zip(values, flags, strict=True) if not stalled)
+        return kept or values
+
+    @property
+    def speedups(self) -> tuple[float, ...]:
+        """The speedups the median and the interval are taken over: the pairs that did not stall."""
+        return self._clean(self.all_speedups)
+
+    @functools.cached_property
+    def interval(self) -> Interval:
+        """The median speedup and its 95% interval over batch medians (`stats.speedup_interval`)."""
+        return speedup_interval(self.speedups)
+
+    @property
+    def floor(self) -> float:
+        """The A/A noise floor (`floor_hint` without A/A pairs)."""
+        return noise_floor(self.aa_ratios) if self.aa_ratios else self.floor_hint
+
+    @property
+    def across_runs(self) -> tuple[float, float]:
+        """The interval widened by the floor: what another run on this machine may give."""
+        interval = self.interval
+        return across_runs(interval.low, interval.high, self.floor)
+
+    @property
+    def measurable(self) -> bool:
+        """False when the machine stalled enough pairs to make the interval mean nothing."""
+        if not self.stalled_pairs:
+            return True
+        share = self.stalled_pairs / max(self.pairs, 1)
+        return share < UNMEASURABLE_SHARE and self.interval.low >= UNMEASURABLE_LOW
+
+    @property
+    def verdict(self) -> str:
+        """Faster, slower, no difference we can detect here, or not measurable here (and why)."""
+        if not self.measurable:
+            return not_measurable(self.stalled_pairs, self.pairs)
+        return speed_verdict(self.interval, self.floor)
+
+    @property
+    def decided(self) -> bool:
+        """Whether the verdict is a difference (faster or slower)."""
+        return self.verdict in (FASTER, SLOWER)
+
+    @property
+    def pytorch_median_s(self) -> float:
+        return statistics.median(self._clean(self.all_pytorch_s)) if self.all_pytorch_s else 0.0
+
+    @property
+    def kernel_median_s(self) -> float:
+        return statistics.median(self._clean(self.all_kernel_s)) if self.all_kernel_s else 0.0
+
+    @property
+    def accuracy(self) -> str:
+        """The accuracy verdict of the divergences against float64 ("not measured" without any)."""
+        from kernel_explorer.measure.divergence import accuracy_verdict
+
+        return accuracy_verdict(self.divergences)
+
+    def fields(self) -> dict[str, float | str | int]:
+        """The fields every verdict record shares (`records._SpeedupSummary`), from this comparison."""
+        interval = self.interval
+        low, high = self.across_runs
+        return {
+            "pairs": self.pairs,
+            "speedup": interval.median,
+            "speedup_low": interval.low,
+            "speedup_high": interval.high,
+            "confidence": interval.confidence,
+            "noise_floor": self.floor,
+            "verdict": self.verdict,
+            "across_low": low,
+            "across_high": high,
+            "stalled": self.stalled_pairs,
+        }
+
+    def notes(self, *, bytes_moved: int, ignores_input: bool) -> tuple[str, ...]:
+        """Plausibility notes (measure/plausibility.py) on this comparison's kernel pairs."""
+        from kernel_explorer.measure.plausibility import plausibility_notes
+
+        return plausibility_notes(
+            self.interval if self.kernel_on else None,
+            kernel_s=self.kernel_median_s if self.kernel_on else None,
+            bytes_moved=bytes_moved,
+            ignores_input=ignores_input,
+            pytorch_s=self.pytorch_median_s,
+        )
