@@ -142,8 +142,8 @@ class AttentionChoices:
             for option, found in options:
                 if found.state.usable:
                     return option
-            detail = "\n  ".join(f"{c.label}: {found}" for c, found in options)
-            raise NoUsableKernelError(f"No attention kernel can run here ({self.device}):\n  {detail}")
+            detail = "; ".join(f"{c.label}: {found}" for c, found in options)  # one line: a row's reason
+            raise NoUsableKernelError(f"No attention kernel can run here ({self.device}): {detail}")
         if isinstance(candidate, Path):
             return self.add(candidate)[0]
         name = str(candidate).strip()

@@ -60,7 +60,7 @@ def explain(error: BaseException, kernel_module: Any | None = None) -> str:
     hint = missing_module_hint(error)
     if hint is not None:
         return hint
-    first = (str(error).strip().splitlines() or [""])[0]
+    first = (str(error).strip().splitlines() or [""])[0] or _where(error)
     if isinstance(error, NotImplementedError) and ". " in first:  # the dispatcher's first sentence says it
         first = first.split(". ")[0] + "."
     text = f"{type(error).__name__}: {first}" if first else type(error).__name__
@@ -82,6 +82,18 @@ def trial_verdict(
     if got != want:
         return ProbeVerdict(CANNOT_RUN, f"it returns shape {got} where PyTorch returns {want}")
     return ProbeVerdict(OK, "", changes, kept, in_place)
+
+
+def _where(error: BaseException) -> str:
+    """For an error without a message (a bare StopIteration): the function that raised it."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    where = "/".join(last.filename.replace("\\", "/").split("/")[-2:])
+    return f"raised in {last.name} ({where}:{last.lineno})"
 
 
 def first_shape(value: Any) -> tuple[int, ...] | None:
