@@ -17,6 +17,7 @@ from kernel_explorer._backend.modes import mode_name
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.availability import Availability
 from kernel_explorer.catalog import first_usable
+from kernel_explorer.measure.breakdown import amdahl
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,8 +54,9 @@ class InventoryRow:
             return "-"
         text = f"{self.share:.0%}"
         if self.measured is not None and self.measured.kernel_on and self.measured.measurable:
-            model = 1.0 / (1.0 - self.share + self.share / self.measured.speedup)
-            text += f" (model {model:.2f}x)"
+            _, model = amdahl(self.share, self.measured.speedup)
+            if model is not None:
+                text += f" (model {model:.2f}x)"
         return text
 
     @property
