@@ -168,6 +168,8 @@ def test_varlen_only_attention_refusing_float32_stays_on_pytorch_with_why(repos:
     row = explorer.inventory().row(ATTENTION)
     assert "cannot run here" in row.running_summary
     assert any(a.state.value == "cannot run here" for _, a in row.candidates)
+    explorer.reset()  # asked for PyTorch: the failed switch's reason goes with it
+    assert explorer.running(ATTENTION)[0].reason == ""
 
 
 RAISING_ON_BATCH_ATTENTION = FLASH_ATTN.replace(

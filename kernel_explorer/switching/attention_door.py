@@ -258,6 +258,7 @@ class AttentionDoor(AttentionChoices, Door):
 
     def off(self, paths: list[str]) -> None:
         self.to_pytorch()
+        self.reason = ""  # asked for PyTorch: an earlier switch's failure is no reason any more
 
     def snapshot(self) -> SwitchState:
         switched = self.switched()
