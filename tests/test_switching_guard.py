@@ -67,3 +67,12 @@ def test_an_in_place_change_needs_copies_and_is_undone_with_them() -> None:
     assert copied.kept_bytes == sum(t.numel() * t.element_size() for t in copied.module.state_dict().values())
     copied.restore()
     assert torch.equal(block(x), before)
+
+
+def test_the_original_keeps_a_module_s_empty_slots() -> None:
+    linear, x = nn.Linear(8, 4, bias=False), torch.rand(2, 8)
+    before = linear(x)
+    guard = ModuleGuard(linear)
+    linear.packed = linear.weight.detach().t().contiguous()  # a kernel's cache (bundled Q4_1 does this)
+    linear.weight.data = linear.weight.data.to(torch.bfloat16)
+    assert torch.equal(type(linear).forward(guard.original(), x), before)  # bias: None, as the original

@@ -175,8 +175,9 @@ class ModuleGuard:
             for key in [k for k in made.__dict__ if k not in before and _kernel_state(k)]:
                 del made.__dict__[key]
             made.__dict__.update({k: v for k, v in before.items() if _kernel_state(k)})
-            made._parameters = {}
-            made._buffers = {}
+            # the original's empty slots (a Linear without bias) stay; its tensors are set below
+            made._parameters = {k: None for k, v in owner._parameters.items() if v is None}
+            made._buffers = {k: None for k, v in owner._buffers.items() if v is None}
             made._modules = {name: shadow(child) for name, child in owner._modules.items()}
             shadows[id(owner)] = made
             return made
