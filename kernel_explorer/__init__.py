@@ -42,14 +42,14 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(shell: object) -> None:
     """`%load_ext kernel_explorer`: registers the `%kernels` magic."""
-    from kernel_explorer.magics import load_ipython_extension as load
+    from kernel_explorer.views.magics import load_ipython_extension as load
 
     load(shell)
 
 
 def unload_ipython_extension(shell: object) -> None:
     """`%unload_ext kernel_explorer`: removes `%kernels` and puts the explored model back on PyTorch."""
-    from kernel_explorer.magics import unload_ipython_extension as unload
+    from kernel_explorer.views.magics import unload_ipython_extension as unload
 
     unload(shell)
 

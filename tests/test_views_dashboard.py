@@ -8,8 +8,8 @@ import pytest
 
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.models import tiny_llama
-from kernel_explorer.ui.dashboard import Dashboard
-from kernel_explorer.ui.layer_table import table_rows
+from kernel_explorer.views.dashboard import Dashboard
+from kernel_explorer.views.layer_table import table_rows
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_results import _log
 
-from kernel_explorer.report import write_report
+from kernel_explorer.views.report import write_report
 
 
 def test_html_report_is_self_contained(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_report_to_a_missing_folder_is_one_line(tmp_path: Path) -> None:
 
 
 def test_error_bars_and_speedup_bars_say_their_units_spread_and_n_on_hover() -> None:
-    from kernel_explorer.report import figures
+    from kernel_explorer.views.report import figures
 
     found = {fig.layout.title.text: fig for fig in figures(_log())}
     errors = found["Largest error against a float64 run (lower is more accurate)"]

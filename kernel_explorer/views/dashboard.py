@@ -14,9 +14,9 @@ import ipywidgets as widgets
 
 from kernel_explorer.measure.stats import noise_warning
 from kernel_explorer.records import LayerVerdict, RunEvent
-from kernel_explorer.ui.breakdown_panel import BreakdownPanel
-from kernel_explorer.ui.layer_table import LayerTable
-from kernel_explorer.ui.plots import LivePlots, static_html
+from kernel_explorer.views.breakdown_panel import BreakdownPanel
+from kernel_explorer.views.layer_table import LayerTable
+from kernel_explorer.views.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer

@@ -16,7 +16,6 @@ from collections import defaultdict
 from typing import Any
 
 from kernel_explorer.measure.stats import MIN_PAIRS, speedup_interval
-from kernel_explorer.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
     LayerDivergence,
     LayerLatency,
@@ -26,6 +25,7 @@ from kernel_explorer.records import (
     RunEvent,
 )
 from kernel_explorer.results import ResultLog
+from kernel_explorer.views.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
@@ -280,7 +280,7 @@ class LivePlots:
 
 def static_html(log: ResultLog) -> str:
     """The same figures as static HTML (plotly.js from the page's first figure), for non-live viewers."""
-    from kernel_explorer.report import figures
+    from kernel_explorer.views.report import figures
 
     parts = [
         fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)

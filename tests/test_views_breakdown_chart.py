@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_explorer.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.models import tiny_llama
+from kernel_explorer.views.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 
 
 @pytest.fixture(scope="module")

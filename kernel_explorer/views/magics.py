@@ -204,7 +204,7 @@ class KernelsMagic:
         from kernel_explorer._backend.modes import parse_mode
         from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
-        from kernel_explorer.ui.dashboard import Dashboard
+        from kernel_explorer.views.dashboard import Dashboard
 
         model = self._variable(args.model)
         if isinstance(model, tuple) and model and isinstance(model[0], nn.Module):
@@ -335,7 +335,7 @@ class KernelsMagic:
 
     def _do_report(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        from kernel_explorer.report import report_path
+        from kernel_explorer.views.report import report_path
 
         path = explorer.report(str(report_path(args.path)))
         print(f"report written to {path}")

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.records import RunEvent
+from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer

@@ -6,7 +6,7 @@ import time
 
 from kernel_explorer.records import LayerLatency, Record
 from kernel_explorer.results import ResultLog
-from kernel_explorer.ui.plots import LivePlots
+from kernel_explorer.views.plots import LivePlots
 
 
 def test_flush_waits_for_the_batch_the_flush_thread_is_drawing() -> None:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
-from kernel_explorer.plot_style import ERROR_AXIS, ERROR_HOVER
+from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
+from kernel_explorer.views.plot_style import ERROR_AXIS, ERROR_HOVER
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
@@ -49,7 +49,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     """Median speedups with their 95% intervals as error bars, on a log axis with a 1x line."""
     import plotly.graph_objects as go
 
-    from kernel_explorer.plot_style import verdict_colour
+    from kernel_explorer.views.plot_style import verdict_colour
 
     fig = go.Figure(
         go.Bar(
