@@ -43,6 +43,10 @@ _THEME_CSS = """
 """
 
 
+# the theme's own error and warning colours (fallbacks for a page without JupyterLab's variables)
+_ERROR_STYLE = "color: var(--jp-error-color1, #cf222e)"
+_WARN_STYLE = "color: var(--jp-warn-color1, #9a6700)"
+
 # The snapshot hides while a live dashboard shares its output area; in a reopened notebook it is
 # the widget's "model not found" line that hides.
 _SNAPSHOT_CSS = """
@@ -120,7 +124,7 @@ class Dashboard:
             self.handle.cancel()
 
     def show_error(self, message: str) -> None:
-        self.status.value = f"<span style='color:#cf222e'>Error: {html.escape(message)}</span>"
+        self.status.value = f"<span style='{_ERROR_STYLE}'>Error: {html.escape(message)}</span>"
 
     def _guarded(self, action: Any) -> None:
         try:
@@ -163,7 +167,7 @@ class Dashboard:
             )
             warning = noise_warning(v.noise_floor)
             if warning:
-                line += f"<br><span style='color:#9a6700'>{html.escape(warning)}</span>"
+                line += f"<br><span style='{_WARN_STYLE}'>{html.escape(warning)}</span>"
             self.status.value = line
 
     def close(self) -> None:

@@ -25,7 +25,15 @@ from kernel_explorer.records import (
     RunEvent,
 )
 from kernel_explorer.results import ResultLog
-from kernel_explorer.views.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
+from kernel_explorer.views.plot_style import (
+    CATEGORY_AXIS,
+    ERROR_AXIS,
+    SPEEDUP_AXIS,
+    UNSURE_COLOUR,
+    empty_note,
+    one_x_line,
+    verdict_colour,
+)
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
@@ -40,7 +48,10 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "margin": {"t": 40, "b": 45, "l": 60, "r": 10},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
-        "legend": {"orientation": "h", "y": -0.25},
+        # above the plot, right-aligned: below it the legend ran into the axis title and, growing
+        # with every layer, squeezed the plot
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        "annotations": [empty_note()],
         **extra,
     }
 
@@ -57,28 +68,30 @@ class LivePlots:
         self.latency = go.FigureWidget(
             layout=_layout(
                 "Speedup per pair (PyTorch time / time of what runs now)",
-                xaxis_title="seconds into the run",
-                yaxis_title="speedup (x, log scale)",
-                yaxis_type="log",
+                xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
+                yaxis=SPEEDUP_AXIS,
                 shapes=[one_x_line()],
             )
         )
         self.speedup = go.FigureWidget(
             [
-                go.Bar(
+                # a marker with its interval, not a bar: on a log axis a bar's length means nothing
+                go.Scatter(
                     x=[],
                     y=[],
+                    mode="markers+text",
                     name="median speedup",
                     text=[],
-                    textposition="outside",
+                    textposition="middle right",
+                    marker={"size": 9},
                     error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": []},
                     hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
                 )
             ],
             layout=_layout(
                 "Median speedup per layer with its 95% interval",
-                yaxis_title="speedup (x, log scale)",
-                yaxis_type="log",
+                xaxis=CATEGORY_AXIS,
+                yaxis=SPEEDUP_AXIS,
                 shapes=[one_x_line()],
             ),
         )
@@ -94,16 +107,29 @@ class LivePlots:
             ],
             layout=_layout(
                 "Model throughput (one forward over the prompt)",
-                xaxis_title="seconds into the run",
-                yaxis_title="tokens/s",
+                xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
+                yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero"},
             ),
         )
         self.divergence = go.FigureWidget(
             [
-                go.Bar(x=[], y=[], name=name, hovertemplate="%{x}: %{hovertext}<extra></extra>")
-                for name in ("kernel vs float64", "PyTorch vs float64")
+                # markers: a bar on a log axis starts at the axis' bottom, so 2e-6 against 4e-6
+                # looked like 1 to 30
+                go.Scatter(
+                    x=[],
+                    y=[],
+                    mode="markers",
+                    name=name,
+                    marker={"size": 10, "symbol": symbol},
+                    hovertemplate="%{x}: %{hovertext}<extra></extra>",
+                )
+                for name, symbol in (("kernel vs float64", "circle"), ("PyTorch vs float64", "diamond-open"))
             ],
-            layout=_layout("Largest error against a float64 run (lower is more accurate)", yaxis=ERROR_AXIS),
+            layout=_layout(
+                "Largest error against a float64 run (lower is more accurate)",
+                xaxis=CATEGORY_AXIS,
+                yaxis=ERROR_AXIS,
+            ),
         )
         for figure in (self.latency, self.speedup, self.throughput, self.divergence):
             # plotly.js's own responsive mode: each figure refits its box on window resize
@@ -163,6 +189,12 @@ class LivePlots:
             for record in batch:
                 self._draw(record)
             self._draw_speedup_bars()
+        # the "no measurement yet" note goes with the first point (read after the batch: inside
+        # it, a figure still returns its old x)
+        for figure in figures:
+            drawn = any(len(trace.x or ()) for trace in figure.data)
+            if drawn and figure.layout.annotations:
+                figure.layout.annotations = ()
         for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
             if self._start is not None:
                 self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)

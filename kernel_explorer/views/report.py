@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
 from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
-from kernel_explorer.views.plot_style import ERROR_AXIS, ERROR_HOVER
+from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
@@ -52,9 +52,11 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     from kernel_explorer.views.plot_style import verdict_colour
 
     fig = go.Figure(
-        go.Bar(
+        go.Scatter(  # markers: on a log axis a bar's length means nothing
             x=frame[label].astype(str),
             y=frame["speedup"],
+            mode="markers+text",
+            marker={"size": 9},
             error_y={
                 "type": "data",
                 "symmetric": False,
@@ -68,7 +70,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
                 )
             ],
             text=[f"{v:.2f}x" for v in frame["speedup"]],
-            textposition="outside",
+            textposition="middle right",
             customdata=[  # the spread and n on hover, as on the dashboard's bars
                 f"95% interval {lo:.2f}x to {hi:.2f}x, {n} pairs, {verdict}"
                 for lo, hi, n, verdict in zip(
@@ -79,7 +81,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
         )
     )
     fig.add_hline(y=1.0, line_dash="dot")
-    fig.update_layout(title=title, yaxis_title="speedup (x, log scale)", yaxis_type="log")
+    fig.update_layout(title=title, xaxis=CATEGORY_AXIS, yaxis=SPEEDUP_AXIS)
     return fig
 
 
@@ -108,24 +110,30 @@ def figures(log: ResultLog) -> list[Any]:
             fig.add_trace(go.Box(y=group["speedup"], name=name, boxmean=True))
         fig.add_hline(y=1.0, line_dash="dot")
         fig.update_layout(
-            title="Speedup per interleaved pair (PyTorch time / kernel time)",
-            yaxis_title="speedup (x, log scale)",
-            yaxis_type="log",
+            title="Speedup per interleaved pair (PyTorch time / kernel time)", yaxis=SPEEDUP_AXIS
         )
         found.append(fig)
     if "kernel_err64" in summary.columns:
         worst = summary.groupby("layer", sort=False)[["kernel_err64", "pytorch_err64"]].max()
         fig = go.Figure(
             [
-                go.Bar(x=worst.index, y=worst[column], name=name, hovertemplate=ERROR_HOVER)
-                for column, name in (
-                    ("kernel_err64", "kernel vs float64"),
-                    ("pytorch_err64", "PyTorch vs float64"),
+                go.Scatter(  # markers: a bar on a log axis starts at the axis' bottom
+                    x=worst.index,
+                    y=worst[column],
+                    mode="markers",
+                    name=name,
+                    marker={"size": 10, "symbol": symbol},
+                    hovertemplate=ERROR_HOVER,
+                )
+                for column, name, symbol in (
+                    ("kernel_err64", "kernel vs float64", "circle"),
+                    ("pytorch_err64", "PyTorch vs float64", "diamond-open"),
                 )
             ]
         )
         fig.update_layout(
             title="Largest error against a float64 run (lower is more accurate)",
+            xaxis=CATEGORY_AXIS,
             yaxis=ERROR_AXIS,
         )
         found.append(fig)
