@@ -20,7 +20,7 @@ PUBLIC = {
     "NoUsableKernelError", "NoisyMachineWarning", "Record", "ResultLog", "RunEvent", "RunHandle",
     "RunningNow", "State",
     "__version__", "build_hub", "check_compatibility", "detect_hardware", "find_kernel_layers",
-    "load_default_model", "tiny_gpt2", "tiny_llama",
+    "load_default_model", "load_model", "tiny_gpt2", "tiny_llama",
 }  # fmt: skip
 
 
