@@ -265,3 +265,35 @@ def test_the_cycle_counter_counts_layers_as_they_are_now(dashboard: Dashboard, t
     dashboard.explorer.results.append(Record(done.run_id, verdict, names[0]))
     assert dashboard.progress.description == "cycle 2" and dashboard.progress.value == 1
     dashboard.explorer.retract("Linear")
+
+
+def test_a_row_picks_its_candidate_and_every_click_is_answered(dashboard: Dashboard) -> None:
+    """Item 2: a click always took the first candidate (Q8_0 for Linear) and showed nothing for
+    the seconds a switch takes; the row offers every candidate, and Python answers each message
+    with "done" so the row's "switching…" state ends even when nothing changed."""
+    from torch import nn
+
+    table, explorer = dashboard.table, dashboard.explorer
+    answered: list[dict] = []
+    table.send = lambda content, buffers=None: answered.append(content)  # type: ignore[method-assign]
+    explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*")
+    row = next(r for r in table.rows if r["name"] == "Linear")
+    labels = [c["label"] for c in row["candidates"]]
+    assert len(labels) >= 2 and row["candidate"] == labels[0]
+    q4 = next(label for label in labels if "Q4_1" in label)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q4}, None)
+    assert next(r for r in table.rows if r["name"] == "Linear")["candidate"] == q4
+    table._handle_message(None, {"type": "toggle", "layer": "Linear", "on": True}, None)
+    # what runs, read off the module (the row's "runs now" names a repository's first layer class:
+    # inventory.kernel_name matches by repository only, noted for the switching code's owners)
+    gate = explorer.model.model.layers[0].mlp.gate_proj
+    assert gate.forward.kernel.__func__.__qualname__.startswith("Q4_1Linear.")
+    q8 = next(label for label in labels if "Q8_0" in label)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q8}, None)
+    assert gate.forward.kernel.__func__.__qualname__.startswith("Q8_0Linear.")  # re-switched
+    table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True}, None)  # an error
+    assert answered == [{"type": "done", "layer": name} for name in ("Linear", "Linear", "Linear", "Nope")]
+    script = dashboard.table._esm
+    assert 'model.on("msg:custom"' in script and "switching…" in script and "kx-candidate-pick" in script
+    explorer.reset()
+    explorer.retract("Linear")
