@@ -30,6 +30,15 @@ if TYPE_CHECKING:
     from kernel_explorer.switchboard import RunningNow, Switchboard
 
 
+# JupyterLab right-aligns table cells and fixes the layout: the candidates ran off a 1280 px page
+# and "measured speedup" wrapped onto four lines. Left-aligned, wrapping long names, within the page.
+_TABLE_CSS = (
+    ".kx-inventory { table-layout: auto; width: 100%; max-width: 100%; }"
+    ".kx-inventory th, .kx-inventory td { text-align: left; vertical-align: top; overflow-wrap: anywhere; }"
+    ".kx-inventory th { white-space: nowrap; } .kx-inventory td:nth-child(5) { min-width: 12em; }"
+)
+
+
 @dataclass(frozen=True)
 class InventoryRow:
     """One kernel layer name of the model."""
@@ -277,8 +286,10 @@ class Inventory:
                 f"<p><small>Not kernelizable (class declares no kernel layer name): {listed}</small></p>"
             )
         return (
-            f"<div><b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
-            "<table><thead><tr><th>layer</th><th>kind</th><th>instances</th><th>runs now</th>"
+            f"<div><style>{_TABLE_CSS}</style>"
+            f"<b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
+            "<table class='kx-inventory'><thead><tr><th>layer</th><th>kind</th><th>instances</th>"
+            "<th>runs now</th>"
             "<th>measured speedup [95%]</th><th>share of model time</th>"
             f"<th>candidates</th></tr></thead><tbody>{''.join(body)}</tbody></table>{others}</div>"
         )

@@ -13,7 +13,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     path = write_report(_log(), tmp_path / "report.html", title="Report <test>")
     text = path.read_text()
     assert "<title>Report &lt;test&gt;</title>" in text
-    assert "speedup_median" in text and "Median speedup per layer and run, with its 95% interval" in text
+    assert "<th>speedup [95% interval]</th>" in text and "Median speedup per layer and run, with its 95% interval" in text
     assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
     assert "<th>pairs</th><th>instances</th>" in text  # counted apart: 305 pairs are 5 rounds of 61
     assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined
@@ -33,7 +33,8 @@ def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: d
     assert explorer.results.latest_verdicts()["RMSNorm"].summary in text
     # what stopped the pairs and the interval's real coverage are in the layer table
     assert "each interval is its run's" in text  # not the machine's: runs move by up to the floor
-    assert "<th>stopped_by</th>" in text and "<td>pairs</td>" in text and "<th>confidence</th>" in text
+    assert "<th>stopped by</th>" in text and "<td>pairs</td>" in text
+    assert "<th>speedup [95% interval]</th>" in text
     explorer.reset()
 
 

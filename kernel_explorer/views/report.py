@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
-th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0d7de; vertical-align: top; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; max-width: 100%; }
+th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0d7de; vertical-align: top;
+  overflow-wrap: anywhere; }
 th { border-bottom: 2px solid #8c959f; }
 tbody tr:nth-child(even) { background: #f6f8fa; }
 .faster { color: #1a7f37; font-weight: 600; } .slower { color: #cf222e; font-weight: 600; }
@@ -159,25 +160,59 @@ def _verdict_class(verdict: object) -> str:
     return {"faster": "faster", "slower": "slower"}.get(str(verdict), "unsure")
 
 
-_SUMMARY_COLUMNS = (
-    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high",
-    "confidence", "verdict", "noise_floor", "pairs", "instances", "stopped_by", "accuracy", "runs_agree",
-    "pytorch_us_median", "kernel_us_median", "notes",
-)  # fmt: skip
+def _number(value: object) -> float | None:
+    return value if isinstance(value, float) and value == value else None  # NaN: a missing cell
+
+
+def _speedup_cell(record: dict[str, Any]) -> str:
+    median, low, high = (_number(record.get(k)) for k in ("speedup_median", "speedup_low", "speedup_high"))
+    if median is None or low is None or high is None:
+        return ""
+    text = f"{median:.2f}x [{low:.2f}, {high:.2f}]"
+    confidence = _number(record.get("confidence"))
+    if confidence is not None and confidence < 0.95 - 1e-9:
+        text += f" (only {confidence:.0%} sure)"
+    return text
+
+
+def _layer_cell(record: dict[str, Any]) -> str:
+    kernel = record.get("kernel")
+    return str(record.get("layer", "")) + (f" ({kernel})" if isinstance(kernel, str) else "")
+
+
+def _pair(record: dict[str, Any], first: str, second: str, form: str) -> str:
+    a, b = _number(record.get(first)), _number(record.get(second))
+    return "" if a is None or b is None else form.format(a, b)
+
+
+# (header, cell): a speedup and its interval in one cell, so the table fits a 1280 px page
+_SUMMARY_CELLS: tuple[tuple[str, Any], ...] = (
+    ("run", lambda r: str(r.get("run_id", ""))),
+    ("layer", _layer_cell),
+    ("speedup [95% interval]", _speedup_cell),
+    ("across runs", lambda r: _pair(r, "across_runs_low", "across_runs_high", "[{:.2f}, {:.2f}]")),
+    ("verdict", lambda r: str(r.get("verdict") or "")),
+    ("noise floor", lambda r: "" if _number(r.get("noise_floor")) is None else f"{r['noise_floor']:.0%}"),
+    ("pairs", lambda r: str(r.get("pairs", ""))),
+    ("instances", lambda r: str(r.get("instances", ""))),
+    ("stopped by", lambda r: str(r.get("stopped_by") or "")),
+    ("accuracy", lambda r: str(r.get("accuracy") or "")),
+    ("runs agree", lambda r: "" if r.get("runs_agree") is None else str(r.get("runs_agree"))),
+    ("us PyTorch / kernel", lambda r: _pair(r, "pytorch_us_median", "kernel_us_median", "{:.1f} / {:.1f}")),
+    ("notes", lambda r: str(r.get("notes") or "")),
+)
 
 
 def _summary_table(summary: Any) -> str:
-    """The layer verdicts, one row per run and layer, the verdict coloured."""
-    columns = [c for c in _SUMMARY_COLUMNS if c in summary.columns]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    """The layer verdicts, one row per run and layer, the verdict coloured; every column of the
+    summary is in `explorer.results.layer_summary()`."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in _SUMMARY_CELLS)
     rows = []
-    for record in summary[columns].to_dict("records"):
+    for record in summary.to_dict("records"):
         cells = []
-        for column in columns:
-            value = record[column]
-            text = f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
-            css = f" class='{_verdict_class(value)}'" if column == "verdict" else ""
-            cells.append(f"<td{css}>{html.escape(text)}</td>")
+        for name, cell in _SUMMARY_CELLS:
+            css = f" class='{_verdict_class(record.get('verdict'))}'" if name == "verdict" else ""
+            cells.append(f"<td{css}>{html.escape(cell(record))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
