@@ -53,7 +53,15 @@ class BreakdownPanel:
         self.widget = widgets.VBox([widgets.HBox([self.button, self.line]), self.chart_box])
         self.button.on_click(lambda _: guard(self.profile))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
+        # extend/retract change the kernel layers: the legend says when the breakdown predates them
+        self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
+        self._layers = list(explorer.layers)
         self.redraw()
+
+    def _on_switch(self) -> None:
+        if list(self.explorer.layers) != self._layers:
+            self._layers = list(self.explorer.layers)
+            self.redraw()
 
     def profile(self) -> None:
         """Start a breakdown on the worker thread (a second click while one runs does nothing)."""
@@ -67,7 +75,7 @@ class BreakdownPanel:
 
     def redraw(self) -> None:
         """Copy the last breakdown's figure into the widget (one message), and refresh the line."""
-        figure = breakdown_figure(self.explorer.results)
+        figure = breakdown_figure(self.explorer.results, self.explorer.layers)
         if figure is None:
             return
         with self.chart.batch_update():
@@ -89,5 +97,6 @@ class BreakdownPanel:
 
     def close(self) -> None:
         self._unsubscribe()
+        self._unsubscribe_switches()
         self.widget.close()
         self.chart.close()
