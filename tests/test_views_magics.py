@@ -303,3 +303,25 @@ def test_a_warning_from_a_line_points_at_the_users_cell(shell: Any) -> None:
         shell.run_cell("x = 1\n%kx_warner")
     found = [w for w in shown if "from inside the toolkit" in str(w.message)]
     assert len(found) == 1 and "kernel_explorer" not in found[0].filename and found[0].lineno == 2
+
+
+def test_a_measurement_in_a_cell_shows_its_progress_then_removes_it(shell: Any, hub: dict) -> None:
+    """Item 7: 212 s of compare_model showed only a red Transformers line. A cell that measures
+    with any Explorer of the notebook shows which step, how many of how many, pairs and time."""
+    from kernel_explorer.views.progress import cell_progress, progress_text
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    shell.run_line_magic("kernels", "compare SiLU RMSNorm --pairs 2")
+    shown = cell_progress(dashboard.explorer.results).last
+    assert shown is not None and shown.box.comm is None  # closed: a saved notebook keeps no widget
+    assert "2/2 layers" in shown.label.value and "pairs" in shown.label.value
+    assert shown.bar.value == shown.bar.max == 2
+    shell.run_cell("from kernel_explorer import Explorer, tiny_llama\nmine = Explorer(tiny_llama())")
+    shell.run_cell("mine.compare('SiLU', pairs=2)")  # plain Python in a cell: attached before it ran
+    shown = cell_progress(shell.user_ns["mine"].results).last
+    assert shown is not None and "1 layers done" in shown.label.value
+    assert (
+        progress_text("SiLU", 1, 3, "layers", 14, 6.0)
+        == "SiLU · 1/3 layers · 14 pairs · 6 s, about 12 s left"
+    )
+    dashboard.close()

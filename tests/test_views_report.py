@@ -13,7 +13,8 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     path = write_report(_log(), tmp_path / "report.html", title="Report <test>")
     text = path.read_text()
     assert "<title>Report &lt;test&gt;</title>" in text
-    assert "<th>speedup [95% interval]</th>" in text and "Median speedup per layer and run, with its 95% interval" in text
+    assert "<th>speedup [95% interval]</th>" in text
+    assert "Median speedup per layer and run, with its 95% interval" in text
     assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
     assert "<th>pairs</th><th>instances</th>" in text  # counted apart: 305 pairs are 5 rounds of 61
     assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined

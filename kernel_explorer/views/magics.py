@@ -126,6 +126,7 @@ class KernelsMagic:
         self.explorer: Any = None
         self.handle: Any = None  # the last RunHandle a %kernels command started
         self.dashboards: list[Any] = []  # dashboards %kernels explore showed: %kernels stop stops theirs
+        self.before_cell: Any = None  # the pre_run_cell hook that gives explorers their progress line
         self.parser = build_parser()
 
     def __call__(self, line: str) -> Any:
@@ -200,6 +201,7 @@ class KernelsMagic:
         from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.views.dashboard import Dashboard
+        from kernel_explorer.views.progress import cell_progress
 
         by_name = args.model not in self.shell.user_ns and _names_a_model(args.model)
         found = None if by_name else self._model_variable(args.model)  # a bad name fails before any bar
@@ -223,6 +225,7 @@ class KernelsMagic:
             if explorer.tokenizer is None and tokenizer is not None:
                 explorer.tokenizer = tokenizer
             self.explorer = explorer
+            cell_progress(explorer.results)
             if inputs is not None:
                 steps.next()
                 explorer.capture(inputs)
@@ -295,6 +298,9 @@ class KernelsMagic:
         adaptive = args.precision is not None or args.budget is not None
         pairs = args.pairs if args.pairs is not None else (None if adaptive else 7)
         sampling = {"precision": args.precision, "budget_s": args.budget}
+        from kernel_explorer.views.progress import cell_progress
+
+        cell_progress(explorer.results).expect(len(args.layer), "layers")
         handle = explorer.compare(
             *args.layer,
             pairs=pairs,
@@ -311,7 +317,10 @@ class KernelsMagic:
         return layer_answer(frame.reset_index(drop=True), handle.run_id)
 
     def _do_bench(self, args: argparse.Namespace) -> Any:
+        from kernel_explorer.views.progress import cell_progress
+
         explorer = self._need_explorer()
+        cell_progress(explorer.results).expect(2, "measures")  # prefill at 128 tokens, then decode
         handle = explorer.compare_model(
             lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2, background=args.background
         )
@@ -355,9 +364,17 @@ class KernelsMagic:
 
 def load_ipython_extension(shell: Any) -> None:
     """Register `%kernels` (idempotent: a reload replaces the previous registration)."""
+    from kernel_explorer.views.progress import attach_to_explorers
+
+    previous = getattr(shell, "_kernel_explorer_magic", None)
+    if previous is not None and previous.before_cell is not None:  # one progress hook, not two
+        shell.events.unregister("pre_run_cell", previous.before_cell)
     magic = KernelsMagic(shell)
     shell.register_magic_function(magic, magic_kind="line", magic_name="kernels")
     shell._kernel_explorer_magic = magic
+    # every Explorer of the notebook shows a progress line while a cell measures with it
+    magic.before_cell = lambda *_: attach_to_explorers(shell.user_ns)
+    shell.events.register("pre_run_cell", magic.before_cell)
 
 
 def unload_ipython_extension(shell: Any) -> None:
@@ -371,5 +388,7 @@ def unload_ipython_extension(shell: Any) -> None:
             magic.handle.wait(timeout=30)
     if magic is not None and magic.explorer is not None:
         magic.explorer.reset()
+    if magic is not None and magic.before_cell is not None:
+        shell.events.unregister("pre_run_cell", magic.before_cell)
     shell.magics_manager.magics["line"].pop("kernels", None)
     shell._kernel_explorer_magic = None
