@@ -173,7 +173,16 @@ def test_explore_shows_its_steps_then_removes_the_bar(shell: Any, hub: dict) -> 
     dashboard = shell.run_line_magic("kernels", "explore model")
     steps = shell._kernel_explorer_magic.steps
     assert steps.bar.value == steps.bar.max == 3  # no --inputs: nothing to capture yet
-    assert steps.label.value.startswith("3/3: reading the hardware")
+    assert steps.label.value.startswith("3/3: building the dashboard")
+    from kernel_explorer.views.magics import _Steps
+
+    bar = _Steps(["one", "two"])  # item 8: the bar counts finished steps, not started ones
+    bar.next()
+    assert bar.bar.value == 0 and bar.label.value == "1/2: one…"
+    bar.next()
+    assert bar.bar.value == 1 and bar.label.value == "2/2: two…"  # not full during the last step
+    bar.done()
+    assert bar.bar.value == 2 and bar.box.comm is None
     assert steps.box.comm is None  # closed once the dashboard was ready
     dashboard.close()
 

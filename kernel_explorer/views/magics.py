@@ -31,7 +31,7 @@ _EXPLORE_STEPS = [
     "checking the bundled kernels (built once, cached after)",
     "finding the kernel layers",
     "capturing the layers' inputs",
-    "reading the hardware and drawing the dashboard",
+    "building the dashboard (the browser draws it next, a few seconds)",
 ]
 
 
@@ -54,6 +54,7 @@ class _Steps:
         from ipywidgets import HTML, HBox, IntProgress
 
         self.names = names
+        self.step = 0  # the step under way (1-based); 0 before the first
         self.bar = IntProgress(value=0, min=0, max=len(names), description="explore")
         self.label = HTML()
         self.box = HBox([self.bar, self.label])
@@ -61,14 +62,18 @@ class _Steps:
         self.handle = display(self.box, display_id=True)
 
     def next(self) -> None:
-        step = self.bar.value
-        self.label.value = f"{step + 1}/{len(self.names)}: {self.names[min(step, len(self.names) - 1)]}…"
-        self.bar.value = min(step + 1, len(self.names))
+        """Start the next step: the label names it, the bar counts the steps finished (it filled as
+        each step started, and sat full through the longest one, the dashboard's)."""
+        self.step += 1
+        index = min(self.step, len(self.names)) - 1
+        self.label.value = f"{index + 1}/{len(self.names)}: {self.names[index]}…"
+        self.bar.value = index
 
     def done(self) -> None:
         """Close the bar and empty its output, so a saved notebook keeps no dead widget there."""
         from IPython.display import HTML
 
+        self.bar.value = self.bar.max
         self.box.close()
         if self.handle is not None:
             self.handle.update(HTML(""))
