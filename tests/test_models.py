@@ -149,3 +149,53 @@ def test_load_model_refuses_an_unknown_dtype_and_a_file(tmp_path) -> None:
     (tmp_path / "model.bin").write_bytes(b"")
     with pytest.raises(KernelExplorerError, match="is a file: give the folder"):
         load_model(tmp_path / "model.bin")
+
+
+@pytest.mark.slow  # three fresh interpreters (HF_ENDPOINT is read at import): half a minute
+def test_a_hub_id_loads_from_the_hub_then_from_its_cache_offline(saved_tiny, tmp_path) -> None:
+    """Item 14: `%kernels explore org/name` goes through from_pretrained; here against the Hub
+    STAND-IN (tests/hub_standin.py), in fresh processes (HF_ENDPOINT is read at import)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hub_standin import HubStandIn
+
+    server = HubStandIn().start()
+    try:
+        server.publish_model("kx-models/tiny-llama", saved_tiny)
+        code = (
+            "import json, sys\nfrom kernel_explorer.models import load_model\n"
+            "try:\n    model, tokenizer = load_model(sys.argv[1], progress=False)\n"
+            "    print('RESULT=' + json.dumps([type(model).__name__, tokenizer is None]))\n"
+            "except Exception as error:\n    print('RESULT=' + json.dumps(['error', str(error)]))\n"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(
+            HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=server.url, PYTHONPATH=str(Path(__file__).parent)
+        )
+
+        def load(name: str, **extra: str) -> list:
+            done = subprocess.run(
+                [sys.executable, "-c", code, name], env={**env, **extra}, capture_output=True, text=True,
+                timeout=300,
+            )  # fmt: skip
+            found = [line for line in done.stdout.splitlines() if line.startswith("RESULT=")]
+            assert found, done.stderr[-2000:]
+            return json.loads(found[-1][len("RESULT=") :])
+
+        assert load("kx-models/tiny-llama") == ["LlamaForCausalLM", True]
+        assert server.requests["GET model resolve"] >= 1
+        asked = sum(server.requests.values())
+        assert load("kx-models/tiny-llama", HF_HUB_OFFLINE="1") == ["LlamaForCausalLM", True]  # cached
+        assert sum(server.requests.values()) == asked
+        kind, message = load("kx-models/nothing-here")
+        assert (
+            kind == "error"
+            and "tried no folder kx-models/nothing-here here; the Hub cache: not there" in message
+        )
+        assert f"the Hub (at {server.url}): " in message
+    finally:
+        server.stop()
