@@ -49,9 +49,10 @@ def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> Non
         assert plots.divergence.layout.xaxis.type == "category"
         assert plots.throughput.layout.yaxis.rangemode == "tozero"
         assert plots.divergence.data[0].type == "scatter"  # markers, not bars from the axis' bottom
+        assert plots.throughput.layout.yaxis.showticklabels is False  # no made-up 0-4 tokens/s
         log.append(Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=True), "RMSNorm", "model.norm"))
         plots.flush()
-        assert plots.latency.layout.annotations == ()
+        assert plots.latency.layout.annotations == () and plots.latency.layout.xaxis.showticklabels
         assert plots.divergence.layout.annotations  # still nothing to show there
         assert plots.latency.layout.legend.y >= 1.0  # above the plot, not over the axis title
     finally:

@@ -134,6 +134,9 @@ class LivePlots:
         for figure in (self.latency, self.speedup, self.throughput, self.divergence):
             # plotly.js's own responsive mode: each figure refits its box on window resize
             figure._config = {**figure._config, "responsive": True, "displaylogo": False}
+            # an empty plot shows no made-up numbers (0-6 s, 0-4 tokens/s): its axes get their
+            # tick labels with the first point, when the note goes
+            figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = False
         self._lock = threading.Lock()  # guards the pending records and marks
         self._drawing = threading.Lock()  # one batch drawn at a time, whoever flushes
         self._pending: list[Record] = []
@@ -194,7 +197,9 @@ class LivePlots:
         for figure in figures:
             drawn = any(len(trace.x or ()) for trace in figure.data)
             if drawn and figure.layout.annotations:
-                figure.layout.annotations = ()
+                with figure.batch_update():
+                    figure.layout.annotations = ()
+                    figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = True
         for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
             if self._start is not None:
                 self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)
