@@ -32,10 +32,12 @@ if TYPE_CHECKING:
 
 # JupyterLab right-aligns table cells and fixes the layout: the candidates ran off a 1280 px page
 # and "measured speedup" wrapped onto four lines. Left-aligned, wrapping long names, within the page.
+# (!important: JupyterLab's own rule for output tables is more specific than a class)
 _TABLE_CSS = (
-    ".kx-inventory { table-layout: auto; width: 100%; max-width: 100%; }"
-    ".kx-inventory th, .kx-inventory td { text-align: left; vertical-align: top; overflow-wrap: anywhere; }"
-    ".kx-inventory th { white-space: nowrap; } .kx-inventory td:nth-child(5) { min-width: 12em; }"
+    ".kx-inventory { table-layout: auto !important; width: 100%; margin: 0 !important; }"
+    ".kx-inventory th, .kx-inventory td { text-align: left !important; vertical-align: top !important; }"
+    ".kx-inventory td small, .kx-inventory td:last-child { overflow-wrap: anywhere; }"  # dotted names
+    ".kx-inventory td:nth-child(5) { min-width: 10em; }"
 )
 
 
@@ -127,7 +129,8 @@ class InventoryRow:
         if not now.is_kernel:
             return "PyTorch"
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
-        matches.sort(key=self._elsewhere)  # one mapped for this device first
+        # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
+        matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
         if matches:
             return f"{matches[0].repo_label} {matches[0].repository.layer_name}"
         if now.repository and now.repository != "unknown":

@@ -32,7 +32,7 @@ from kernel_explorer._backend.modes import mode_name, parse_mode
 from kernel_explorer.attention import ATTENTION, AttentionDoor
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.extension import probe, release_added
-from kernel_explorer.forwards import KernelForward, RunningNow, describe_forward
+from kernel_explorer.forwards import KernelForward, RunningNow, describe_forward, kernel_class
 from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 
 if TYPE_CHECKING:
@@ -365,5 +365,5 @@ class Switchboard:
                     if described is None:
                         found.append(RunningNow(layer, path, reason=self._reasons.get((layer, path), "")))
                     else:
-                        found.append(RunningNow(layer, path, *described))
+                        found.append(RunningNow(layer, path, *described, layer_class=kernel_class(target)))
         return found

@@ -284,13 +284,14 @@ def test_a_row_picks_its_candidate_and_every_click_is_answered(dashboard: Dashbo
     table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q4}, None)
     assert next(r for r in table.rows if r["name"] == "Linear")["candidate"] == q4
     table._handle_message(None, {"type": "toggle", "layer": "Linear", "on": True}, None)
-    # what runs, read off the module (the row's "runs now" names a repository's first layer class:
-    # inventory.kernel_name matches by repository only, noted for the switching code's owners)
     gate = explorer.model.model.layers[0].mlp.gate_proj
-    assert gate.forward.kernel.__func__.__qualname__.startswith("Q4_1Linear.")
+    assert gate.forward.kernel.__func__.__qualname__.startswith("Q4_1Linear.")  # what runs...
+    row = next(r for r in table.rows if r["name"] == "Linear")
+    assert "Q4_1Linear" in row["runs"]  # ...is what the row says (it named the repository's first class)
     q8 = next(label for label in labels if "Q8_0" in label)
     table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q8}, None)
     assert gate.forward.kernel.__func__.__qualname__.startswith("Q8_0Linear.")  # re-switched
+    assert "Q8_0Linear" in next(r for r in table.rows if r["name"] == "Linear")["runs"]
     table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True}, None)  # an error
     assert answered == [{"type": "done", "layer": name} for name in ("Linear", "Linear", "Linear", "Nope")]
     script = dashboard.table._esm

@@ -196,7 +196,8 @@ class Dashboard:
         if end.event == "failed":
             self.show_error(end.detail or "the run failed")
         else:
-            self.status.value = f"Run {run_id} {end.event}; {self.plots.points()} pairs timed."
+            pairs = len(self.explorer.results.records("layer_latency", run_id))  # not the plots': drawn later
+            self.status.value = f"Run {run_id} {end.event}; {pairs} pairs timed."
         self.table.refresh()
         self.refresh_snapshot()
         self.refresh_downloads()

@@ -45,7 +45,7 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "title": {"text": title, "font": {"size": 13}},
         "height": 300,
         "autosize": True,
-        "margin": {"t": 40, "b": 45, "l": 60, "r": 10},
+        "margin": {"t": 62, "b": 45, "l": 60, "r": 40},  # the title, then the legend's row, above
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         # above the plot, right-aligned: below it the legend ran into the axis title and, growing
@@ -83,6 +83,7 @@ class LivePlots:
                     name="median speedup",
                     text=[],
                     textposition="middle right",
+                    cliponaxis=False,  # the last layer's "3.86x" beyond the axis' end stays whole
                     marker={"size": 9},
                     error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": []},
                     hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
