@@ -55,6 +55,10 @@ def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> Non
         assert plots.latency.layout.annotations == () and plots.latency.layout.xaxis.showticklabels
         assert plots.divergence.layout.annotations  # still nothing to show there
         assert plots.latency.layout.legend.y >= 1.0  # above the plot, not over the axis title
+        for layer in ("rotary_pos_emb", "attention", "SiLU"):  # long names: more legend rows...
+            log.append(Record("run-1", LayerLatency(2e-6, 2e-6, 1.0, kernel_on=False), layer, layer))
+        plots.flush()
+        assert plots.latency.layout.margin.t > 62 and plots.latency.layout.height > 300  # ...room
     finally:
         plots.close()
 

@@ -39,13 +39,16 @@ from kernel_explorer.views.plot_style import (
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
 
 
+_HEIGHT, _TOP_MARGIN, _LEGEND_ROW = 300, 62, 20  # pixels: a plot, the title and a legend row above it
+
+
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     """One look for every live plot: width follows the page, transparent so the theme shows through."""
     return {
         "title": {"text": title, "font": {"size": 13}},
-        "height": 300,
+        "height": _HEIGHT,
         "autosize": True,
-        "margin": {"t": 62, "b": 45, "l": 60, "r": 40},  # the title, then the legend's row, above
+        "margin": {"t": _TOP_MARGIN, "b": 45, "l": 60, "r": 40},  # the title, then the legend, above
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         # above the plot, right-aligned: below it the legend ran into the axis title and, growing
@@ -201,9 +204,24 @@ class LivePlots:
                 with figure.batch_update():
                     figure.layout.annotations = ()
                     figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = True
+        self._fit_legend(self.latency)
         for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
             if self._start is not None:
                 self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)
+
+    @staticmethod
+    def _fit_legend(figure: Any) -> None:
+        """Room above the plot for the legend's rows: a legend that grew into the title, or under
+        the plot into its axis title, as layers were added, gets its own rows and the figure grows
+        by them instead of squeezing the plot. Rows are estimated from the names' length (about
+        6.5 px a character, a marker each, on a plot about 380 px wide: half a 1280 px page)."""
+        width = sum(len(trace.name or "") + 5 for trace in figure.data) * 6.5
+        rows = max(1, -(-int(width) // 380))
+        top = _TOP_MARGIN + _LEGEND_ROW * (rows - 1)
+        if figure.layout.margin.t != top:
+            with figure.batch_update():
+                figure.layout.margin.t = top
+                figure.layout.height = _HEIGHT + _LEGEND_ROW * (rows - 1)
 
     def _reset(self, run_id: str, start: float) -> None:
         """A new run: clear every plot (the log keeps the old run's records)."""
