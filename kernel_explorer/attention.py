@@ -289,7 +289,10 @@ class AttentionDoor:
             raise NoUsableKernelError(f"{chosen.label} does not support training")
 
     def to_pytorch(self) -> None:
-        """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel)."""
+        """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel).
+
+        A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
+        self.reason = ""
         if door.implementation(self.model) != self.baseline:
             door.set_implementation(self.model, self.baseline)
 

@@ -272,7 +272,9 @@ def test_bad_candidates_answer_in_one_line_that_lists_the_choices(
     err = capsys.readouterr().err
     assert err.startswith("%kernels: attention stays on PyTorch: ") and err.count("\n") == 1
     assert not any(now.is_kernel for now in dashboard.explorer.running("attention"))
-    assert inventory is not None
+    assert inventory is not None and dashboard.explorer.running("attention")[0].reason
+    shell.run_line_magic("kernels", "reset")  # the failed switch's reason stayed in the row
+    assert not any(now.reason for now in dashboard.explorer.running("attention"))
     dashboard.close()
 
 
