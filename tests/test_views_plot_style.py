@@ -58,7 +58,7 @@ def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> Non
         for layer in ("rotary_pos_emb", "attention", "SiLU"):  # long names: more legend rows...
             log.append(Record("run-1", LayerLatency(2e-6, 2e-6, 1.0, kernel_on=False), layer, layer))
         plots.flush()
-        assert plots.latency.layout.margin.t > 62 and plots.latency.layout.height > 300  # ...room
+        assert plots.latency.layout.margin.t > 62  # ...and room for them
     finally:
         plots.close()
 

@@ -80,9 +80,10 @@ class BreakdownPanel:
         if figure is None:
             return
         if self.chart is None:
-            import plotly.graph_objects as go
+            from kernel_explorer.views.shared_plotly import figure_classes
 
-            self.chart = go.FigureWidget()
+            # plotly.js comes with the dashboard's live plots (their carrier figure), not again here
+            self.chart = figure_classes()[1]()
             self.chart.add_class("kx-breakdown")
             self.chart_box.children = (self.chart,)
         with self.chart.batch_update():

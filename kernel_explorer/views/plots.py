@@ -34,12 +34,13 @@ from kernel_explorer.views.plot_style import (
     one_x_line,
     verdict_colour,
 )
+from kernel_explorer.views.shared_plotly import figure_classes
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
 
 
-_HEIGHT, _TOP_MARGIN, _LEGEND_ROW = 300, 62, 20  # pixels: a plot, the title and a legend row above it
+_HEIGHT, _TOP_MARGIN, _LEGEND_ROW = 320, 62, 18  # pixels: a plot, the title and a legend row above it
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -53,7 +54,14 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "plot_bgcolor": "rgba(0,0,0,0)",
         # above the plot, right-aligned: below it the legend ran into the axis title and, growing
         # with every layer, squeezed the plot
-        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        "legend": {
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.0,
+            "xanchor": "right",
+            "x": 1.0,
+            "font": {"size": 11},
+        },
         "annotations": [empty_note()],
         **extra,
     }
@@ -68,7 +76,9 @@ class LivePlots:
 
         self.log = log
         self.interval = interval
-        self.latency = go.FigureWidget(
+        # one copy of plotly.js for the four (shared_plotly.py): the latency figure carries it
+        carrier, light = figure_classes()
+        self.latency = carrier(
             layout=_layout(
                 "Speedup per pair (PyTorch time / time of what runs now)",
                 xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
@@ -76,7 +86,7 @@ class LivePlots:
                 shapes=[one_x_line()],
             )
         )
-        self.speedup = go.FigureWidget(
+        self.speedup = light(
             [
                 # a marker with its interval, not a bar: on a log axis a bar's length means nothing
                 go.Scatter(
@@ -99,7 +109,7 @@ class LivePlots:
                 shapes=[one_x_line()],
             ),
         )
-        self.throughput = go.FigureWidget(
+        self.throughput = light(
             [
                 go.Scatter(
                     x=[],
@@ -115,7 +125,7 @@ class LivePlots:
                 yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero"},
             ),
         )
-        self.divergence = go.FigureWidget(
+        self.divergence = light(
             [
                 # markers: a bar on a log axis starts at the axis' bottom, so 2e-6 against 4e-6
                 # looked like 1 to 30
@@ -212,16 +222,16 @@ class LivePlots:
     @staticmethod
     def _fit_legend(figure: Any) -> None:
         """Room above the plot for the legend's rows: a legend that grew into the title, or under
-        the plot into its axis title, as layers were added, gets its own rows and the figure grows
-        by them instead of squeezing the plot. Rows are estimated from the names' length (about
-        6.5 px a character, a marker each, on a plot about 380 px wide: half a 1280 px page)."""
-        width = sum(len(trace.name or "") + 5 for trace in figure.data) * 6.5
-        rows = max(1, -(-int(width) // 380))
+        the plot into its axis title, as layers were added, gets rows of its own. Rows are
+        estimated from the longest name (plotly gives every entry of a row that width; about
+        6.5 px a character and 40 px for the marker, on a plot about 380 px wide: half a 1280 px
+        page)."""
+        names = [trace.name or "" for trace in figure.data]
+        entry = max((len(name) for name in names), default=0) * 6.5 + 40  # plotly's entries align
+        rows = max(1, -(-len(names) // max(1, int(380 // entry))))
         top = _TOP_MARGIN + _LEGEND_ROW * (rows - 1)
-        if figure.layout.margin.t != top:
-            with figure.batch_update():
-                figure.layout.margin.t = top
-                figure.layout.height = _HEIGHT + _LEGEND_ROW * (rows - 1)
+        if figure.layout.margin.t != top:  # not the height: set from Python, the figure kept its
+            figure.layout.margin.t = top  # old width when the page narrowed (test_dashboard.py)
 
     def _reset(self, run_id: str, start: float) -> None:
         """A new run: clear every plot (the log keeps the old run's records)."""

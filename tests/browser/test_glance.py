@@ -81,7 +81,7 @@ def test_answers_at_a_glance_in_both_themes(lab: Lab, page: Page) -> None:
     expect(rows).to_have_count(2)
     for index in range(2):
         line = rows.nth(index).inner_text()
-        assert re.search(r"\d\.\d\dx \[\d\.\d\d, \d\.\d\d\] (faster|slower|no difference)", line), line
+        assert re.search(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\] (faster|slower|no difference)", line), line
         assert "pytorch" in line.lower() or "bitwise" in line.lower(), line
     run_id = re.search(r"Run (\S+):", answer.inner_text()).group(1)
     # item 3: the dashboard's status line and downloads describe that run, not an older one
