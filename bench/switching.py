@@ -44,7 +44,7 @@ def main() -> None:
     from kernel_explorer.bundled import bundled_mapping
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.models import load_default_model
-    from kernel_explorer.ui.dashboard import Dashboard
+    from kernel_explorer.views.dashboard import Dashboard
 
     model, _ = load_default_model(progress=False)
     explorer = Explorer(model)

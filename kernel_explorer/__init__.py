@@ -3,6 +3,7 @@
 Importing the package is cheap: torch, Transformers and the widget stack load only when used.
 """
 
+from kernel_explorer._backend import quiet
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.builder import BuiltRepo, build_hub
 from kernel_explorer.catalog import Candidate
@@ -21,7 +22,7 @@ from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
 from kernel_explorer.measure.capture import CapturedInputs
 from kernel_explorer.measure.runner import RunHandle
 from kernel_explorer.measure.stats import NoisyMachineWarning
-from kernel_explorer.models import load_default_model, tiny_gpt2, tiny_llama
+from kernel_explorer.models import load_default_model, load_model, tiny_gpt2, tiny_llama
 from kernel_explorer.records import (
     LayerDeterminism,
     LayerDivergence,
@@ -39,17 +40,19 @@ from kernel_explorer.versions import Compatibility, check_compatibility
 
 __version__ = "0.1.0"
 
+quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
+
 
 def load_ipython_extension(shell: object) -> None:
     """`%load_ext kernel_explorer`: registers the `%kernels` magic."""
-    from kernel_explorer.magics import load_ipython_extension as load
+    from kernel_explorer.views.magics import load_ipython_extension as load
 
     load(shell)
 
 
 def unload_ipython_extension(shell: object) -> None:
     """`%unload_ext kernel_explorer`: removes `%kernels` and puts the explored model back on PyTorch."""
-    from kernel_explorer.magics import unload_ipython_extension as unload
+    from kernel_explorer.views.magics import unload_ipython_extension as unload
 
     unload(shell)
 
@@ -93,6 +96,7 @@ __all__ = [
     "detect_hardware",
     "find_kernel_layers",
     "load_default_model",
+    "load_model",
     "tiny_gpt2",
     "tiny_llama",
 ]

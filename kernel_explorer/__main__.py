@@ -3,6 +3,6 @@ scripts folder is not on PATH (a notebook's kernel, a venv run by its python).""
 
 import sys
 
-from kernel_explorer.cli import main
+from kernel_explorer.views.cli import main
 
 sys.exit(main())

@@ -18,6 +18,7 @@ from kernel_explorer.catalog import Catalog
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer_measure import Measuring
 from kernel_explorer.extension import adopt
+from kernel_explorer.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.measure.provenance import model_provenance
 from kernel_explorer.measure.runner import Runner
 from kernel_explorer.results import ResultLog
@@ -43,7 +44,8 @@ class Explorer(Measuring):
         model: any `torch.nn.Module` (Transformers or not).
         tokenizer: turns the default prompt (or yours) into inputs for captures and model comparisons.
         mapping: your own kernel mapping, in the dict form `kernels.use_kernel_mapping` takes
-            (`{"RMSNorm": {"cpu": LocalLayerRepository(...)}}`); preferred over the other sources.
+            (`{"RMSNorm": {"cpu": LocalLayerRepository(...)}}`) or as a Transformers `KernelConfig`;
+            preferred over the other sources.
         mode: default mode for switching: "inference", "training" or "torch.compile".
         device: device type to choose kernels for; default: where the model's parameters are.
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
@@ -69,7 +71,7 @@ class Explorer(Measuring):
     def __init__(
         self,
         model: nn.Module,
-        mapping: dict[str, dict[Any, Any]] | None = None,
+        mapping: dict[str, dict[Any, Any]] | Any | None = None,
         *,
         tokenizer: Any | None = None,
         mode: str | Mode = "inference",
@@ -90,6 +92,9 @@ class Explorer(Measuring):
                 f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
                 "For the default model: kernel_explorer.load_default_model()."
             )
+        if is_kernel_config(mapping):  # the form Transformers users write for from_pretrained
+            where = device or next((p.device.type for p in model.parameters()), "cpu")
+            mapping = mapping_from_kernel_config(mapping, where)
         if mapping is not None and not isinstance(mapping, dict):
             raise KernelExplorerError(
                 "mapping must be a dict like {'RMSNorm': {'cpu': LocalLayerRepository(...)}}, "

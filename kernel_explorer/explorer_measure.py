@@ -261,6 +261,6 @@ class Measuring:
     def report(self, path: str) -> str:
         """Write every result so far, with the model, machine, date and switch state, to one
         self-contained HTML file; returns its path. A path that cannot be written: one line."""
-        from kernel_explorer.report import write_explorer_report
+        from kernel_explorer.views.report import write_explorer_report
 
         return str(write_explorer_report(self, path))

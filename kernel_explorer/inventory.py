@@ -31,6 +31,17 @@ if TYPE_CHECKING:
     from kernel_explorer.switchboard import RunningNow, Switchboard
 
 
+# JupyterLab right-aligns table cells and fixes the layout: the candidates ran off a 1280 px page
+# and "measured speedup" wrapped onto four lines. Left-aligned, wrapping long names, within the page.
+# (!important: JupyterLab's own rule for output tables is more specific than a class)
+_TABLE_CSS = (
+    ".kx-inventory { table-layout: auto !important; width: 100%; margin: 0 !important; }"
+    ".kx-inventory th, .kx-inventory td { text-align: left !important; vertical-align: top !important; }"
+    ".kx-inventory td small, .kx-inventory td:last-child { overflow-wrap: anywhere; }"  # dotted names
+    ".kx-inventory td:nth-child(5) { min-width: 10em; }"
+)
+
+
 @dataclass(frozen=True)
 class InventoryRow:
     """One kernel layer name of the model."""
@@ -120,7 +131,8 @@ class InventoryRow:
         if not now.is_kernel:
             return "PyTorch"
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
-        matches.sort(key=self._elsewhere)  # one mapped for this device first
+        # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
+        matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
         if matches:
             return f"{matches[0].repo_label} {matches[0].repository.layer_name}"
         if now.repository and now.repository != "unknown":
@@ -280,8 +292,10 @@ class Inventory:
                 f"<p><small>Not kernelizable (class declares no kernel layer name): {listed}</small></p>"
             )
         return (
-            f"<div><b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
-            "<table><thead><tr><th>layer</th><th>kind</th><th>instances</th><th>runs now</th>"
+            f"<div><style>{_TABLE_CSS}</style>"
+            f"<b>Kernel layers</b> <small>({html.escape(self.device)}, {html.escape(self.mode)})</small>"
+            "<table class='kx-inventory'><thead><tr><th>layer</th><th>kind</th><th>instances</th>"
+            "<th>runs now</th>"
             "<th>measured speedup [95%]</th><th>share of model time</th>"
             f"<th>candidates</th></tr></thead><tbody>{''.join(body)}</tbody></table>{others}</div>"
         )

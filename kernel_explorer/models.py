@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.cache import writable_cache_dir
-from kernel_explorer.errors import DefaultModelMissingError
+from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -143,6 +143,111 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
     model.eval()
     info = LoadInfo(source=source, path=target, seconds=time.perf_counter() - start)
     return (model, tokenizer, info) if with_info else (model, tokenizer)
+
+
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ModelNotFoundError(KernelExplorerError):
+    """A model named by folder or Hub id could not be loaded; the message lists what was tried."""
+
+
+def _is_hub_id(name: str) -> bool:
+    """`org/name` or a bare `name` as the Hub spells repository ids (no path separators beyond one)."""
+    import re
+
+    return re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None and not name.startswith((".", "-"))
+
+
+def _from_pretrained(source: str, kwargs: dict[str, Any]) -> Any:
+    """The class the checkpoint was saved from (`config.architectures`), so no head is invented
+    (a BERT encoder is no causal LM); without one, a causal LM when the config has one, else
+    `AutoModel`."""
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(source, local_files_only=kwargs["local_files_only"])
+    for name in config.architectures or ():
+        saved = getattr(transformers, name, None)
+        if isinstance(saved, type):
+            return saved.from_pretrained(source, config=config, **kwargs)
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, config=config, **kwargs)
+    except ValueError as error:
+        if "Unrecognized configuration class" not in str(error):
+            raise
+        return AutoModel.from_pretrained(source, config=config, **kwargs)
+
+
+def _tokenizer(source: str, local_only: bool) -> Any:
+    """The model's tokenizer when it ships one; None otherwise (the explorer then feeds token ids)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def load_model(
+    name: str | Path, *, dtype: str = "auto", device: str = "cpu", progress: bool = True
+) -> tuple[Any, Any]:
+    """A model and its tokenizer (None when it has none) from a folder or a Hub id, in eval mode.
+
+    A folder loads offline through `from_pretrained`. A Hub id loads from the local Hub cache first
+    (offline, instant when it was downloaded before), then from the Hub (`HF_ENDPOINT`). A causal
+    LM loads as one (so it can generate); other models through `AutoModel`. `dtype`: "auto" (what
+    the checkpoint says), "float32", "bfloat16" or "float16". When nothing works the one-line
+    error lists what was tried and why each failed.
+    """
+    if dtype not in _DTYPES:
+        raise KernelExplorerError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    text = str(name)
+    folder = Path(text).expanduser()
+    tried: list[str] = []
+    if folder.is_dir():
+        attempts = [(str(folder), True, f"folder {folder}")]
+    elif folder.exists():
+        raise ModelNotFoundError(f"{text} is a file: give the folder a model was saved to (save_pretrained)")
+    elif _is_hub_id(text):
+        from kernel_explorer._backend.hub import is_offline
+
+        tried.append(f"no folder {text} here")
+        attempts = [(text, True, "the Hub cache")]
+        if not is_offline():
+            attempts.append((text, False, f"the Hub ({_endpoint()})"))
+    else:
+        raise ModelNotFoundError(
+            f"no folder {text} and not a Hub id (org/name): give a model folder or a Hub id"
+        )
+    with progress_bars(progress):
+        for source, local_only, where in attempts:
+            kwargs = {"dtype": dtype, "local_files_only": local_only}
+            try:
+                model = _from_pretrained(source, kwargs)
+            except (OSError, ValueError) as error:
+                # a cache miss says "couldn't connect", which it never tried: say what it means
+                tried.append(f"{where}: {'not there' if where == 'the Hub cache' else _first_line(error)}")
+                continue
+            model = model.to(device).eval()
+            return model, _tokenizer(source, local_only)
+    if len(attempts) == 1 and _is_hub_id(text) and not folder.is_dir():
+        tried.append("the Hub: not asked, HF_HUB_OFFLINE is set")
+    raise ModelNotFoundError(f"cannot load {text!r}; tried " + "; ".join(tried))
+
+
+def _endpoint() -> str:
+    """Where the Hub is asked: HF_ENDPOINT when set (a mirror, a test server), else the public Hub."""
+    import os
+
+    endpoint = os.environ.get("HF_ENDPOINT")
+    return f"at {endpoint}" if endpoint else "public"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__
+    return first if len(first) <= 160 else first[:159] + "…"
 
 
 def generate_answer(model: Any, tokenizer: Any, question: str, max_new_tokens: int = 24) -> str:

@@ -52,6 +52,13 @@ class HubStandIn:
         self._server.shutdown()
         self._server.server_close()
 
+    def publish_model(self, repo_id: str, folder: Path) -> str:
+        """Publish a model folder (`save_pretrained`) as a model repository on branch `main`.
+
+        Model repositories live apart from kernel ones (the Hub keeps the two types apart too).
+        """
+        return self.publish(f"model:{repo_id}", folder, branch="main")
+
     def publish(self, repo_id: str, folder: Path, *, branch: str = "v1") -> str:
         """Commit every file under `folder` (bytecode excluded) and point `branch` at it."""
         files = {
@@ -141,6 +148,25 @@ class HubStandIn:
                         return self._json({"id": repo_id, "sha": sha, "siblings": siblings, "private": False})
                     if action == "tree":
                         return self._json(_tree(files, "/".join(rest[1:]), "recursive" in query))
+                if parts[:2] == ["api", "models"] and len(parts) >= 4:  # model info (from_pretrained)
+                    repo_id = f"model:{parts[2]}/{parts[3]}"
+                    hub.requests[f"{self.command} model info"] += 1
+                    found = hub._resolve(repo_id, parts[5] if len(parts) > 5 else "main")
+                    if found is None:
+                        return self._not_found(repo_id[6:])
+                    siblings = [{"rfilename": name} for name in found[0].commits[found[1]]]
+                    return self._json({"id": repo_id[6:], "sha": found[1], "siblings": siblings})
+                if len(parts) >= 5 and parts[2] == "resolve" and parts[0] not in ("api", "kernels"):
+                    hub.requests[f"{self.command} model resolve"] += 1
+                    found = hub._resolve(f"model:{parts[0]}/{parts[1]}", parts[3])
+                    name = "/".join(parts[4:])
+                    if found is None:
+                        return self._not_found(f"{parts[0]}/{parts[1]}")
+                    if name not in found[0].commits[found[1]]:
+                        return self._not_found(name, "EntryNotFound")
+                    content = found[0].commits[found[1]][name]
+                    headers = {"X-Repo-Commit": found[1], "ETag": f'"{_blob_id(content)}"'}
+                    return self._send(200, content, headers)
                 if len(parts) >= 5 and parts[0] == "kernels" and parts[3] == "resolve":
                     hub.requests[f"{self.command} resolve"] += 1
                     found = hub._resolve(f"{parts[1]}/{parts[2]}", parts[4])

@@ -16,12 +16,42 @@ function el(tag, attrs = {}, ...children) {
 
 function render({ model, el: root }) {
   const open = new Set();
+  const busy = new Set(); // layers whose switch is in flight: their row reads "switching…"
   root.classList.add("kx-layer-table");
 
-  function send(layer, on, instance) {
-    const message = { type: "toggle", layer, on };
+  function send(layer, message) {
+    busy.add(layer);
+    draw();
+    model.send({ layer, ...message });
+  }
+
+  function toggle(layer, on, instance) {
+    const message = { type: "toggle", on };
     if (instance !== undefined) message.instance = instance;
-    model.send(message);
+    send(layer, message);
+  }
+
+  // Python answers every message with "done" (also when nothing changed): the row is free again
+  model.on("msg:custom", (message) => {
+    if (message && message.type === "done") {
+      busy.delete(message.layer);
+      draw();
+    }
+  });
+
+  function picker(row) {
+    // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
+    if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
+    const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: "the kernel this layer switches to" });
+    for (const option of row.candidates) {
+      const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: option.reason || "" });
+      item.disabled = !option.usable;
+      item.selected = option.label === row.candidate;
+      select.append(item);
+    }
+    select.disabled = busy.has(row.name);
+    select.addEventListener("change", () => send(row.name, { type: "choose", candidate: select.value }));
+    return select;
   }
 
   function draw() {
@@ -35,25 +65,27 @@ function render({ model, el: root }) {
       const switchBox = el("input", { type: "checkbox", class: "kx-layer-switch", "data-layer": row.name });
       switchBox.checked = row.on_count > 0 && row.on_count === row.count;
       switchBox.indeterminate = row.on_count > 0 && row.on_count < row.count;
-      switchBox.disabled = !row.usable && row.on_count === 0;
-      switchBox.addEventListener("change", () => send(row.name, switchBox.checked));
+      const working = busy.has(row.name);
+      switchBox.disabled = working || (!row.usable && row.on_count === 0);
+      switchBox.addEventListener("change", () => toggle(row.name, switchBox.checked));
       const expand = el("button", { class: "kx-expand", "data-layer": row.name, text: open.has(row.name) ? "▾" : "▸" });
       expand.addEventListener("click", () => {
         open.has(row.name) ? open.delete(row.name) : open.add(row.name);
         draw();
       });
       const badge = el("span", { class: `kx-badge kx-state-${row.state_key}`, title: row.reason, text: row.state });
-      body.append(el("tr", { class: "kx-row", "data-layer": row.name },
+      body.append(el("tr", { class: working ? "kx-row kx-busy" : "kx-row", "data-layer": row.name },
         el("td", {}, switchBox),
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
-        el("td", {}, badge, el("div", { class: "kx-candidate", text: row.candidate })),
-        el("td", { class: "kx-runs", "data-layer": row.name, text: row.runs, title: row.runs_title || "" })));
+        el("td", {}, badge, picker(row)),
+        el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" })));
       if (open.has(row.name)) {
         for (const instance of row.instances) {
           const box = el("input", { type: "checkbox", class: "kx-instance-switch", "data-layer": row.name, "data-instance": instance.path });
           box.checked = instance.on;
-          box.addEventListener("change", () => send(row.name, box.checked, instance.path));
+          box.disabled = working;
+          box.addEventListener("change", () => toggle(row.name, box.checked, instance.path));
           body.append(el("tr", { class: "kx-instance" },
             el("td", {}, box), el("td", { colspan: "3", text: instance.path }),
             el("td", { text: instance.runs, title: instance.reason || "" })));

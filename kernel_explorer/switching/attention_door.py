@@ -258,7 +258,6 @@ class AttentionDoor(AttentionChoices, Door):
 
     def off(self, paths: list[str]) -> None:
         self.to_pytorch()
-        self.reason = ""  # asked for PyTorch: an earlier switch's failure is no reason any more
 
     def snapshot(self) -> SwitchState:
         switched = self.switched()
@@ -287,7 +286,10 @@ class AttentionDoor(AttentionChoices, Door):
             raise NoUsableKernelError(f"{chosen.label} does not support training")
 
     def to_pytorch(self) -> None:
-        """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel)."""
+        """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel).
+
+        A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
+        self.reason = ""
         if door.implementation(self.model) != self.baseline:
             door.set_implementation(self.model, self.baseline)
 

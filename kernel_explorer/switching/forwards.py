@@ -26,6 +26,7 @@ class RunningNow:
     reason: str = ""  # why PyTorch runs although a kernel was asked for
     name: str = ""  # a person's name for what runs, when the door knows it (attention: the implementation)
     note: str = ""  # what the kernel did to its module ("changes its module on first use ...")
+    layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
 
     @property
     def is_kernel(self) -> bool:
@@ -90,3 +91,12 @@ def describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
     if origin is None:
         return (f"custom:{getattr(function, '__qualname__', function)}", "-", "unknown")
     return origin.kernel_id, origin.variant, origin.repository
+
+
+def kernel_class(target: nn.Module) -> str:
+    """The class name of the kernel layer `target` runs (`Q4_1Linear`), or "" on PyTorch."""
+    forward = installed_forward(target)
+    if isinstance(forward, KernelForward):
+        forward = forward.kernel
+    qualname = getattr(bound_function(forward), "__qualname__", "") if forward is not None else ""
+    return qualname.split(".")[0] if "." in qualname else ""

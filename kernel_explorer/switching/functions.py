@@ -51,11 +51,11 @@ class FunctionDoor(InstanceDoor):
         holder = self.board.module(path)
         routes.detach(holder, self.key(holder))  # the holder's copy goes, and all it cached with it
 
-    def described(self, path: str) -> tuple[str, str, str] | None:
+    def running_target(self, path: str) -> nn.Module | None:
         target = self.target(path, for_switching=False)
         if routes.is_routed(target):  # a shared function routing others' copies: what it runs itself
-            target = routes.stand_in(target)
-        return None if target is None else describe_forward(target)
+            return routes.stand_in(target)
+        return target
 
     def forwards(self, path: str) -> tuple[Any, Any, bool]:
         target = self.target(path, for_switching=False)

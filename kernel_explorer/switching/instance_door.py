@@ -28,7 +28,7 @@ from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.door import Door, SwitchState
-from kernel_explorer.switching.forwards import KernelForward, RunningNow, describe_forward
+from kernel_explorer.switching.forwards import KernelForward, RunningNow, describe_forward, kernel_class
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
@@ -258,17 +258,24 @@ class InstanceDoor(Door):
 
     # -- reading --------------------------------------------------------------------------------
 
+    def running_target(self, path: str) -> nn.Module | None:
+        """The module whose forward says what `path` runs (None: PyTorch)."""
+        return self.target(path, for_switching=False)
+
     def described(self, path: str) -> tuple[str, str, str] | None:
-        return describe_forward(self.target(path, for_switching=False))
+        target = self.running_target(path)
+        return None if target is None else describe_forward(target)
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         found = []
         for path in paths:
-            described = self.described(path)
-            if described is None:
+            target = self.running_target(path)
+            described = None if target is None else describe_forward(target)
+            if target is None or described is None:
                 found.append(RunningNow(self.name, path, reason=self._reasons.get(path, "")))
-            else:
-                found.append(RunningNow(self.name, path, *described, note=self._notes.get(path, "")))
+                continue
+            note = self._notes.get(path, "")
+            found.append(RunningNow(self.name, path, *described, note=note, layer_class=kernel_class(target)))
         return found
 
     def forwards(self, path: str) -> tuple[Any, Any, bool]:

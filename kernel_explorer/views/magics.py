@@ -13,87 +13,14 @@ import sys
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
-
-# command -> (its arguments, what it does): the one table the usage lines are made from
-COMMANDS: dict[str, tuple[str, str]] = {
-    "hardware": ("", "the machine and the build variants it accepts"),
-    "explore": (
-        "MODEL [--inputs VAR] [--mode MODE]",
-        "the dashboard of MODEL (its explorer, if it has one); MODE: inference, training, torch.compile",
-    ),
-    "on": (
-        "LAYER [--instances PATH ...] [--candidate NAME]",
-        "switch LAYER (or chosen instances) to its kernel; attention: model-wide, NAME e.g. org/repo",
-    ),
-    "off": ("LAYER [--instances PATH ...]", "switch LAYER back to PyTorch"),
-    "reset": ("", "every layer back to PyTorch"),
-    "extend": (
-        "LAYER [CLASS] [--instances PATH ...] [--candidates VAR]",
-        "name CLASS's instances (default: the class named LAYER) kernel layer LAYER; VAR: {'cpu': repo}",
-    ),
-    "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
-    "compare": (
-        "LAYER [LAYER ...] [--pairs N | --precision P] [--budget S] [--background]",
-        "kernel against PyTorch, with intervals (7 pairs; --precision/--budget: until +-P or S seconds)",
-    ),
-    "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
-    "stop": ("", "cancel the measurement %kernels or its dashboard started"),
-    "report": ("PATH", "write every result so far to one HTML file"),
-    "help": ("", "this help"),
-}
-
-_WIDTH = max(len(f"%kernels {name} {arguments}") for name, (arguments, _) in COMMANDS.items())
-USAGE = "\n".join(
-    f"%kernels {name} {arguments}".ljust(_WIDTH) + f"  {what}" for name, (arguments, what) in COMMANDS.items()
+from kernel_explorer.views.magic_words import (
+    COMMANDS,
+    SHORT_USAGE,
+    USAGE,
+    MagicUsageError,
+    build_parser,
+    command_usage,
 )
-
-SHORT_USAGE = f"Usage: %kernels {' | '.join(COMMANDS)} (%kernels help: options)"
-
-
-def command_usage(name: str) -> str:
-    """`%kernels compare LAYER [LAYER ...] [--pairs N] [--background]`: one command's usage."""
-    return f"%kernels {name} {COMMANDS[name][0]}".rstrip()
-
-
-class MagicUsageError(KernelExplorerError):
-    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print and sys.exit
-        name = self.prog.split()[-1]
-        if "(choose from" in message or name not in COMMANDS:  # the choices are the answer already
-            raise MagicUsageError(message)
-        raise MagicUsageError(f"{message} (usage: {command_usage(name)})")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%kernels", add_help=False)
-    parser.add_argument("--help", "-h", action="store_true")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    commands = {name: sub.add_parser(name, add_help=False) for name in COMMANDS}
-    explore = commands["explore"]
-    explore.add_argument("model")
-    explore.add_argument("--inputs")
-    explore.add_argument("--mode", choices=["inference", "training", "torch.compile"])
-    for name in ("on", "off"):
-        commands[name].add_argument("layer")
-        commands[name].add_argument("--instances", nargs="+")
-    commands["extend"].add_argument("layer")
-    commands["extend"].add_argument("cls", nargs="?")
-    commands["extend"].add_argument("--instances", nargs="+")
-    commands["extend"].add_argument("--candidates")
-    commands["retract"].add_argument("layer")
-    commands["retract"].add_argument("--instances", nargs="+")
-    commands["on"].add_argument("--candidate")
-    commands["compare"].add_argument("layer", nargs="+")
-    commands["compare"].add_argument("--pairs", type=int)
-    commands["compare"].add_argument("--precision", type=float)
-    commands["compare"].add_argument("--budget", type=float)
-    for name in ("compare", "bench"):
-        commands[name].add_argument("--background", action="store_true")
-    commands["report"].add_argument("path")
-    return parser
 
 
 def _a(word: str) -> str:
@@ -104,8 +31,15 @@ _EXPLORE_STEPS = [
     "checking the bundled kernels (built once, cached after)",
     "finding the kernel layers",
     "capturing the layers' inputs",
-    "reading the hardware and drawing the dashboard",
+    "building the dashboard (the browser draws it next, a few seconds)",
 ]
+
+
+def _names_a_model(word: str) -> bool:
+    """A folder here, or a Hub id (org/name): not a notebook variable (those have no slash)."""
+    from pathlib import Path
+
+    return "/" in word or Path(word).expanduser().is_dir()
 
 
 class _Steps:
@@ -120,6 +54,7 @@ class _Steps:
         from ipywidgets import HTML, HBox, IntProgress
 
         self.names = names
+        self.step = 0  # the step under way (1-based); 0 before the first
         self.bar = IntProgress(value=0, min=0, max=len(names), description="explore")
         self.label = HTML()
         self.box = HBox([self.bar, self.label])
@@ -127,17 +62,60 @@ class _Steps:
         self.handle = display(self.box, display_id=True)
 
     def next(self) -> None:
-        step = self.bar.value
-        self.label.value = f"{step + 1}/{len(self.names)}: {self.names[min(step, len(self.names) - 1)]}…"
-        self.bar.value = min(step + 1, len(self.names))
+        """Start the next step: the label names it, the bar counts the steps finished (it filled as
+        each step started, and sat full through the longest one, the dashboard's)."""
+        self.step += 1
+        index = min(self.step, len(self.names)) - 1
+        self.label.value = f"{index + 1}/{len(self.names)}: {self.names[index]}…"
+        self.bar.value = index
 
     def done(self) -> None:
         """Close the bar and empty its output, so a saved notebook keeps no dead widget there."""
         from IPython.display import HTML
 
+        self.bar.value = self.bar.max
         self.box.close()
         if self.handle is not None:
             self.handle.update(HTML(""))
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line: a list after a colon joined with commas, other lines with
+    semicolons ("No candidate 'x'. Candidates:" alone would hide the candidates it lists)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    head, rest = lines[0], lines[1:]
+    if head.endswith(":") and rest:
+        return f"{head} {', '.join(rest)}"
+    return "; ".join(lines)
+
+
+def _warn_at_the_cell(caught: list[Any]) -> None:
+    """Issue the warnings a `%kernels` line raised again, located at the user's cell line.
+
+    Raised inside the toolkit, a warning names a line of the toolkit's own code, which says nothing
+    to the reader; the cell is the frame that called IPython's `run_line_magic`.
+    """
+    import warnings
+
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "run_line_magic":
+        frame = frame.f_back
+    cell = frame.f_back if frame is not None else None
+    for found in caught:
+        if cell is None:
+            warnings.warn(found.message, found.category, stacklevel=3)
+            continue
+        registry = cell.f_globals.setdefault("__warningregistry__", {})
+        warnings.warn_explicit(
+            found.message,
+            found.category,
+            cell.f_code.co_filename,
+            cell.f_lineno,
+            module=cell.f_globals.get("__name__"),
+            registry=registry,
+        )
 
 
 class KernelsMagic:
@@ -153,15 +131,21 @@ class KernelsMagic:
         self.explorer: Any = None
         self.handle: Any = None  # the last RunHandle a %kernels command started
         self.dashboards: list[Any] = []  # dashboards %kernels explore showed: %kernels stop stops theirs
+        self.before_cell: Any = None  # the pre_run_cell hook that gives explorers their progress line
         self.parser = build_parser()
 
     def __call__(self, line: str) -> Any:
-        try:
-            return self.dispatch(line)
-        except KernelExplorerError as error:
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            print(f"%kernels: {first}", file=sys.stderr)
-            return None
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                result = self.dispatch(line)
+            except KernelExplorerError as error:
+                print(f"%kernels: {one_line(error)}", file=sys.stderr)
+                result = None
+        _warn_at_the_cell(caught)
+        return result
 
     def dispatch(self, line: str) -> Any:
         try:
@@ -198,46 +182,75 @@ class KernelsMagic:
             raise MagicUsageError(f"{name!r} is not defined in this notebook")
         return self.shell.user_ns[name]
 
-    def _do_explore(self, args: argparse.Namespace) -> Any:
+    def _model_variable(self, name: str) -> tuple[Any, Any]:
+        """The notebook's model variable (or a (model, tokenizer) tuple) and the tokenizer beside it."""
         from torch import nn
 
+        if name not in self.shell.user_ns:
+            raise MagicUsageError(
+                f"{name!r} is not defined in this notebook: load one ({name}, tokenizer = "
+                "kx.load_default_model()) or give a folder or Hub id"
+            )
+        model = self.shell.user_ns[name]
+        if isinstance(model, tuple) and model and isinstance(model[0], nn.Module):
+            return model[0], (model[1] if len(model) > 1 else None)
+        if not isinstance(model, nn.Module):
+            raise MagicUsageError(
+                f"{name!r} is {_a(type(model).__name__)}, not a torch.nn.Module: "
+                "pass the variable that holds your model"
+            )
+        return model, self.shell.user_ns.get("tokenizer")
+
+    def _do_explore(self, args: argparse.Namespace) -> Any:
         from kernel_explorer._backend.modes import parse_mode
         from kernel_explorer.builder import build_hub
         from kernel_explorer.explorer import Explorer
-        from kernel_explorer.ui.dashboard import Dashboard
+        from kernel_explorer.views.dashboard import Dashboard
+        from kernel_explorer.views.progress import cell_progress
 
-        model = self._variable(args.model)
-        if isinstance(model, tuple) and model and isinstance(model[0], nn.Module):
-            model, tokenizer = model[0], (model[1] if len(model) > 1 else None)
-        else:
-            tokenizer = self.shell.user_ns.get("tokenizer")
-        if not isinstance(model, nn.Module):
-            raise MagicUsageError(
-                f"{args.model!r} is {_a(type(model).__name__)}, not a torch.nn.Module: "
-                "pass the variable that holds your model"
-            )
-        steps = _Steps([s for s in _EXPLORE_STEPS if args.inputs is not None or "capturing" not in s])
+        by_name = args.model not in self.shell.user_ns and _names_a_model(args.model)
+        found = None if by_name else self._model_variable(args.model)  # a bad name fails before any bar
+        inputs = None if args.inputs is None else self._variable(args.inputs)
+        names = [s for s in _EXPLORE_STEPS if inputs is not None or "capturing" not in s]
+        steps = _Steps([f"loading {args.model} (from_pretrained)"] * by_name + names)
         self.steps = steps
-        steps.next()
-        build_hub(progress=True)  # progress bars in the cell while the bundled kernels build (cached after)
-        steps.next()
-        explorer = Explorer.of(model, tokenizer=tokenizer, mode=args.mode or "inference")
-        if args.mode is not None:
-            explorer.mode = parse_mode(args.mode)  # asked for explicitly: also on a reused explorer
-        if explorer.tokenizer is None and tokenizer is not None:
-            explorer.tokenizer = tokenizer
-        self.explorer = explorer
-        if args.inputs is not None:
+        try:  # whatever fails, the bar goes: no "3/4: capturing..." left above the error line
+            if found is None:
+                from kernel_explorer.models import load_model
+
+                steps.next()
+                found = load_model(args.model, dtype=args.dtype, device=args.device)
+            model, tokenizer = found
             steps.next()
-            explorer.capture(self._variable(args.inputs))
-        steps.next()
-        dashboard = Dashboard(explorer)
-        steps.done()
+            build_hub(progress=True)  # progress bars while the bundled kernels build (cached after)
+            steps.next()
+            explorer = Explorer.of(model, tokenizer=tokenizer, mode=args.mode or "inference")
+            if args.mode is not None:
+                explorer.mode = parse_mode(args.mode)  # asked for explicitly: also on a reused explorer
+            if explorer.tokenizer is None and tokenizer is not None:
+                explorer.tokenizer = tokenizer
+            self.explorer = explorer
+            cell_progress(explorer.results)
+            if inputs is not None:
+                steps.next()
+                explorer.capture(inputs)
+            steps.next()
+            dashboard = Dashboard(explorer)
+        finally:
+            steps.done()
         self.dashboards.append(dashboard)
         return dashboard
 
     def _do_on(self, args: argparse.Namespace) -> Any:
-        self._need_explorer().on(args.layer, args.instances, candidate=args.candidate)
+        running = self._need_explorer().on(args.layer, args.instances, candidate=args.candidate)
+        # a kernel that cannot load leaves PyTorch running (by design): say so, or it looks switched
+        stayed = [now for now in running if not now.is_kernel and now.reason]
+        if stayed:
+            which = args.layer
+            if len(stayed) < len(running):
+                which = f"{len(stayed)} of {len(running)} {args.layer}"
+            reason = one_line(Exception(stayed[0].reason))
+            print(f"%kernels: {which} stays on PyTorch: {reason}", file=sys.stderr)
         return self.explorer.inventory()
 
     def _do_off(self, args: argparse.Namespace) -> Any:
@@ -290,6 +303,9 @@ class KernelsMagic:
         adaptive = args.precision is not None or args.budget is not None
         pairs = args.pairs if args.pairs is not None else (None if adaptive else 7)
         sampling = {"precision": args.precision, "budget_s": args.budget}
+        from kernel_explorer.views.progress import cell_progress
+
+        cell_progress(explorer.results).expect(len(args.layer), "layers")
         handle = explorer.compare(
             *args.layer,
             pairs=pairs,
@@ -299,19 +315,28 @@ class KernelsMagic:
         self._started(handle, args.background)
         if args.background:
             return None
+        from kernel_explorer.views.answers import layer_answer
+
         summary = explorer.results.layer_summary()
-        return summary[(summary.run_id == handle.run_id) & summary.layer.isin(args.layer)]
+        frame = summary[(summary.run_id == handle.run_id) & summary.layer.isin(args.layer)]
+        return layer_answer(frame.reset_index(drop=True), handle.run_id)
 
     def _do_bench(self, args: argparse.Namespace) -> Any:
+        from kernel_explorer.views.progress import cell_progress
+
         explorer = self._need_explorer()
+        cell_progress(explorer.results).expect(2, "measures")  # prefill at 128 tokens, then decode
         handle = explorer.compare_model(
             lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2, background=args.background
         )
         self._started(handle, args.background)
         if args.background:
             return None
+        from kernel_explorer.views.answers import model_answer
+
         summary = explorer.results.model_summary()
-        return summary[summary.run_id == handle.run_id]
+        frame = summary[summary.run_id == handle.run_id].reset_index(drop=True)
+        return model_answer(frame, handle.run_id, explorer.results)
 
     def _do_stop(self, args: argparse.Namespace) -> None:
         """Cancel what %kernels started and what its dashboards run; wait until the model is restored."""
@@ -335,7 +360,7 @@ class KernelsMagic:
 
     def _do_report(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        from kernel_explorer.report import report_path
+        from kernel_explorer.views.report import report_path
 
         path = explorer.report(str(report_path(args.path)))
         print(f"report written to {path}")
@@ -344,9 +369,17 @@ class KernelsMagic:
 
 def load_ipython_extension(shell: Any) -> None:
     """Register `%kernels` (idempotent: a reload replaces the previous registration)."""
+    from kernel_explorer.views.progress import attach_to_explorers
+
+    previous = getattr(shell, "_kernel_explorer_magic", None)
+    if previous is not None and previous.before_cell is not None:  # one progress hook, not two
+        shell.events.unregister("pre_run_cell", previous.before_cell)
     magic = KernelsMagic(shell)
     shell.register_magic_function(magic, magic_kind="line", magic_name="kernels")
     shell._kernel_explorer_magic = magic
+    # every Explorer of the notebook shows a progress line while a cell measures with it
+    magic.before_cell = lambda *_: attach_to_explorers(shell.user_ns)
+    shell.events.register("pre_run_cell", magic.before_cell)
 
 
 def unload_ipython_extension(shell: Any) -> None:
@@ -360,5 +393,7 @@ def unload_ipython_extension(shell: Any) -> None:
             magic.handle.wait(timeout=30)
     if magic is not None and magic.explorer is not None:
         magic.explorer.reset()
+    if magic is not None and magic.before_cell is not None:
+        shell.events.unregister("pre_run_cell", magic.before_cell)
     shell.magics_manager.magics["line"].pop("kernels", None)
     shell._kernel_explorer_magic = None

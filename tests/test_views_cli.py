@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel_explorer.cli import main
+from kernel_explorer.views.cli import main
 
 VERDICTS = ("faster", "slower", "no difference we can detect here", "too few pairs)")
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kernel_explorer.cli", *args],
+        [sys.executable, "-m", "kernel_explorer.views.cli", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -105,9 +105,9 @@ def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) 
     the machine's."""
     import torch
 
-    from kernel_explorer.cli import RUN_TO_RUN, _measure
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.models import tiny_llama
+    from kernel_explorer.views.cli import RUN_TO_RUN, _measure
 
     explorer = Explorer(tiny_llama(), include_transformers=False)
     explorer.capture(torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(3)))
@@ -135,7 +135,7 @@ def test_report_to_a_missing_folder_fails_before_any_work(capsys: pytest.Capture
 
 
 def test_progress_bars_only_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    from kernel_explorer.cli import interactive
+    from kernel_explorer.views.cli import interactive
 
     assert not interactive()  # pytest captures both streams, as a redirect does
 

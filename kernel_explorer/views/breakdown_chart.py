@@ -54,8 +54,24 @@ def covered_line(log: ResultLog, phase: str = "prefill") -> str:
     return line
 
 
-def breakdown_figure(log: ResultLog) -> Any | None:
-    """The stacked-bar figure of the last time breakdown, or None before `Explorer.breakdown()`."""
+def legend_name(name: str, kernels: list[str], layers: list[str] | None = None) -> str:
+    """A category as the legend shows it. After `extend("Linear", ...)` both a kernel layer named
+    Linear and the matmuls no kernel covers exist: "Linear (kernel layer)" beside "Linear (matmul)"
+    read as one thing counted twice, so the uncovered one says it is the rest. A kernel layer
+    profiled before a `retract` says the breakdown is older than the table."""
+    if name in UNCOVERED_COLOURS:
+        stem = name.split(" (")[0]
+        return f"{name}, not extended" if any(k.split(" (")[0] == stem for k in kernels) else name
+    if layers is not None and name not in layers:
+        return f"{name} (not a kernel layer now: profile again)"
+    return f"{name} (kernel layer)"
+
+
+def breakdown_figure(log: ResultLog, layers: list[str] | None = None) -> Any | None:
+    """The stacked-bar figure of the last time breakdown, or None before `Explorer.breakdown()`.
+
+    `layers`: the explorer's kernel layers now, so a category profiled before a `retract` says so.
+    """
     import plotly.graph_objects as go
 
     phases = [phase for phase in ("prefill", "decode") if log.latest_shares(phase)]
@@ -80,7 +96,7 @@ def breakdown_figure(log: ResultLog) -> Any | None:
             go.Bar(
                 y=labels,
                 x=shares,
-                name=name if name in UNCOVERED_COLOURS else f"{name} (kernel layer)",
+                name=legend_name(name, kernels, layers),
                 orientation="h",
                 marker={"color": colour},
                 text=[f"{s:.0f}%" if s >= 4 else "" for s in shares],

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from kernel_explorer.records import LayerLatency, Record, RunEvent
 from kernel_explorer.results import ResultLog
-from kernel_explorer.ui.plots import LivePlots
+from kernel_explorer.views.plots import LivePlots
 
 
 def test_flush_waits_for_the_batch_the_flush_thread_is_drawing() -> None:
@@ -75,7 +75,7 @@ def test_every_pair_of_one_redraw_is_drawn() -> None:
 
 
 def test_a_trace_longer_than_the_cap_shows_medians_and_says_so() -> None:
-    from kernel_explorer.ui.plots import MAX_DRAWN
+    from kernel_explorer.views.live_figures import MAX_DRAWN
 
     pairs = 2 * MAX_DRAWN + 5
     with _drawn(_pairs("run-1", {"RMSNorm": pairs})) as (_, plots):

@@ -158,7 +158,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """`compare`, then every record of it in one self-contained HTML file."""
-    from kernel_explorer.report import report_path
+    from kernel_explorer.views.report import report_path
 
     target = report_path(args.path)  # before minutes of loading and measuring
     written = _compared_explorer(args).report(str(target))

@@ -14,9 +14,9 @@ import ipywidgets as widgets
 
 from kernel_explorer.measure.stats import noise_warning
 from kernel_explorer.records import LayerVerdict, RunEvent
-from kernel_explorer.ui.breakdown_panel import BreakdownPanel
-from kernel_explorer.ui.layer_table import LayerTable
-from kernel_explorer.ui.plots import LivePlots, static_html
+from kernel_explorer.views.breakdown_panel import BreakdownPanel
+from kernel_explorer.views.layer_table import LayerTable
+from kernel_explorer.views.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
@@ -43,12 +43,23 @@ _THEME_CSS = """
 """
 
 
+# the theme's own error and warning colours (fallbacks for a page without JupyterLab's variables)
+_ERROR_STYLE = "color: var(--jp-error-color1, #cf222e)"
+_WARN_STYLE = "color: var(--jp-warn-color1, #9a6700)"
+
 # The snapshot hides while a live dashboard shares its output area; in a reopened notebook it is
 # the widget's "model not found" line that hides.
 _SNAPSHOT_CSS = """
 .jp-OutputArea:has(.kx-dashboard) .kx-snapshot { display: none; }
 .jp-OutputArea:has(.kx-snapshot) .jupyter-widgets:not(:has(*)) { display: none; }
 """
+
+
+_LIVE_ONLY = "kernel_explorer dashboard: live while the kernel runs; the snapshot under it is what was saved"
+
+#: the records CSV is offered as a link while it stays under this size (a data URI travels with the
+#: saved notebook and is resent after every run); above it, the line says how to write the file
+RECORDS_LINK_BYTES = 200_000
 
 
 class Dashboard:
@@ -79,6 +90,9 @@ class Dashboard:
         self._unsubscribe = explorer.results.subscribe(self._on_record)
         self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
         self._cycle = 0
+        self._cycle_layers: set[str] = set()  # layers concluded in this cycle (or the shown run)
+        self._starting = False
+        self.shown_run: str | None = None  # the run the status line, progress and downloads describe
         hardware = widgets.HTML(value=explorer.hardware._repr_html_())
         for figure in (self.plots.latency, self.plots.speedup, self.plots.divergence, self.plots.throughput):
             figure.add_class("kx-plot")
@@ -106,9 +120,15 @@ class Dashboard:
         """Start a live run on the worker thread: every layer, as switched now, until Stop."""
         if self.handle is not None and not self.handle.done:
             return
-        self.progress.value, self._cycle = 0, 1
+        self.progress.value, self._cycle, self._cycle_layers = 0, 1, set()
+        self.progress.max = max(len(self.explorer.layers), 1)
         self.progress.description = "cycle 1"
-        self.handle = self.explorer.run_live()
+        self._starting = True  # the run's first records may arrive before run_live returns its handle
+        try:
+            self.handle = self.explorer.run_live()
+        finally:
+            self._starting = False
+        self.shown_run = self.handle.run_id
         self.run_button.disabled, self.stop_button.disabled = True, False
         self.status.value = (
             f"Running {self.handle.run_id}: each layer until its 95% interval is within +-5% (or 10 s), "
@@ -120,7 +140,7 @@ class Dashboard:
             self.handle.cancel()
 
     def show_error(self, message: str) -> None:
-        self.status.value = f"<span style='color:#cf222e'>Error: {html.escape(message)}</span>"
+        self.status.value = f"<span style='{_ERROR_STYLE}'>Error: {html.escape(message)}</span>"
 
     def _guarded(self, action: Any) -> None:
         try:
@@ -137,34 +157,61 @@ class Dashboard:
             self.plots.mark_switch(time.time())
 
     def _on_record(self, record: Record) -> None:
-        if self.handle is None or record.run_id != self.handle.run_id:
-            return
+        if self.handle is not None and record.run_id == self.handle.run_id:
+            self._on_own_record(record)
+        elif not self._starting and (self.handle is None or self.handle.done):
+            self._on_other_record(record)
+
+    def _on_own_record(self, record: Record) -> None:
         if isinstance(record.values, RunEvent) and record.values.event != "started":
             self.run_button.disabled, self.stop_button.disabled = False, True
-            event, detail = record.values.event, record.values.detail
-            if event == "failed":
-                self.show_error(detail or "the run failed")
-            else:
-                self.status.value = f"Run {record.run_id} {event}; {self.plots.pairs_received()} pairs timed."
-            self.table.refresh()
-            self.refresh_snapshot()
-            self.refresh_downloads()
+            self._ended(record.run_id, record.values)
             return
-        if isinstance(record.values, LayerVerdict):
-            if self.progress.value >= self.progress.max:  # the previous cycle was complete
+        if isinstance(record.values, LayerVerdict) and record.layer is not None:
+            # a cycle is every layer once: a layer seen again starts the next (extend adds layers)
+            if record.layer in self._cycle_layers:
                 self._cycle += 1
-                self.progress.value = 0
+                self._cycle_layers = set()
                 self.progress.description = f"cycle {self._cycle}"
-            self.progress.value += 1
-            v = record.values
-            line = html.escape(
-                f"{record.layer}: {v.summary} ({v.pairs} pairs over {v.instances} instances, "
-                f"noise floor {v.noise_floor:.0%}); {v.accuracy}"
-            )
-            warning = noise_warning(v.noise_floor)
-            if warning:
-                line += f"<br><span style='color:#9a6700'>{html.escape(warning)}</span>"
-            self.status.value = line
+            self._cycle_layers.add(record.layer)
+            self.progress.max = max(len(self.explorer.layers), len(self._cycle_layers), 1)
+            self.progress.value = len(self._cycle_layers)
+            self.status.value = self._verdict_line(record.layer, record.values)
+
+    def _on_other_record(self, record: Record) -> None:
+        """A run started elsewhere (a cell's `compare`, `%kernels compare`): the plots switch to it,
+        so the status line, the progress and the downloads describe it too, not the old run."""
+        values = record.values
+        if isinstance(values, LayerVerdict) and record.layer is not None:
+            if record.run_id != self.shown_run:
+                self.shown_run, self._cycle_layers = record.run_id, set()
+                self.progress.description = "layers"
+            self._cycle_layers.add(record.layer)
+            self.progress.max = self.progress.value = len(self._cycle_layers)
+            self.status.value = self._verdict_line(record.layer, record.values)
+        elif isinstance(values, RunEvent) and values.event != "started" and record.run_id == self.shown_run:
+            self._ended(record.run_id, values)
+
+    def _ended(self, run_id: str, end: RunEvent) -> None:
+        if end.event == "failed":
+            self.show_error(end.detail or "the run failed")
+        else:
+            pairs = len(self.explorer.results.records("layer_latency", run_id))  # not the plots': drawn later
+            self.status.value = f"Run {run_id} {end.event}; {pairs} pairs timed."
+        self.table.refresh()
+        self.refresh_snapshot()
+        self.refresh_downloads()
+
+    @staticmethod
+    def _verdict_line(layer: str, v: LayerVerdict) -> str:
+        line = html.escape(
+            f"{layer}: {v.summary} ({v.pairs} pairs over {v.instances} instances, "
+            f"noise floor {v.noise_floor:.0%}); {v.accuracy}"
+        )
+        warning = noise_warning(v.noise_floor)
+        if warning:
+            line += f"<br><span style='{_WARN_STYLE}'>{html.escape(warning)}</span>"
+        return line
 
     def close(self) -> None:
         self.stop()
@@ -178,9 +225,15 @@ class Dashboard:
     # -- display -------------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        """The live widget, plus HTML that static viewers (nbconvert, GitHub) show instead."""
+        """The live widget, and for viewers without widgets one short line pointing at the snapshot.
+
+        Not the dashboard as static HTML: JupyterLab never shows that fallback but saves it (plotly.js
+        inlined: 5 MB per notebook), and nbconvert showed it frozen at explore time above the
+        snapshot that is kept up to date. `static_html()` still gives it on request.
+        """
         bundle = self.widget._repr_mimebundle_(**kwargs) or {}
-        bundle["text/html"] = self.static_html()
+        bundle["text/plain"] = _LIVE_ONLY
+        bundle["text/html"] = f"<div class='kx-live-only'>{html.escape(_LIVE_ONLY)}</div>"
         return bundle
 
     def _ipython_display_(self) -> None:
@@ -214,15 +267,26 @@ class Dashboard:
             self.downloads.value = ""
             return
 
-        def link(frame: Any, name: str) -> str:
-            data = base64.b64encode(frame.to_csv(index=False).encode()).decode()
+        def link(text: str, name: str) -> str:
+            data = base64.b64encode(text.encode()).decode()
             return f"<a download='{name}' href='data:text/csv;base64,{data}'>{name}</a>"
 
-        self.downloads.value = (
-            f"Download: {link(results.to_pandas(), 'kernel_explorer_records.csv')} "
-            f"({len(results)} records, with provenance) · "
-            f"{link(results.layer_summary(), 'kernel_explorer_summary.csv')} (per run and layer)"
-        )
+        summary = link(results.layer_summary().to_csv(index=False), "kernel_explorer_summary.csv")
+        parts = [f"Download: {summary} (per run and layer)"]
+        run = self.shown_run
+        if run is not None:  # the records of the run shown only, not every record ever logged
+            frame = results.to_pandas()
+            frame = frame[frame["run_id"] == run] if "run_id" in frame else frame
+            text = frame.to_csv(index=False)
+            name = f"kernel_explorer_{run}.csv"
+            if len(text) <= RECORDS_LINK_BYTES:
+                parts.append(f"{link(text, name)} ({len(frame)} records of run {run})")
+            else:
+                parts.append(
+                    f"run {run}: {len(frame)} records, too many for a link; "
+                    "explorer.results.to_pandas().to_csv(path) writes them all"
+                )
+        self.downloads.value = " · ".join(parts)
 
     def snapshot_html(self) -> str:
         """The switch state and the last verdicts as one plain table: what a reopened notebook shows."""

@@ -24,7 +24,13 @@ def shell() -> Iterator[Any]:
     ("line", "message"),
     [
         ("frobnicate", "unknown command 'frobnicate': one of hardware, explore,"),
-        ("explore nothing_here", "'nothing_here' is not defined in this notebook"),
+        (
+            "explore nothing_here",
+            "'nothing_here' is not defined in this notebook: load one (nothing_here, tokenizer = "
+            "kx.load_default_model()) or give a folder or Hub id",
+        ),
+        ("explore ./no/such/folder", "no folder ./no/such/folder and not a Hub id"),
+        ("explore model --dtype fp8", "invalid choice: 'fp8'"),
         ("explore number", "'number' is an int, not a torch.nn.Module: pass the variable"),
         ("explore model --mode fast", "invalid choice: 'fast'"),
         ("explore model --bogus", "unrecognized arguments: --bogus"),
@@ -51,6 +57,7 @@ def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pyte
         full = capsys.readouterr().out
         assert "%kernels explore MODEL [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
         assert full.count("\n") == len(full.splitlines()) >= 10
+        assert max(len(line) for line in full.splitlines()) <= 100  # no sideways scrolling
 
 
 def test_report_to_a_missing_folder_is_one_line(
@@ -130,10 +137,10 @@ def test_explore_then_switch_compare_and_report(
     assert inventory.row("attention").running_summary == "eager x2"
     shell.run_line_magic("kernels", "on attention --candidate nonsense")
     assert "is not an attention implementation" in capsys.readouterr().err
-    summary = shell.run_line_magic("kernels", "compare SiLU --pairs 2")
+    summary = shell.run_line_magic("kernels", "compare SiLU --pairs 2").frame
     assert list(summary.layer) == ["SiLU"] and summary.pairs.iloc[0] == 4
     assert shell._kernel_explorer_magic.handle.run_id == summary.run_id.iloc[0]  # kept for %kernels stop
-    summary = shell.run_line_magic("kernels", "compare SiLU --budget 0.5")  # adaptive: stops on a rule
+    summary = shell.run_line_magic("kernels", "compare SiLU --budget 0.5").frame  # adaptive: stops on a rule
     assert summary.stopped_by.iloc[0] in ("precision", "budget")
     shell.run_line_magic("kernels", "compare SiLU --budget inf")
     assert "budget_s must be a positive, finite number" in capsys.readouterr().err
@@ -166,7 +173,16 @@ def test_explore_shows_its_steps_then_removes_the_bar(shell: Any, hub: dict) -> 
     dashboard = shell.run_line_magic("kernels", "explore model")
     steps = shell._kernel_explorer_magic.steps
     assert steps.bar.value == steps.bar.max == 3  # no --inputs: nothing to capture yet
-    assert steps.label.value.startswith("3/3: reading the hardware")
+    assert steps.label.value.startswith("3/3: building the dashboard")
+    from kernel_explorer.views.magics import _Steps
+
+    bar = _Steps(["one", "two"])  # item 8: the bar counts finished steps, not started ones
+    bar.next()
+    assert bar.bar.value == 0 and bar.label.value == "1/2: one…"
+    bar.next()
+    assert bar.bar.value == 1 and bar.label.value == "2/2: two…"  # not full during the last step
+    bar.done()
+    assert bar.bar.value == 2 and bar.box.comm is None
     assert steps.box.comm is None  # closed once the dashboard was ready
     dashboard.close()
 
@@ -201,4 +217,122 @@ def test_extend_names_a_layer_the_model_does_not_mark(
     inventory = shell.run_line_magic("kernels", "retract Dense")
     assert all(row.group.name != "Dense" for row in inventory.rows)
     assert type(shell.user_ns["model"].model.layers[1].mlp.up_proj).__module__ == "torch.nn.modules.linear"
+    dashboard.close()
+
+
+def test_compare_answers_one_line_per_layer_with_the_frame_one_attribute_away(shell: Any, hub: dict) -> None:
+    """Issue 28 item 1: a 26-column DataFrame hid the verdict; the answer is a line per layer."""
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    answer = shell.run_line_magic("kernels", "compare SiLU RMSNorm --pairs 2")
+    text = str(answer)
+    lines = text.splitlines()
+    assert lines[0].startswith("Run ") and lines[-1].strip().startswith(".frame: the full table (2 rows")
+    layer_lines = {line.split(":", 1)[0].strip(): line for line in lines[1:-1]}
+    assert set(layer_lines) == {"SiLU", "RMSNorm"}
+    for line in layer_lines.values():
+        assert "x [" in line and "pairs over" in line and "noise floor" in line
+        assert any(word in line for word in ("faster", "slower", "no difference"))
+        assert "accurate" in line or "bitwise" in line  # the accuracy verdict, whole
+    assert {"verdict", "accuracy", "speedup_low"} <= set(answer.frame.columns)
+    html = answer._repr_html_()
+    assert html.count("<tr>") == 2 and "text-align:left" in html and "SiLU" in html
+    dashboard.close()
+
+
+def test_bench_answers_one_line_per_measure(shell: Any, hub: dict) -> None:
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    shell.run_line_magic("kernels", "on SiLU")
+    answer = shell.run_line_magic("kernels", "bench")
+    whats = [line.split(":", 1)[0].strip() for line in str(answer).splitlines()[1:-1]]
+    assert whats == ["prefill (128 tokens)", "decode (16 tokens)", "outputs"]
+    assert "greedy tokens" in str(answer) and set(answer.frame.measure) == {"prefill", "decode"}
+    shell.run_line_magic("kernels", "reset")
+    dashboard.close()
+
+
+def test_bad_candidates_answer_in_one_line_that_lists_the_choices(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    """Item 4: "...Candidates:" with nothing after it; an attention repo that cannot load: silence."""
+    from huggingface_hub import constants
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    capsys.readouterr()
+    shell.run_line_magic("kernels", "on RMSNorm --candidate nope/nope")
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "No candidate 'nope/nope' for layer 'RMSNorm'. Candidates: bundled/" in err
+    )
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # the public Hub is unreachable here anyway: say so at once
+    try:
+        inventory = shell.run_line_magic("kernels", "on attention --candidate someorg/somerepo")
+    finally:
+        constants.HF_HUB_OFFLINE = was
+    err = capsys.readouterr().err
+    assert err.startswith("%kernels: attention stays on PyTorch: ") and err.count("\n") == 1
+    assert not any(now.is_kernel for now in dashboard.explorer.running("attention"))
+    assert inventory is not None and dashboard.explorer.running("attention")[0].reason
+    shell.run_line_magic("kernels", "reset")  # the failed switch's reason stayed in the row
+    assert not any(now.reason for now in dashboard.explorer.running("attention"))
+    dashboard.close()
+
+
+def test_explore_a_saved_model_folder_by_its_path(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path
+) -> None:
+    """Item 14: `%kernels explore ./my-model` loads it (from_pretrained, offline), steps shown."""
+    from kernel_explorer.models import tiny_llama
+
+    tiny_llama(seed=7).save_pretrained(tmp_path / "my-model")
+    shell.run_cell(f"import os\nos.chdir({str(tmp_path)!r})")
+    dashboard = shell.run_line_magic("kernels", "explore ./my-model --dtype bfloat16")
+    steps = shell._kernel_explorer_magic.steps
+    assert steps.names[0] == "loading ./my-model (from_pretrained)" and steps.bar.value == 4
+    model = dashboard.explorer.model
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert str(next(model.parameters()).dtype) == "torch.bfloat16"
+    assert "RMSNorm" in dashboard.explorer.layers
+    dashboard.close()
+
+
+def test_a_warning_from_a_line_points_at_the_users_cell(shell: Any) -> None:
+    """Item 12: warnings named magics.py:307; the reader's own cell is where they belong."""
+    import warnings
+
+    from kernel_explorer.views.magics import _warn_at_the_cell
+
+    def warner(line: str) -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.warn("from inside the toolkit", UserWarning, stacklevel=1)
+        _warn_at_the_cell(caught)
+
+    shell.register_magic_function(warner, magic_kind="line", magic_name="kx_warner")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        shell.run_cell("x = 1\n%kx_warner")
+    found = [w for w in shown if "from inside the toolkit" in str(w.message)]
+    assert len(found) == 1 and "kernel_explorer" not in found[0].filename and found[0].lineno == 2
+
+
+def test_a_measurement_in_a_cell_shows_its_progress_then_removes_it(shell: Any, hub: dict) -> None:
+    """Item 7: 212 s of compare_model showed only a red Transformers line. A cell that measures
+    with any Explorer of the notebook shows which step, how many of how many, pairs and time."""
+    from kernel_explorer.views.progress import cell_progress, progress_text
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    shell.run_line_magic("kernels", "compare SiLU RMSNorm --pairs 2")
+    shown = cell_progress(dashboard.explorer.results).last
+    assert shown is not None and shown.box.comm is None  # closed: a saved notebook keeps no widget
+    assert "2/2 layers" in shown.label.value and "pairs" in shown.label.value
+    assert shown.bar.value == shown.bar.max == 2
+    shell.run_cell("from kernel_explorer import Explorer, tiny_llama\nmine = Explorer(tiny_llama())")
+    shell.run_cell("mine.compare('SiLU', pairs=2)")  # plain Python in a cell: attached before it ran
+    shown = cell_progress(shell.user_ns["mine"].results).last
+    assert shown is not None and "1 layers done" in shown.label.value
+    assert (
+        progress_text("SiLU", 1, 3, "layers", 14, 6.0)
+        == "SiLU · 1/3 layers · 14 pairs · 6 s, about 12 s left"
+    )
     dashboard.close()

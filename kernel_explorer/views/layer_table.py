@@ -26,12 +26,19 @@ def _state_css() -> str:
     )
 
 
-def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
-    """The table's state: per layer name its switch, badge, candidate, instances and what runs."""
+def _short(label: str) -> str:
+    """`bundled/quantized_linear:Q4_1Linear`: a candidate's label without its "(cpu, any mode)"."""
+    return label.split(" (", 1)[0]
+
+
+def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The table's state: per layer name its switch, badge, candidates (and the one picked),
+    instances and what runs."""
     inventory = explorer.inventory()
     rows = []
     for row in inventory.rows:
         best = row.best
+        picked = (chosen or {}).get(row.group.name) or (best[0].label if best else "")
         instances = [
             {
                 "path": now.instance,
@@ -52,7 +59,17 @@ def table_rows(explorer: Explorer) -> list[dict[str, Any]]:
                 "state": best[1].state.value if best else "no mapping",
                 "state_key": best[1].state.key if best else State.NO_MAPPING.key,
                 "reason": best[1].details if best else "no mapping from any source",
-                "candidate": best[0].label if best else "",
+                "candidate": picked,
+                "candidates": [
+                    {
+                        "label": candidate.label,
+                        "short": _short(candidate.label),
+                        "usable": found.state.usable,
+                        "state": found.state.value,
+                        "reason": found.details,
+                    }
+                    for candidate, found in row.candidates
+                ],
                 "runs": row.running_summary,
                 "runs_title": ", ".join(f"kernel id {kid}" for _, kid, _ in row.running_counts if kid),
                 "instances": instances,
@@ -71,6 +88,7 @@ class LayerTable(anywidget.AnyWidget):
     def __init__(self, explorer: Explorer, on_error: Any = None, output: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.explorer = explorer
+        self.chosen: dict[str, str] = {}  # layer -> the candidate label picked in its row
         self.on_error = on_error
         self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
@@ -83,23 +101,34 @@ class LayerTable(anywidget.AnyWidget):
         super().close()
 
     def refresh(self) -> None:
-        self.rows = table_rows(self.explorer)
+        self.rows = table_rows(self.explorer, self.chosen)
 
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
         # Caught inside the Output context: in a kernel, Output swallows exceptions (it prints them).
         with self.output if self.output is not None else contextlib.nullcontext():
             try:
-                self._toggle(content)
+                self._act(content)
             except Exception as error:  # shown in the dashboard's status line, not lost in the log
                 if self.on_error is not None:
                     self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
             finally:
                 self.refresh()
+                # the row shows "switching…" from the click until this answer (a Linear switch packs
+                # weights for seconds); sent even when the rows did not change
+                self.send({"type": "done", "layer": content.get("layer")})
 
-    def _toggle(self, content: dict[str, Any]) -> None:
+    def _act(self, content: dict[str, Any]) -> None:
+        layer = content.get("layer", "")
         if content.get("type") == "toggle":
             instances = [content["instance"]] if content.get("instance") else None
             if content.get("on"):
-                self.explorer.on(content["layer"], instances)
+                self.explorer.on(layer, instances, candidate=self.chosen.get(layer))
             else:
-                self.explorer.off(content["layer"], instances)
+                self.explorer.off(layer, instances)
+        elif content.get("type") == "choose":
+            self.chosen[layer] = content["candidate"]
+            running = self.explorer.running(layer)
+            on = [now.instance for now in running if now.is_kernel]
+            if on:  # the layer runs a kernel: the instances on it take the one picked now
+                instances = None if len(on) == len(running) else on  # all (attention: model-wide)
+                self.explorer.on(layer, instances, candidate=content["candidate"])

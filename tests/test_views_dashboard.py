@@ -8,8 +8,8 @@ import pytest
 
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.models import tiny_llama
-from kernel_explorer.ui.dashboard import Dashboard
-from kernel_explorer.ui.layer_table import table_rows
+from kernel_explorer.views.dashboard import Dashboard
+from kernel_explorer.views.layer_table import table_rows
 
 
 @pytest.fixture
@@ -87,17 +87,20 @@ def test_a_new_run_clears_the_plots(dashboard: Dashboard) -> None:
     dashboard.plots.flush()
     assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}  # only the latest run
     errors = dashboard.plots.divergence
-    assert errors.layout.yaxis.exponentformat == "power"  # 10^-7, not plotly's SI "100n"
+    assert "10⁻⁷" in errors.layout.yaxis.ticktext  # 10⁻⁷, not plotly's SI "100n"
     assert all(bar.hovertemplate == "%{x}: %{hovertext}<extra></extra>" for bar in errors.data)
     assert errors.data[0].hovertext[0].startswith("kernel: max abs error ")  # not a bare "463.0068n"
 
 
 def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
+    dashboard.explorer.compare("SiLU", pairs=1)
+    assert "Plotly.newPlot" in dashboard.static_html()  # on request
     bundle = dashboard._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert "<table>" in bundle["text/html"] and "Plotly.newPlot" not in bundle["text/html"]
-    dashboard.explorer.compare("SiLU", pairs=1)
-    assert "Plotly.newPlot" in dashboard.static_html()
+    # item 13: the bundle's fallback inlined plotly.js (5 MB saved with every notebook, never shown
+    # by JupyterLab) and showed a frozen state above the snapshot: now one line pointing at it
+    assert len(bundle["text/html"]) < 300 and "snapshot" in bundle["text/html"]
+    assert len(bundle["text/plain"]) < 200
 
 
 def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashboard) -> None:
@@ -146,14 +149,17 @@ def test_named_runs_and_csv_downloads_after_a_run(dashboard: Dashboard) -> None:
     assert first.run_id == "before" and again.run_id.startswith("before-")
     dashboard.refresh_downloads()
     links = re.findall(r"download='([^']+)' href='data:text/csv;base64,([^']+)'", dashboard.downloads.value)
-    assert [name for name, _ in links] == ["kernel_explorer_records.csv", "kernel_explorer_summary.csv"]
-    summary = base64.b64decode(links[1][1]).decode()
+    run_csv = f"kernel_explorer_{again.run_id}.csv"
+    assert [name for name, _ in links] == ["kernel_explorer_summary.csv", run_csv]
+    summary = base64.b64decode(links[0][1]).decode()
     assert "before," in summary and again.run_id in summary and "speedup_low" in summary
+    records = base64.b64decode(links[1][1]).decode()  # item 13: that run's records, not every one
+    assert again.run_id in records and "\nbefore," not in records
 
 
 def test_profile_draws_the_breakdown_chart_and_its_line(dashboard: Dashboard) -> None:
     panel = dashboard.breakdown
-    assert panel.chart_box.layout.display == "none" and not panel.chart.data
+    assert panel.chart_box.layout.display == "none" and panel.chart is None  # no 5 MB widget yet
     panel.tokens = 32
     panel.profile()
     assert panel.button.disabled
@@ -208,3 +214,87 @@ def test_an_extended_layer_appears_as_a_row_and_switches_from_the_table(
     assert [i["path"] for i in row["instances"] if i["on"]] == ["model.layers.1.mlp.up_proj"]
     explorer.retract("Linear")
     assert all(r["name"] != "Linear" for r in dashboard.table.rows)
+
+
+def test_a_run_started_elsewhere_takes_the_status_line_progress_and_downloads(
+    dashboard: Dashboard,
+) -> None:
+    """Item 3: after a cell's compare the plots showed it while the status line, progress and
+    download links still described the dashboard's old run."""
+    first = dashboard.explorer.compare("SiLU", pairs=2)
+    assert (
+        dashboard.status.value.startswith("Run " + first.run_id) and first.run_id in dashboard.downloads.value
+    )
+    second = dashboard.explorer.compare("RMSNorm", pairs=2)
+    assert dashboard.status.value.startswith("Run " + second.run_id)
+    assert (
+        second.run_id in dashboard.downloads.value and first.run_id + ".csv" not in dashboard.downloads.value
+    )
+    assert dashboard.progress.value == dashboard.progress.max == 1
+
+
+def test_the_cycle_counter_counts_layers_as_they_are_now(dashboard: Dashboard, tmp_path) -> None:
+    """Item 3: after `extend` the counter kept the old layer count ("cycle 2" during cycle 1)."""
+    from kernel_repos import write_repo
+    from kernels import LocalLayerRepository
+    from torch import nn
+
+    from kernel_explorer.records import Record
+
+    done = dashboard.explorer.compare("SiLU", pairs=1)
+    verdict = dashboard.explorer.results.records("layer_verdict", done.run_id)[0].values
+    dashboard.handle, dashboard._cycle, dashboard._cycle_layers = done, 1, set()  # as run() leaves them
+    dashboard.progress.description = "cycle 1"
+    layers = (
+        "import torch\nfrom torch import nn\n\n\nclass Same(nn.Module):\n"
+        "    def forward(self, input: torch.Tensor) -> torch.Tensor:\n"
+        "        return nn.functional.linear(input, self.weight, self.bias)\n"
+    )
+    repo = write_repo(tmp_path, "cycle-linear", layers=layers)
+    dashboard.explorer.extend(
+        "Linear",
+        nn.Linear,
+        "model.layers.*.mlp.*",
+        candidates={"cpu": LocalLayerRepository(repo, layer_name="Same")},
+    )
+    names = dashboard.explorer.layers
+    for name in names:  # one cycle of the live run: a verdict per layer, the added one included
+        dashboard.explorer.results.append(Record(done.run_id, verdict, name))
+        assert dashboard.progress.description == "cycle 1"
+    assert dashboard.progress.value == dashboard.progress.max == len(names)
+    dashboard.explorer.results.append(Record(done.run_id, verdict, names[0]))
+    assert dashboard.progress.description == "cycle 2" and dashboard.progress.value == 1
+    dashboard.explorer.retract("Linear")
+
+
+def test_a_row_picks_its_candidate_and_every_click_is_answered(dashboard: Dashboard) -> None:
+    """Item 2: a click always took the first candidate (Q8_0 for Linear) and showed nothing for
+    the seconds a switch takes; the row offers every candidate, and Python answers each message
+    with "done" so the row's "switching…" state ends even when nothing changed."""
+    from torch import nn
+
+    table, explorer = dashboard.table, dashboard.explorer
+    answered: list[dict] = []
+    table.send = lambda content, buffers=None: answered.append(content)  # type: ignore[method-assign]
+    explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*")
+    row = next(r for r in table.rows if r["name"] == "Linear")
+    labels = [c["label"] for c in row["candidates"]]
+    assert len(labels) >= 2 and row["candidate"] == labels[0]
+    q4 = next(label for label in labels if "Q4_1" in label)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q4}, None)
+    assert next(r for r in table.rows if r["name"] == "Linear")["candidate"] == q4
+    table._handle_message(None, {"type": "toggle", "layer": "Linear", "on": True}, None)
+    gate = explorer.model.model.layers[0].mlp.gate_proj
+    assert gate.forward.kernel.__func__.__qualname__.startswith("Q4_1Linear.")  # what runs...
+    row = next(r for r in table.rows if r["name"] == "Linear")
+    assert "Q4_1Linear" in row["runs"]  # ...is what the row says (it named the repository's first class)
+    q8 = next(label for label in labels if "Q8_0" in label)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q8}, None)
+    assert gate.forward.kernel.__func__.__qualname__.startswith("Q8_0Linear.")  # re-switched
+    assert "Q8_0Linear" in next(r for r in table.rows if r["name"] == "Linear")["runs"]
+    table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True}, None)  # an error
+    assert answered == [{"type": "done", "layer": name} for name in ("Linear", "Linear", "Linear", "Nope")]
+    script = dashboard.table._esm
+    assert 'model.on("msg:custom"' in script and "switching…" in script and "kx-candidate-pick" in script
+    explorer.reset()
+    explorer.retract("Linear")

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
-from kernel_explorer.plot_style import ERROR_AXIS, ERROR_HOVER
+from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
+from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
-th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0d7de; vertical-align: top; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; max-width: 100%; }
+th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0d7de; vertical-align: top;
+  overflow-wrap: anywhere; }
 th { border-bottom: 2px solid #8c959f; }
 tbody tr:nth-child(even) { background: #f6f8fa; }
 .faster { color: #1a7f37; font-weight: 600; } .slower { color: #cf222e; font-weight: 600; }
@@ -49,12 +50,14 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     """Median speedups with their 95% intervals as error bars, on a log axis with a 1x line."""
     import plotly.graph_objects as go
 
-    from kernel_explorer.plot_style import verdict_colour
+    from kernel_explorer.views.plot_style import verdict_colour
 
     fig = go.Figure(
-        go.Bar(
+        go.Scatter(  # markers: on a log axis a bar's length means nothing
             x=frame[label].astype(str),
             y=frame["speedup"],
+            mode="markers+text",
+            marker={"size": 9},
             error_y={
                 "type": "data",
                 "symmetric": False,
@@ -68,7 +71,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
                 )
             ],
             text=[f"{v:.2f}x" for v in frame["speedup"]],
-            textposition="outside",
+            textposition="middle right",
             customdata=[  # the spread and n on hover, as on the dashboard's bars
                 f"95% interval {lo:.2f}x to {hi:.2f}x, {n} pairs, {verdict}"
                 for lo, hi, n, verdict in zip(
@@ -79,7 +82,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
         )
     )
     fig.add_hline(y=1.0, line_dash="dot")
-    fig.update_layout(title=title, yaxis_title="speedup (x, log scale)", yaxis_type="log")
+    fig.update_layout(title=title, xaxis=CATEGORY_AXIS, yaxis=SPEEDUP_AXIS)
     return fig
 
 
@@ -110,24 +113,30 @@ def figures(log: ResultLog) -> list[Any]:
             fig.add_trace(go.Box(y=group["speedup"], name=name, boxmean=True))
         fig.add_hline(y=1.0, line_dash="dot")
         fig.update_layout(
-            title="Speedup per interleaved pair (PyTorch time / kernel time)",
-            yaxis_title="speedup (x, log scale)",
-            yaxis_type="log",
+            title="Speedup per interleaved pair (PyTorch time / kernel time)", yaxis=SPEEDUP_AXIS
         )
         found.append(fig)
     if "kernel_err64" in summary.columns:
         worst = summary.groupby("layer", sort=False)[["kernel_err64", "pytorch_err64"]].max()
         fig = go.Figure(
             [
-                go.Bar(x=worst.index, y=worst[column], name=name, hovertemplate=ERROR_HOVER)
-                for column, name in (
-                    ("kernel_err64", "kernel vs float64"),
-                    ("pytorch_err64", "PyTorch vs float64"),
+                go.Scatter(  # markers: a bar on a log axis starts at the axis' bottom
+                    x=worst.index,
+                    y=worst[column],
+                    mode="markers",
+                    name=name,
+                    marker={"size": 10, "symbol": symbol},
+                    hovertemplate=ERROR_HOVER,
+                )
+                for column, name, symbol in (
+                    ("kernel_err64", "kernel vs float64", "circle"),
+                    ("pytorch_err64", "PyTorch vs float64", "diamond-open"),
                 )
             ]
         )
         fig.update_layout(
             title="Largest error against a float64 run (lower is more accurate)",
+            xaxis=CATEGORY_AXIS,
             yaxis=ERROR_AXIS,
         )
         found.append(fig)
@@ -153,25 +162,59 @@ def _verdict_class(verdict: object) -> str:
     return {"faster": "faster", "slower": "slower"}.get(str(verdict), "unsure")
 
 
-_SUMMARY_COLUMNS = (
-    "run_id", "layer", "speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high",
-    "confidence", "verdict", "noise_floor", "pairs", "instances", "stopped_by", "accuracy", "runs_agree",
-    "pytorch_us_median", "kernel_us_median", "notes",
-)  # fmt: skip
+def _number(value: object) -> float | None:
+    return value if isinstance(value, float) and value == value else None  # NaN: a missing cell
+
+
+def _speedup_cell(record: dict[str, Any]) -> str:
+    median, low, high = (_number(record.get(k)) for k in ("speedup_median", "speedup_low", "speedup_high"))
+    if median is None or low is None or high is None:
+        return ""
+    text = f"{median:.2f}x [{low:.2f}, {high:.2f}]"
+    confidence = _number(record.get("confidence"))
+    if confidence is not None and confidence < 0.95 - 1e-9:
+        text += f" (only {confidence:.0%} sure)"
+    return text
+
+
+def _layer_cell(record: dict[str, Any]) -> str:
+    kernel = record.get("kernel")
+    return str(record.get("layer", "")) + (f" ({kernel})" if isinstance(kernel, str) else "")
+
+
+def _pair(record: dict[str, Any], first: str, second: str, form: str) -> str:
+    a, b = _number(record.get(first)), _number(record.get(second))
+    return "" if a is None or b is None else form.format(a, b)
+
+
+# (header, cell): a speedup and its interval in one cell, so the table fits a 1280 px page
+_SUMMARY_CELLS: tuple[tuple[str, Any], ...] = (
+    ("run", lambda r: str(r.get("run_id", ""))),
+    ("layer", _layer_cell),
+    ("speedup [95% interval]", _speedup_cell),
+    ("across runs", lambda r: _pair(r, "across_runs_low", "across_runs_high", "[{:.2f}, {:.2f}]")),
+    ("verdict", lambda r: str(r.get("verdict") or "")),
+    ("noise floor", lambda r: "" if _number(r.get("noise_floor")) is None else f"{r['noise_floor']:.0%}"),
+    ("pairs", lambda r: str(r.get("pairs", ""))),
+    ("instances", lambda r: str(r.get("instances", ""))),
+    ("stopped by", lambda r: str(r.get("stopped_by") or "")),
+    ("accuracy", lambda r: str(r.get("accuracy") or "")),
+    ("runs agree", lambda r: "" if r.get("runs_agree") is None else str(r.get("runs_agree"))),
+    ("us PyTorch / kernel", lambda r: _pair(r, "pytorch_us_median", "kernel_us_median", "{:.1f} / {:.1f}")),
+    ("notes", lambda r: str(r.get("notes") or "")),
+)
 
 
 def _summary_table(summary: Any) -> str:
-    """The layer verdicts, one row per run and layer, the verdict coloured."""
-    columns = [c for c in _SUMMARY_COLUMNS if c in summary.columns]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    """The layer verdicts, one row per run and layer, the verdict coloured; every column of the
+    summary is in `explorer.results.layer_summary()`."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in _SUMMARY_CELLS)
     rows = []
-    for record in summary[columns].to_dict("records"):
+    for record in summary.to_dict("records"):
         cells = []
-        for column in columns:
-            value = record[column]
-            text = f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
-            css = f" class='{_verdict_class(value)}'" if column == "verdict" else ""
-            cells.append(f"<td{css}>{html.escape(text)}</td>")
+        for name, cell in _SUMMARY_CELLS:
+            css = f" class='{_verdict_class(record.get('verdict'))}'" if name == "verdict" else ""
+            cells.append(f"<td{css}>{html.escape(cell(record))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_explorer.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.models import tiny_llama
+from kernel_explorer.views.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,20 @@ def test_the_line_gives_amdahls_ceiling_then_the_prediction(explorer: Explorer) 
     assert "Amdahl predicts" in covered_line(explorer.results)
     hover = next(t for t in breakdown_figure(explorer.results).data if t.name == "SiLU (kernel layer)")
     assert all("measured kernel" in text for text in hover.customdata)
+
+
+def test_an_extended_linear_and_the_other_matmuls_read_apart_and_a_retract_says_profile_again(
+    hub: dict,
+) -> None:
+    """Item 5: after extend the legend read "Linear (kernel layer)" and "Linear (matmul)"."""
+    from torch import nn
+
+    fresh = Explorer(tiny_llama(), include_transformers=False)
+    fresh.extend("Linear", nn.Linear, "model.layers.0.mlp.*")
+    fresh.breakdown(tokens=16, repeats=1)
+    names = [trace.name for trace in breakdown_figure(fresh.results, fresh.layers).data]
+    assert "Linear (kernel layer)" in names and "Linear (matmul), not extended" in names
+    assert "Linear (matmul)" not in names
+    fresh.retract("Linear")
+    names = [trace.name for trace in breakdown_figure(fresh.results, fresh.layers).data]
+    assert "Linear (not a kernel layer now: profile again)" in names

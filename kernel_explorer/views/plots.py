@@ -20,7 +20,6 @@ from typing import Any
 
 from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.stats import MIN_PAIRS
-from kernel_explorer.plot_style import ERROR_AXIS, UNSURE_COLOUR, one_x_line, verdict_colour
 from kernel_explorer.records import (
     INFERENCE,
     LayerDivergence,
@@ -31,47 +30,15 @@ from kernel_explorer.records import (
     RunEvent,
 )
 from kernel_explorer.results import ResultLog
+from kernel_explorer.views.live_figures import LEGEND_ROW, TOP_MARGIN, Series, live_figures
+from kernel_explorer.views.plot_style import (
+    UNSURE_COLOUR,
+    one_x_line,
+    verdict_colour,
+)
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
-MAX_DRAWN = 3000  # points per per-pair trace; beyond, each point is the median of consecutive pairs
-
-
-class _Series:
-    """The points of one trace, kept here: the figure is assigned all of them once per batch."""
-
-    def __init__(self) -> None:
-        self.x: list[float] = []
-        self.y: list[float] = []
-        self.text: list[str] = []
-
-    def drawn(self) -> tuple[list[float], list[float], list[str], int]:
-        """The points to draw and how many pairs each stands for (1: every pair as it is)."""
-        n = len(self.x)
-        step = -(-n // MAX_DRAWN)  # ceil: consecutive pairs per point
-        if step <= 1:
-            return self.x, self.y, self.text, 1
-        x, y, text = [], [], []
-        for start in range(0, n, step):
-            ys = sorted(self.y[start : start + step])
-            x.append(self.x[start])
-            y.append(ys[len(ys) // 2])
-            text.append(f"median of {len(ys)} pairs: {y[-1]:.2f}x")
-        return x, y, text, step
-
-
-def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    """One look for every live plot: width follows the page, transparent so the theme shows through."""
-    return {
-        "title": {"text": title, "font": {"size": 13}},
-        "height": 300,
-        "autosize": True,
-        "margin": {"t": 40, "b": 45, "l": 60, "r": 10},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "rgba(0,0,0,0)",
-        "legend": {"orientation": "h", "y": -0.25},
-        **extra,
-    }
 
 
 class LivePlots:
@@ -79,64 +46,16 @@ class LivePlots:
 
     def __init__(self, log: ResultLog, *, interval: float = 0.3) -> None:
         import pandas  # noqa: F401 - plotly imports it lazily; import it here, not in the flush thread
-        import plotly.graph_objects as go
 
         self.log = log
         self.interval = interval
-        self.latency = go.FigureWidget(
-            layout=_layout(
-                "Speedup per pair (PyTorch time / time of what runs now)",
-                xaxis_title="seconds into the run",
-                yaxis_title="speedup (x, log scale)",
-                yaxis_type="log",
-                shapes=[one_x_line()],
-            )
-        )
-        self.speedup = go.FigureWidget(
-            [
-                go.Bar(
-                    x=[],
-                    y=[],
-                    name="median speedup",
-                    text=[],
-                    textposition="outside",
-                    error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": []},
-                    hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
-                )
-            ],
-            layout=_layout(
-                "Median speedup per layer with its 95% interval",
-                yaxis_title="speedup (x, log scale)",
-                yaxis_type="log",
-                shapes=[one_x_line()],
-            ),
-        )
-        self.throughput = go.FigureWidget(
-            [
-                go.Scatter(
-                    x=[],
-                    y=[],
-                    mode="lines+markers",
-                    name="model",
-                    hovertemplate="%{y:.1f} tokens/s<extra></extra>",
-                )
-            ],
-            layout=_layout(
-                "Model throughput (one forward over the prompt)",
-                xaxis_title="seconds into the run",
-                yaxis_title="tokens/s",
-            ),
-        )
-        self.divergence = go.FigureWidget(
-            [
-                go.Bar(x=[], y=[], name=name, hovertemplate="%{x}: %{hovertext}<extra></extra>")
-                for name in ("kernel vs float64", "PyTorch vs float64")
-            ],
-            layout=_layout("Largest error against a float64 run (lower is more accurate)", yaxis=ERROR_AXIS),
-        )
+        self.latency, self.speedup, self.throughput, self.divergence = live_figures()
         for figure in (self.latency, self.speedup, self.throughput, self.divergence):
             # plotly.js's own responsive mode: each figure refits its box on window resize
             figure._config = {**figure._config, "responsive": True, "displaylogo": False}
+            # an empty plot shows no made-up numbers (0-6 s, 0-4 tokens/s): its axes get their
+            # tick labels with the first point, when the note goes
+            figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = False
         self._lock = threading.Lock()  # guards the pending records and marks
         self._drawing = threading.Lock()  # one batch drawn at a time, whoever flushes
         self._pending: list[Record] = []
@@ -145,8 +64,8 @@ class LivePlots:
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
         self._start: float | None = None
         self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
-        self._series: dict[str, _Series] = {}  # per-pair trace name -> every point of this run
-        self._throughput = _Series()
+        self._series: dict[str, Series] = {}  # per-pair trace name -> every point of this run
+        self._throughput = Series()
         self._dirty: set[str] = set()  # traces with points not yet assigned to the figure
         self._received = 0  # latency records of this run received (drawn or pending)
         self._receiving: str | None = None
@@ -208,9 +127,32 @@ class LivePlots:
                 self._draw(record)
             self._assign_points()
             self._draw_speedup_bars()
+        # the "no measurement yet" note goes with the first point (read after the batch: inside
+        # it, a figure still returns its old x)
+        for figure in figures:
+            drawn = any(len(trace.x or ()) for trace in figure.data)
+            if drawn and figure.layout.annotations:
+                with figure.batch_update():
+                    figure.layout.annotations = ()
+                    figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = True
+        self._fit_legend(self.latency)
         for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
             if self._start is not None:
                 self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)
+
+    @staticmethod
+    def _fit_legend(figure: Any) -> None:
+        """Room above the plot for the legend's rows: a legend that grew into the title, or under
+        the plot into its axis title, as layers were added, gets rows of its own. Rows are
+        estimated from the longest name (plotly gives every entry of a row that width; about
+        6.5 px a character and 40 px for the marker, on a plot about 380 px wide: half a 1280 px
+        page)."""
+        names = [trace.name or "" for trace in figure.data]
+        entry = max((len(name) for name in names), default=0) * 6.5 + 40  # plotly's entries align
+        rows = max(1, -(-len(names) // max(1, int(380 // entry))))
+        top = TOP_MARGIN + LEGEND_ROW * (rows - 1)
+        if figure.layout.margin.t != top:  # not the height: set from Python, the figure kept its
+            figure.layout.margin.t = top  # old width when the page narrowed (test_dashboard.py)
 
     def _reset(self, run_id: str, start: float) -> None:
         """A new run: clear every plot (the log keeps the old run's records)."""
@@ -219,7 +161,7 @@ class LivePlots:
         self._verdicts.clear()
         self._worst.clear()
         self._series.clear()
-        self._throughput = _Series()
+        self._throughput = Series()
         self._dirty.clear()
         self.latency.data = ()
         self.latency.layout.shapes = (one_x_line(),)
@@ -286,7 +228,7 @@ class LivePlots:
             return  # training pairs: training_summary() and the report
         if isinstance(values, LayerLatency) and record.layer:
             name = self._trace(record.layer, values.kernel_on).legendgroup
-            series = self._series.setdefault(name, _Series())
+            series = self._series.setdefault(name, Series())
             series.x.append(seconds)
             series.y.append(values.speedup)
             series.text.append(
@@ -356,7 +298,7 @@ class LivePlots:
 
 def static_html(log: ResultLog) -> str:
     """The same figures as static HTML (plotly.js from the page's first figure), for non-live viewers."""
-    from kernel_explorer.report import figures
+    from kernel_explorer.views.report import figures
 
     parts = [
         fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.records import RunEvent
+from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.measure.runner import RunHandle
     from kernel_explorer.records import Record
@@ -32,8 +34,6 @@ class BreakdownPanel:
     def __init__(self, explorer: Explorer, *, on_error: Any, guard: Any, tokens: int = 512) -> None:
         """`on_error` shows a message; `guard(action)` runs a click's action and shows its error
         (the dashboard's, so every button reports the same way)."""
-        import plotly.graph_objects as go
-
         self.explorer = explorer
         self.tokens = tokens
         self.on_error = on_error
@@ -47,13 +47,22 @@ class BreakdownPanel:
         self.button.add_class("kx-profile")
         self.line = widgets.HTML(value=html.escape(_EMPTY_NOTE))
         self.line.add_class("kx-breakdown-line")
-        self.chart = go.FigureWidget()
-        self.chart.add_class("kx-breakdown")
-        self.chart_box = widgets.Box([self.chart], layout={"display": "none", "width": "100%"})
+        # made with the first breakdown: a FigureWidget carries plotly.js (5 MB) in its state, sent
+        # to the browser (and stored by nbconvert) even while hidden
+        self.chart: go.FigureWidget | None = None
+        self.chart_box = widgets.Box([], layout={"display": "none", "width": "100%"})
         self.widget = widgets.VBox([widgets.HBox([self.button, self.line]), self.chart_box])
         self.button.on_click(lambda _: guard(self.profile))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
+        # extend/retract change the kernel layers: the legend says when the breakdown predates them
+        self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
+        self._layers = list(explorer.layers)
         self.redraw()
+
+    def _on_switch(self) -> None:
+        if list(self.explorer.layers) != self._layers:
+            self._layers = list(self.explorer.layers)
+            self.redraw()
 
     def profile(self) -> None:
         """Start a breakdown on the worker thread (a second click while one runs does nothing)."""
@@ -67,9 +76,16 @@ class BreakdownPanel:
 
     def redraw(self) -> None:
         """Copy the last breakdown's figure into the widget (one message), and refresh the line."""
-        figure = breakdown_figure(self.explorer.results)
+        figure = breakdown_figure(self.explorer.results, self.explorer.layers)
         if figure is None:
             return
+        if self.chart is None:
+            from kernel_explorer.views.shared_plotly import figure_classes
+
+            # plotly.js comes with the dashboard's live plots (their carrier figure), not again here
+            self.chart = figure_classes()[1]()
+            self.chart.add_class("kx-breakdown")
+            self.chart_box.children = (self.chart,)
         with self.chart.batch_update():
             self.chart.data = ()
             self.chart.add_traces(list(figure.data))
@@ -89,5 +105,7 @@ class BreakdownPanel:
 
     def close(self) -> None:
         self._unsubscribe()
+        self._unsubscribe_switches()
         self.widget.close()
-        self.chart.close()
+        if self.chart is not None:
+            self.chart.close()

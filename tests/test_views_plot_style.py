@@ -1,0 +1,76 @@
+"""Plot conventions: log axes a reader cannot misread, empty plots that look empty, theme CSS."""
+
+from __future__ import annotations
+
+import math
+import re
+from importlib import resources
+
+import pytest
+
+from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, SPEEDUP_AXIS, empty_note
+
+
+@pytest.mark.parametrize("axis", [SPEEDUP_AXIS, ERROR_AXIS])
+def test_every_labelled_log_tick_reads_its_own_value(axis: dict) -> None:
+    """Item 11: plotly's own minor labels were bare digits ("5" for 0.5); each label here is the
+    whole value, and the minor ticks carry no label at all."""
+    for value, text in zip(axis["tickvals"], axis["ticktext"], strict=True):
+        written = text.rstrip("x")
+        if set(written) & set("⁻⁰¹²³⁴⁵⁶⁷⁸⁹"):  # 10⁻⁶
+            exponent = int(written[2:].translate(str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")))
+            assert math.isclose(value, 10.0**exponent, rel_tol=1e-9), text
+        else:
+            assert math.isclose(value, float(written), rel_tol=1e-9), text
+    minor = axis["minor"]
+    assert "ticktext" not in minor and not set(minor["tickvals"]) & set(axis["tickvals"])
+    assert axis["type"] == "log"
+
+
+def test_speedup_axis_labels_half_and_twice_in_full() -> None:
+    labels = dict(zip(SPEEDUP_AXIS["tickvals"], SPEEDUP_AXIS["ticktext"], strict=True))
+    assert labels[0.5] == "0.5x" and labels[1.0] == "1x" and labels[2.0] == "2x" and labels[0.2] == "0.2x"
+    assert "autorangeoptions" not in SPEEDUP_AXIS  # it pinned the live plots' range in the browser
+    error_labels = dict(zip(ERROR_AXIS["tickvals"], ERROR_AXIS["ticktext"], strict=True))
+    assert error_labels[1e-6] == "10⁻⁶" and set(error_labels) == {10.0**e for e in range(-31, 4)}
+
+
+def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> None:
+    from kernel_explorer.records import LayerLatency, Record
+    from kernel_explorer.results import ResultLog
+    from kernel_explorer.views.plots import LivePlots
+
+    log = ResultLog()
+    plots = LivePlots(log, interval=60)
+    try:
+        for figure in (plots.latency, plots.speedup, plots.throughput, plots.divergence):
+            assert [a.text for a in figure.layout.annotations] == [empty_note()["text"]]
+        assert plots.speedup.layout.xaxis.type == CATEGORY_AXIS["type"] == "category"
+        assert plots.divergence.layout.xaxis.type == "category"
+        assert plots.throughput.layout.yaxis.rangemode == "tozero"
+        assert plots.divergence.data[0].type == "scatter"  # markers, not bars from the axis' bottom
+        assert plots.throughput.layout.yaxis.showticklabels is False  # no made-up 0-4 tokens/s
+        log.append(Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=True), "RMSNorm", "model.norm"))
+        plots.flush()
+        assert plots.latency.layout.annotations == () and plots.latency.layout.xaxis.showticklabels
+        assert plots.divergence.layout.annotations  # still nothing to show there
+        assert plots.latency.layout.legend.y >= 1.0  # above the plot, not over the axis title
+        for layer in ("rotary_pos_emb", "attention", "SiLU"):  # long names: more legend rows...
+            log.append(Record("run-1", LayerLatency(2e-6, 2e-6, 1.0, kernel_on=False), layer, layer))
+        plots.flush()
+        assert plots.latency.layout.margin.t > 62  # ...and room for them
+    finally:
+        plots.close()
+
+
+def test_widget_css_takes_theme_colours_only_from_jupyterlab_variables() -> None:
+    """Item 9: `.kx-instance td {color:#444}` read 1.9:1 on the dark theme's #111."""
+    widgets = resources.files("kernel_explorer.widgets")
+    for name in (entry.name for entry in widgets.iterdir() if entry.name.endswith(".css")):
+        css = re.sub(r"/\*.*?\*/", "", widgets.joinpath(name).read_text(), flags=re.S)
+        for selector, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
+            for prop, value in re.findall(r"([\w-]+)\s*:\s*([^;]+)", body):
+                colour = re.sub(r"var\(--jp-[\w-]+,[^)]*\)", "", value)  # a fallback inside var() is fine
+                fixed = re.search(r"#[0-9a-fA-F]{3,8}\b|rgba?\(|\b(black|white|gray|grey)\b", colour)
+                if fixed and prop in ("color", "background", "background-color", "border", "border-bottom"):
+                    assert ".kx-badge" in selector, f"{name}: {selector.strip()} {prop}: {value}"
