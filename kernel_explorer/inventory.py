@@ -17,7 +17,8 @@ from kernel_explorer._backend.modes import mode_name
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.availability import Availability
 from kernel_explorer.catalog import first_usable
-from kernel_explorer.measure.breakdown import amdahl
+from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST, amdahl
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -372,8 +373,14 @@ def build_inventory(
         for path, module in model.named_modules()
         if path and path not in kernel_paths and not list(module.children())
     )
+    plain = (LINEAR, EMBEDDING, REST, ATTENTION)  # what a breakdown names besides kernel layers
     uncovered = sorted(
-        ((name, share) for name, share in (shares or {}).items() if name not in board.groups),
+        (
+            # a layer profiled as a kernel layer and retracted since: its share is stale
+            (name if name in plain else f"{name} (not a kernel layer now: profile again)", share)
+            for name, share in (shares or {}).items()
+            if name not in board.groups
+        ),
         key=lambda p: -p[1],
     )
     return Inventory(

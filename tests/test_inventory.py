@@ -161,3 +161,16 @@ def test_a_broken_lock_file_is_one_line(hub: dict, tmp_path: Path) -> None:
     with pytest.raises(KernelExplorerError, match="is not a kernels lock file") as info:
         Explorer(tiny_llama(), project=tmp_path).inventory()
     assert "\n" not in str(info.value)
+
+
+def test_a_share_profiled_for_a_layer_retracted_since_says_profile_again(explorer: Explorer) -> None:
+    from kernel_explorer.inventory import build_inventory
+
+    shares = {"Linear (matmul)": 0.5, "Linear": 0.3, "RMSNorm": 0.02}  # "Linear": an extended row, gone
+    found = build_inventory(
+        explorer.model, explorer.catalog, explorer.switchboard, mode=explorer.mode, shares=shares
+    )
+    assert dict(found.uncovered) == {
+        "Linear (matmul)": 0.5,
+        "Linear (not a kernel layer now: profile again)": 0.3,
+    }
