@@ -1,6 +1,7 @@
 // Weight-only quantized linear kernels, one unit per instruction set (see kx_vec.h): a GEMV that
 // streams the packed Q8_0 / Q4_1 blocks once for up to kGemvRows rows of activations (decode),
-// and the dequantization of weight rows to float32 that the GEMM path (prefill) and the tests use.
+// the int8 GEMM for many rows (prefill, qlinear_int8.h), and the dequantization of weight rows to
+// float32 that the dequantize-and-matmul GEMM path and the tests use.
 //
 // Each block's dot product is taken on the small integers q first and scaled once:
 //   Q8_0:  sum_j x_j (d q_j)      = d * sum_j q_j x_j
@@ -357,6 +358,8 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 }
 #endif
 
+#include "qlinear_int8.h"
+
 // The table's entry: one pass over rows of x (1 to kGemvRows), each specialised on the count so
 // the accumulators stay in registers.
 #define KX_GEMV_BY_ROWS(fn)                                                                            \
@@ -377,4 +380,6 @@ static_assert(kx::kGemvRows == 4, "KX_GEMV_BY_ROWS covers 1 to 4 rows");
 extern const kx::QLinearTable KX_CAT(kx_qlinear_table_, KX_ISA) = {
     {KX_GEMV_BY_ROWS(KX_ISA_NS::gemv_q8_0), KX_GEMV_BY_ROWS(KX_ISA_NS::gemv_q4_1)},
     {KX_ISA_NS::dequant_q8_0, KX_ISA_NS::dequant_q4_1},
+    {KX_ISA_NS::KX_I8_QUANT(kx::kQ8_0), KX_ISA_NS::KX_I8_QUANT(kx::kQ4_1)},
+    {KX_ISA_NS::KX_I8_GEMM(kx::kQ8_0), KX_ISA_NS::KX_I8_GEMM(kx::kQ4_1)},
 };

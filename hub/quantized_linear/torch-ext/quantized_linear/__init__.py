@@ -2,8 +2,14 @@
 
 A weight is packed once (`quantize`) into a uint8 tensor of GGML blocks, byte for byte what a GGUF
 file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by it without ever
-materialising the float weight: a GEMV streaming the blocks for a few rows (decode), dequantized
-panels and ATen's matmul for many (prefill). On a weight that is the float dequantization of such
+materialising the float weight: a GEMV streaming the blocks for a few rows (decode, float32
+arithmetic), and for many rows (prefill) an int8 GEMM: the activations quantized per block of 32
+to int8 with a float scale, as GGML's Q8 activations are, and integer dot products (AVX512-VNNI,
+or AVX2's maddubs). That is a different numeric path from PyTorch's, not a rounding difference:
+each activation is rounded to one of 255 levels of its block's largest value (relative error up
+to about 0.4% of that value). `int8_gemm=False` (`layers.use_int8_gemm(module, False)` for a
+layer) keeps the dequantize-and-matmul path, whose results differ from F.linear on the dequantized
+weight in rounding order only. On a weight that is the float dequantization of such
 blocks (a GGUF checkpoint), packing finds the same blocks again, so the kernel runs the very same
 weights PyTorch runs.
 """
@@ -65,9 +71,17 @@ def dequantize(packed: torch.Tensor, format: str) -> torch.Tensor:
 
 
 def linear(
-    x: torch.Tensor, packed: torch.Tensor, format: str, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    format: str,
+    bias: torch.Tensor | None = None,
+    *,
+    int8_gemm: bool = True,
 ) -> torch.Tensor:
-    """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight; float32 accumulation."""
+    """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight.
+
+    Above 8 rows, `int8_gemm` quantizes x per block of 32 to int8 (see the module docstring);
+    False keeps float32 arithmetic (dequantized panels and ATen's matmul)."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(
@@ -77,16 +91,27 @@ def linear(
         raise TypeError(
             f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
         )
-    return getattr(ops, f"linear_{format}")(x, packed, bias)
+    return getattr(ops, f"linear_{format}")(x, packed, bias, int8_gemm)
 
 
 def isa() -> str:
-    """The instruction-set path in use: avx512bf16, avx512, avx2 or portable."""
+    """The code path in use (avx512bf16, avx512, avx2 or portable): the fastest this CPU runs,
+    timed once per machine at first use, unless KERNEL_EXPLORER_ISA or `set_isa` chose it."""
     return ops.isa()
 
 
+def isa_reason() -> str:
+    """Why `isa()` runs, in one line: the measured ratios against the other paths, or who forced it."""
+    return ops.isa_reason()
+
+
+def isa_paths() -> list[str]:
+    """The code paths this build carries and this CPU runs, widest first."""
+    return list(ops.isa_paths())
+
+
 def set_isa(name: str) -> str:
-    """Force a code path (for tests and benchmarks)."""
+    """Switch the code path (tests, benchmarks, comparing paths); one of `isa_paths()`."""
     return ops.set_isa(name)
 
 
@@ -98,6 +123,8 @@ __all__ = [
     "FORMATS",
     "dequantize",
     "isa",
+    "isa_paths",
+    "isa_reason",
     "layers",
     "linear",
     "pack_error",

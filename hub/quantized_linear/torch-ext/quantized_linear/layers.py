@@ -6,6 +6,11 @@ The weight is packed on the first forward and kept on the module as the plain at
 deleting the attribute releases it. It is packed again when the weight changes (another tensor,
 or the same one written in place: its data pointer or `_version` moves). A weight that cannot be
 packed raises ValueError with a one-line reason (`pack_error`).
+
+Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
+activations are quantized to int8 per block of 32). `use_int8_gemm(module, False)` keeps the
+dequantize-and-matmul path for a module that needs PyTorch's numbers; the choice is the plain
+instance attribute `_kernel_int8_gemm`, read on every forward.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
+#: the attribute that turns the int8 GEMM off for one module (absent: on)
+INT8_GEMM_ATTR = "_kernel_int8_gemm"
+
+
+def use_int8_gemm(module: nn.Module, enabled: bool) -> None:
+    """Whether `module`'s prefill takes the int8 GEMM (default) or dequantize-and-matmul (False)."""
+    object.__setattr__(module, INT8_GEMM_ATTR, bool(enabled))
 
 
 class PackedWeight(NamedTuple):
@@ -78,7 +90,8 @@ class Q8_0Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
-        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, True)
+        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias, int8)
 
 
 class Q4_1Linear(nn.Module):
@@ -88,4 +101,5 @@ class Q4_1Linear(nn.Module):
     can_torch_compile = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, True)
+        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias, int8)

@@ -1,0 +1,331 @@
+// The int8 GEMM of the quantized linear kernels (prefill: many rows of activations), one
+// instruction set per unit, included by qlinear_isa.h inside its KX_ISA_NS.
+//
+// The activations are quantized per row and per block of 32 to int8 with a float32 scale
+// (d_x = max|x| / 127, q_x = round(x / d_x), as GGML's Q8 activation format does), and each
+// block's dot product is taken on the integers and scaled once in float32:
+//   Q8_0:  sum_j (d q_j)(d_x q_xj)     ~ d d_x * sum_j q_j q_xj
+//   Q4_1:  sum_j (d q_j + m) x_j        ~ d d_x * sum_j q_j q_xj + m * sum_j x_j   (exact sum of x)
+// This is a different numeric path from PyTorch's: the activations lose bits to the 8-bit grid
+// (a relative error up to 1/254 of the block's largest value per element), so results are close
+// to, not rounding-equal to, a float matmul over the dequantized weights. The dequantize-and-matmul
+// path (torch_binding.cpp, int8_gemm=False) keeps PyTorch's numbers.
+//
+// Integer dot products: AVX512-VNNI's vpdpbusd (u8 x s8, 4 products per int32 lane) where the unit
+// is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), otherwise AVX2's
+// vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers). vpdpbusd and vpmaddubsw
+// take one unsigned operand: Q4_1's 4-bit weights are unsigned; for Q8_0, VNNI takes the activations
+// offset by 128 (q_x + 128, and the block's -128 * sum_j q_j starts the accumulator), and
+// vpmaddubsw takes |q| against q_x carrying q's sign (no int16 saturation: 2 * 128 * 127 < 2^15).
+//
+// Each thread takes whole columns (output features) and repacks their blocks into a panel in
+// VNNI order (per kW features and block: 8 groups of kW x 4 weights, kW scales, kW mins or sums),
+// so a vector load gives 4 consecutive weights of kW features; then an MR x (NV kW) tile of the
+// output is accumulated in registers across all blocks, the panel's NV groups staying in L1
+// while the quantized rows stream from L2.
+#pragma once
+
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace i8 {
+
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
+constexpr bool kVnni = true;
+constexpr int kW = 16;  // features per vector
+constexpr int kMR = 4, kNV = 2;
+using VI = __m512i;
+using VF = __m512;
+inline VF f_zero() { return _mm512_setzero_ps(); }
+inline VF f_load(const void* p) { return _mm512_loadu_ps(p); }
+inline VF f_set1(float v) { return _mm512_set1_ps(v); }
+inline VF f_mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+inline VF f_add(VF a, VF b) { return _mm512_add_ps(a, b); }
+inline VF f_fmadd(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF i_to_f(VI a) { return _mm512_cvtepi32_ps(a); }
+inline VI i_load(const void* p) { return _mm512_loadu_si512(p); }
+inline VI i_zero() { return _mm512_setzero_si512(); }
+inline VI i_set1(int32_t v) { return _mm512_set1_epi32(v); }
+inline void f_store(float* p, VF v, int n) {
+  if (n >= kW) return _mm512_storeu_ps(p, v);
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+}
+#else
+constexpr bool kVnni = false;
+constexpr int kW = 8;
+constexpr int kMR = 2, kNV = 2;
+using VI = __m256i;
+using VF = __m256;
+inline VF f_zero() { return _mm256_setzero_ps(); }
+inline VF f_load(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
+inline VF f_set1(float v) { return _mm256_set1_ps(v); }
+inline VF f_mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+inline VF f_add(VF a, VF b) { return _mm256_add_ps(a, b); }
+inline VF f_fmadd(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VF i_to_f(VI a) { return _mm256_cvtepi32_ps(a); }
+inline VI i_load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline VI i_zero() { return _mm256_setzero_si256(); }
+inline VI i_set1(int32_t v) { return _mm256_set1_epi32(v); }
+inline void f_store(float* p, VF v, int n) {
+  if (n >= kW) return _mm256_storeu_ps(p, v);
+  alignas(32) float t[kW];
+  _mm256_store_ps(t, v);
+  std::memcpy(p, t, sizeof(float) * n);
+}
+#endif
+
+// One panel record: the block's weights of kW features in VNNI order, then kW float scales d,
+// then kW float mins m (Q4_1) or int32 -128 * sum_j q_j (Q8_0 with VNNI).
+constexpr int kRecW = 32 * kW;
+constexpr int kRec = kRecW + 8 * kW;
+
+inline VI bcast4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return i_set1(v);
+}
+
+// Activations: rows x K float32 -> int8 per block (uint8 q + 128 for Q8_0 under VNNI), scale d_x,
+// and (Q4_1) the block's exact float sum of x.
+template <int F>
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t i = 0; i < rows * nb; ++i) {
+    const float* xb = x + i * kx::kQBlock;
+    int8_t* qb = reinterpret_cast<int8_t*>(q + i * kx::kQBlock);
+#if defined(CPU_CAPABILITY_AVX512)
+    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float id = amax > 0.f ? 127.f / amax : 0.f;
+    __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
+    __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
+    if (F == kx::kQ8_0 && kVnni) {
+      q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
+      q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), q0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), q1);
+    if (F == kx::kQ4_1) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+#else
+    __m256 v[4];
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(xb + 8 * k);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
+    i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
+    if (F == kx::kQ4_1) {
+      __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+      __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+      t4 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+      s[i] = _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
+    }
+#endif
+    d[i] = amax / 127.f;
+  }
+}
+
+// Features [n0, n1) of the packed weight into `groups` panel groups of kW (zero past n1).
+template <int F>
+void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups, uint8_t* panel) {
+  const int64_t nb = K / kx::kQBlock, bytes = kx::block_bytes(F);
+  const float* H = half_table();
+  std::memset(panel, 0, static_cast<size_t>(groups * nb * kRec));
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t g = (n - n0) / kW, lane = (n - n0) % kW;
+    const uint8_t* p = w + n * nb * bytes;
+    for (int64_t b = 0; b < nb; ++b, p += bytes) {
+      uint8_t* rec = panel + (g * nb + b) * kRec;
+      alignas(16) uint8_t q[32];
+      if (F == kx::kQ8_0) {
+        std::memcpy(q, p + 2, 32);
+      } else {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4)), low = _mm_set1_epi8(0x0f);
+        _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_and_si128(raw, low));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), low));
+      }
+      for (int k = 0; k < 8; ++k) std::memcpy(rec + (k * kW + lane) * 4, q + 4 * k, 4);
+      float* scales = reinterpret_cast<float*>(rec + kRecW);
+      scales[lane] = half_at(H, p);
+      if (F == kx::kQ4_1) {
+        scales[kW + lane] = half_at(H, p + 2);
+      } else if (kVnni) {
+        // sum of the 32 int8: psadbw of (q ^ 0x80) against zero sums q + 128 per 8 bytes
+        const __m128i flip = _mm_set1_epi8(char(0x80)), z = _mm_setzero_si128();
+        const __m128i a = _mm_sad_epu8(_mm_xor_si128(_mm_load_si128(reinterpret_cast<const __m128i*>(q)), flip), z);
+        const __m128i c =
+            _mm_sad_epu8(_mm_xor_si128(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16)), flip), z);
+        const __m128i t = _mm_add_epi64(a, c);
+        const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si32(t) + _mm_extract_epi16(t, 4)) - 128 * 32;
+        reinterpret_cast<int32_t*>(scales + kW)[lane] = -128 * sum;
+      }
+    }
+  }
+}
+
+// One 4-byte group of the block: acc += w . x for every int32 lane.
+template <int F>
+inline VI dot(VI acc, VI w, VI x) {
+#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
+  return F == kx::kQ4_1 ? _mm512_dpbusd_epi32(acc, w, x) : _mm512_dpbusd_epi32(acc, x, w);
+#else
+  if constexpr (F == kx::kQ4_1) {  // int16 lanes: 8 groups of 2 * 15 * 127 stay below 2^15
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  } else {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+#endif
+}
+
+// Output rows [0, MR) x columns of NV panel groups, over every block. `rec0` is block 0 of the
+// first group; `ncols` the valid columns from the first group's first feature.
+template <int F, int MR, int NV>
+void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const float* xd, const float* xs,
+          const float* bias, float* y, int64_t ldy, int64_t ncols) {
+  VF acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = f_zero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec[NV];
+    VI iacc[MR][NV];
+    for (int v = 0; v < NV; ++v) {
+      rec[v] = rec0 + (v * nb + b) * kRec;
+      const VI init = (F == kx::kQ8_0 && kVnni) ? i_load(rec[v] + kRecW + 4 * kW) : i_zero();
+      for (int r = 0; r < MR; ++r) iacc[r][v] = init;
+    }
+    const uint8_t* xb = xq + b * kx::kQBlock;
+    for (int k = 0; k < 8; ++k) {
+      VI wv[NV];
+      for (int v = 0; v < NV; ++v) wv[v] = i_load(rec[v] + k * kW * 4);
+      for (int r = 0; r < MR; ++r) {
+        const VI xv = bcast4(xb + r * K + 4 * k);
+        for (int v = 0; v < NV; ++v) iacc[r][v] = dot<F>(iacc[r][v], wv[v], xv);
+      }
+    }
+#if !defined(__AVX512VNNI__) || !defined(CPU_CAPABILITY_AVX512)
+    if constexpr (F == kx::kQ4_1) {
+      for (int r = 0; r < MR; ++r)
+        for (int v = 0; v < NV; ++v) iacc[r][v] = _mm256_madd_epi16(iacc[r][v], _mm256_set1_epi16(1));
+    }
+#endif
+    for (int v = 0; v < NV; ++v) {
+      const VF dw = f_load(rec[v] + kRecW);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][v] = f_fmadd(i_to_f(iacc[r][v]), f_mul(dw, f_set1(xd[r * (K / kx::kQBlock) + b])), acc[r][v]);
+      }
+      if constexpr (F == kx::kQ4_1) {
+        const VF mw = f_load(rec[v] + kRecW + 4 * kW);
+        for (int r = 0; r < MR; ++r) acc[r][v] = f_fmadd(mw, f_set1(xs[r * (K / kx::kQBlock) + b]), acc[r][v]);
+      }
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    const int64_t cols = ncols - v * kW;
+    if (cols <= 0) break;
+    const VF bv = f_load(bias + v * kW);
+    for (int r = 0; r < MR; ++r) f_store(y + r * ldy + v * kW, f_add(acc[r][v], bv), cols < kW ? int(cols) : kW);
+  }
+}
+
+template <int F, int MR>
+void rows_tail(int64_t rows, const uint8_t* rec, int64_t nb, const uint8_t* xq, int64_t K, const float* xd,
+               const float* xs, const float* bias, float* y, int64_t ldy, int64_t ncols) {
+  if constexpr (MR > 0) {
+    if (rows == MR) return tile<F, MR, kNV>(rec, nb, xq, K, xd, xs, bias, y, ldy, ncols);
+    rows_tail<F, MR - 1>(rows, rec, nb, xq, K, xd, xs, bias, y, ldy, ncols);
+  }
+}
+
+// y[:, n0:n1] (+ bias) for all M rows of the quantized activations; features in sub-panels of
+// kSub, each repacked once into this thread's panel and swept over every row.
+template <int F>
+void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, int64_t M,
+          const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  constexpr int64_t kSub = 128;
+  const int64_t nb = K / kx::kQBlock;
+  thread_local std::vector<uint8_t> panel;
+  thread_local std::vector<float> bias_pad;
+  for (int64_t s0 = n0; s0 < n1; s0 += kSub) {
+    const int64_t s1 = std::min(s0 + kSub, n1);
+    const int64_t groups = ((s1 - s0 + kW - 1) / kW + kNV - 1) / kNV * kNV;
+    panel.resize(static_cast<size_t>(groups * nb * kRec));
+    repack<F>(w, K, s0, s1, groups, panel.data());
+    bias_pad.assign(static_cast<size_t>(groups * kW), 0.f);
+    if (bias) std::memcpy(bias_pad.data(), bias + s0, sizeof(float) * (s1 - s0));
+    for (int64_t g = 0; g < groups; g += kNV) {
+      const uint8_t* rec = panel.data() + g * nb * kRec;
+      const int64_t ncols = s1 - s0 - g * kW;
+      float* yc = y + s0 + g * kW;
+      const float* bc = bias_pad.data() + g * kW;
+      int64_t m = 0;
+      for (; m + kMR <= M; m += kMR)
+        tile<F, kMR, kNV>(rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, bc, yc + m * ldy, ldy, ncols);
+      if (m < M)
+        rows_tail<F, kMR - 1>(M - m, rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, bc, yc + m * ldy, ldy, ncols);
+    }
+  }
+}
+
+}  // namespace i8
+
+#define KX_I8_QUANT(F) i8::quant_acts<F>
+#define KX_I8_GEMM(F) i8::gemm<F>
+
+#else
+// Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, s8 q).
+namespace i8 {
+template <int F>
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t i = 0; i < rows * nb; ++i) {
+    const float* xb = x + i * kx::kQBlock;
+    float amax = 0.f, sum = 0.f;
+    for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j])), sum += xb[j];
+    const float id = amax > 0.f ? 127.f / amax : 0.f;
+    for (int j = 0; j < kx::kQBlock; ++j)
+      q[i * kx::kQBlock + j] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(xb[j] * id)));
+    d[i] = amax / 127.f;
+    s[i] = sum;
+  }
+}
+
+template <int F>
+void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, int64_t M,
+          const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t nb = K / kx::kQBlock, bytes = kx::block_bytes(F);
+  const float* H = half_table();
+  for (int64_t m = 0; m < M; ++m) {
+    const int8_t* xr = reinterpret_cast<const int8_t*>(xq + m * K);
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* p = w + n * nb * bytes;
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b, p += bytes) {
+        int32_t dot = 0;
+        for (int j = 0; j < kx::kQBlock; ++j) dot += q_at(p, F, j) * xr[b * kx::kQBlock + j];
+        acc += static_cast<float>(dot) * (half_at(H, p) * xd[m * nb + b]);
+        if (F == kx::kQ4_1) acc += half_at(H, p + 2) * xs[m * nb + b];
+      }
+      y[m * ldy + n] = bias ? acc + bias[n] : acc;
+    }
+  }
+}
+}  // namespace i8
+
+#define KX_I8_QUANT(F) i8::quant_acts<F>
+#define KX_I8_GEMM(F) i8::gemm<F>
+#endif
