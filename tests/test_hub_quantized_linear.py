@@ -3,7 +3,9 @@ through kernels' real loader.
 
 The kernel is checked against a float64 product with the dequantized weight (what it stands for)
 on every compiled ISA path, both activation dtypes, with and without bias, on shapes off every
-vector width and on both the GEMV (few rows) and the GEMM (many rows) paths. Packing is checked
+vector width and on the GEMV (few rows), the int8 GEMM and the dequantize-and-matmul GEMM (many
+rows) paths. The int8 GEMM quantizes the activations: its bound adds, per block of 32, half a
+step of the activations' int8 grid times the block's weights (`_int8_allowance`). Packing is checked
 against ggml's reference quantizer (the `gguf` package's bit-exact port) and, on the default
 model, to give back the checkpoint's weights bit for bit.
 """
@@ -34,12 +36,33 @@ def _randn(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale
 
 
+def _int8_allowance(x: torch.Tensor, w: torch.Tensor, packed: torch.Tensor, fmt: str) -> torch.Tensor:
+    """(rows, out) float64: what quantizing x per block of 32 to int8 may cost the int8 GEMM.
+
+    Each activation moves by at most half a step of its block's grid (max|x| / 127 / 2; 0.51 for
+    the float32 rounding of x / step); that error multiplies the block's weights, less Q4_1's
+    centre m + 8 d (the kernel takes d (q - 8) on the integers, m + 8 d with the exact sum of x)."""
+    xb = x.double().reshape(x.shape[0], -1, 32)
+    half_step = 0.51 * xb.abs().amax(-1) / 127  # (rows, blocks)
+    wb = w.double().reshape(w.shape[0], -1, 32)
+    if fmt == "q4_1":
+        blocks = packed.reshape(w.shape[0], -1, 20)
+        d, m = (blocks[:, :, i : i + 2].contiguous().view(torch.float16).double() for i in (0, 2))
+        wb = wb - (m + 8 * d)  # (out, blocks, 32) minus (out, blocks, 1)
+    return half_step @ wb.abs().sum(-1).T
+
+
 def _assert_close_to_float64(
-    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+    y: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    int8: tuple[torch.Tensor, str] | None = None,
 ) -> None:
     """y against x @ w^T + bias in float64; the bound is float32 accumulation over in_features
     (relative to the sum of |terms|), plus, for bfloat16, the output's rounding and that of the
-    weights (the GEMM path multiplies bfloat16 activations by bfloat16 panels, as F.linear does)."""
+    weights (the dequantize-and-matmul path multiplies bfloat16 activations by bfloat16 panels, as
+    F.linear does), plus, when `int8` (packed, format) says the int8 GEMM ran, `_int8_allowance`."""
     ref = x.double() @ w.double().T
     size = x.double().abs() @ w.double().abs().T
     if bias is not None:
@@ -47,8 +70,17 @@ def _assert_close_to_float64(
     allowed = 2 * (w.shape[1] + 2) * EPS32 * size + 1e-30
     if y.dtype == torch.bfloat16:
         allowed = allowed + 2.0**-8 * ref.abs() + 2.0**-8 * size
+    if int8 is not None:
+        allowed = allowed + _int8_allowance(x, w, *int8)
     err = (y.double() - ref).abs()
     assert (err <= allowed).all(), (err - allowed).max().item()
+
+
+def _int8_ran(rows: int, packed: torch.Tensor, fmt: str) -> tuple[torch.Tensor, str] | None:
+    return (packed, fmt) if rows > GEMV_MAX_ROWS else None
+
+
+GEMV_MAX_ROWS = 8  # torch_binding.cpp's kGemvMaxRows: above it, the GEMM paths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,10 +99,12 @@ def test_linear_matches_float64_on_odd_shapes(
             packed = ql.quantize(_randn(n, k, seed=k + n), fmt)
             w = ql.dequantize(packed, fmt)
             bias = _randn(n, seed=3).to(dtype) if with_bias else None
-            for rows in (1, 3, 17, 512):  # GEMV (one and several rows per pass) and GEMM
+            for rows in (1, 3, 8, 9, 17, 512):  # GEMV (one and several rows per pass) and GEMM
                 x = _randn(rows, k, seed=rows, scale=2.0).to(dtype)
                 y = ql.linear(x, packed, fmt, bias)
                 assert y.dtype == dtype and y.shape == (rows, n)
+                _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt))
+                y = ql.linear(x, packed, fmt, bias, int8_gemm=False)
                 _assert_close_to_float64(y, x, w, bias)
 
 
@@ -81,18 +115,20 @@ def test_batched_and_strided_inputs(ql, isa: str, fmt: str) -> None:
     for x in (_randn(2, 3, 64), _randn(2, 9, 64), _randn(64, 6).t(), _randn(5, 128)[:, ::2], _randn(0, 64)):
         y = ql.linear(x, packed, fmt)
         assert y.shape == (*x.shape[:-1], 40)
-        _assert_close_to_float64(y.reshape(-1, 40), x.reshape(-1, 64), w, None)
+        rows = x.reshape(-1, 64).shape[0]
+        _assert_close_to_float64(y.reshape(-1, 40), x.reshape(-1, 64), w, None, _int8_ran(rows, packed, fmt))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
-    """The GEMM path runs ATen's matmul on the exact dequantized weights: PyTorch's own answer to
-    float32 rounding; the GEMV path sums in another order (within float32 accumulation error)."""
+    """The dequantize-and-matmul path runs ATen's matmul on the exact dequantized weights:
+    PyTorch's own answer to float32 rounding; the GEMV path sums in another order (within float32
+    accumulation error)."""
     packed = ql.quantize(_randn(96, 576), fmt)
     w = ql.dequantize(packed, fmt)
     for rows in (17, 64):
         x = _randn(rows, 576, seed=rows)
-        torch.testing.assert_close(ql.linear(x, packed, fmt), nn.functional.linear(x, w))
+        torch.testing.assert_close(ql.linear(x, packed, fmt, int8_gemm=False), nn.functional.linear(x, w))
     for rows in (1, 5):
         x = _randn(rows, 576, seed=rows)
         torch.testing.assert_close(
@@ -100,20 +136,65 @@ def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
         )
 
 
+@pytest.mark.parametrize("int8_gemm", [True, False], ids=["int8", "dequant"])
 @pytest.mark.parametrize("rows", [3, 64])
-def test_both_paths_under_inference_mode_and_autograd(ql, rows: int) -> None:
-    """The GEMM path's worker threads run ATen ops: they must see the caller's inference mode (the
+def test_every_path_under_inference_mode_and_autograd(ql, rows: int, int8_gemm: bool) -> None:
+    """The GEMM paths' worker threads run ATen ops: they must see the caller's inference mode (the
     output is an inference tensor) and run below autograd (an input may require grad)."""
     packed = ql.quantize(_randn(300, 64), "q4_1")
     w = ql.dequantize(packed, "q4_1")
     x = _randn(rows, 64)
+    int8 = _int8_ran(rows, packed, "q4_1") if int8_gemm else None
     with torch.inference_mode():
-        y = ql.linear(x, packed, "q4_1")
+        y = ql.linear(x, packed, "q4_1", int8_gemm=int8_gemm)
     assert y.is_inference()
-    _assert_close_to_float64(y, x, w, None)
-    y = ql.linear(x.requires_grad_(), packed, "q4_1")
+    _assert_close_to_float64(y, x, w, None, int8)
+    y = ql.linear(x.requires_grad_(), packed, "q4_1", int8_gemm=int8_gemm)
     assert y.requires_grad
-    _assert_close_to_float64(y.detach(), x.detach(), w, None)
+    _assert_close_to_float64(y.detach(), x.detach(), w, None, int8)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -> None:
+    """On SmolLM2's MLP shape the int8 GEMM is not float32's rounding (its error against float64
+    is orders above the dequantize-and-matmul path's) but stays within 1% RMS of the output; the
+    compiled paths compute the same integer dot products, so they agree to float32 scaling."""
+    packed = ql.quantize(_randn(1536, 576, scale=0.05), fmt)
+    w = ql.dequantize(packed, fmt).double()
+    x = _randn(64, 576, seed=5)
+    ref = x.double() @ w.T
+    rms = ref.pow(2).mean().sqrt()
+    results = {}
+    for isa in ql.isa_paths():
+        before = ql.isa()
+        ql.set_isa(isa)
+        try:
+            results[isa] = ql.linear(x, packed, fmt).double()
+            exact = ql.linear(x, packed, fmt, int8_gemm=False).double()
+        finally:
+            ql.set_isa(before)
+        int8_err = (results[isa] - ref).pow(2).mean().sqrt() / rms
+        fp32_err = (exact - ref).pow(2).mean().sqrt() / rms
+        assert 1e-4 < int8_err < 1e-2 and fp32_err < 1e-6, (isa, int8_err, fp32_err)
+    first = next(iter(results.values()))
+    for y in results.values():
+        torch.testing.assert_close(y, first, rtol=1e-5, atol=1e-5 * rms.item())
+
+
+def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
+    """`use_int8_gemm(module, False)`: the layer's prefill is F.linear on the dequantized weight
+    (ATen's matmul, the same rounding); by default it is the int8 GEMM, which is not."""
+    lin = _linear(k=576, n=96)
+    x = _randn(32, 576)
+    y_int8 = ql.layers.Q4_1Linear.forward(lin, x)
+    w = ql.dequantize(lin._kernel_packed.data, "q4_1")
+    ql.layers.use_int8_gemm(lin, False)
+    y_exact = ql.layers.Q4_1Linear.forward(lin, x)
+    torch.testing.assert_close(y_exact, nn.functional.linear(x, w, lin.bias))
+    assert not torch.allclose(y_int8, y_exact, rtol=1e-6, atol=1e-6)
+    _assert_close_to_float64(y_int8, x, w, lin.bias, (lin._kernel_packed.data, "q4_1"))
+    ql.layers.use_int8_gemm(lin, True)
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x), y_int8)
 
 
 def test_forced_isa_from_the_environment(hub: dict) -> None:

@@ -4,8 +4,11 @@
 // The activations are quantized per row and per block of 32 to int8 with a float32 scale
 // (d_x = max|x| / 127, q_x = round(x / d_x), as GGML's Q8 activation format does), and each
 // block's dot product is taken on the integers and scaled once in float32:
-//   Q8_0:  sum_j (d q_j)(d_x q_xj)     ~ d d_x * sum_j q_j q_xj
-//   Q4_1:  sum_j (d q_j + m) x_j        ~ d d_x * sum_j q_j q_xj + m * sum_j x_j   (exact sum of x)
+//   Q8_0:  sum_j (d q_j) x_j            ~ d d_x * sum_j q_j q_xj
+//   Q4_1:  sum_j (d q_j + m) x_j  = sum_j d (q_j - 8) x_j + (m + 8 d) sum_j x_j
+//                                       ~ d d_x * sum_j (q_j - 8) q_xj + (m + 8 d) * sum_j x_j
+// (the exact float sum of x; centring the 4-bit values halves the error the int8 activations
+// bring, which multiplies d (q_j - 8) rather than d q_j, always positive).
 // This is a different numeric path from PyTorch's: the activations lose bits to the 8-bit grid
 // (a relative error up to 1/254 of the block's largest value per element), so results are close
 // to, not rounding-equal to, a float matmul over the dequantized weights. The dequantize-and-matmul
@@ -14,9 +17,10 @@
 // Integer dot products: AVX512-VNNI's vpdpbusd (u8 x s8, 4 products per int32 lane) where the unit
 // is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), otherwise AVX2's
 // vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers). vpdpbusd and vpmaddubsw
-// take one unsigned operand: Q4_1's 4-bit weights are unsigned; for Q8_0, VNNI takes the activations
-// offset by 128 (q_x + 128, and the block's -128 * sum_j q_j starts the accumulator), and
-// vpmaddubsw takes |q| against q_x carrying q's sign (no int16 saturation: 2 * 128 * 127 < 2^15).
+// take one unsigned operand: the activations offset by 128 (q_x + 128; the block's -128 * sum_j q_j
+// then starts the accumulator) against the signed weights, except Q8_0 under vpmaddubsw, whose
+// int16 pairs would saturate (2 * 255 * 128): there |q| meets q_x carrying q's sign
+// (2 * 128 * 127 < 2^15). Q4_1's pairs (2 * 255 * 8) add up in int16 over the whole block.
 //
 // Each thread takes whole columns (output features) and repacks their blocks into a panel in
 // VNNI order (per kW features and block: 8 groups of kW x 4 weights, kW scales, kW mins or sums),
@@ -78,10 +82,15 @@ inline void f_store(float* p, VF v, int n) {
 }
 #endif
 
-// One panel record: the block's weights of kW features in VNNI order, then kW float scales d,
-// then kW float mins m (Q4_1) or int32 -128 * sum_j q_j (Q8_0 with VNNI).
+// One panel record: the block's weights of kW features in VNNI order (int8), then kW float scales
+// d, kW float m + 8 d (Q4_1), kW int32 -128 * sum_j q_j (where the activations are offset).
 constexpr int kRecW = 32 * kW;
-constexpr int kRec = kRecW + 8 * kW;
+constexpr int kRec = kRecW + 12 * kW;
+constexpr int kOffD = kRecW, kOffM = kRecW + 4 * kW, kOffSum = kRecW + 8 * kW;
+
+// Whether format F takes its activations offset by 128 (uint8) on this path.
+template <int F>
+constexpr bool kOffsetActs = F == kx::kQ4_1 || kVnni;
 
 inline VI bcast4(const uint8_t* p) {
   int32_t v;
@@ -89,8 +98,8 @@ inline VI bcast4(const uint8_t* p) {
   return i_set1(v);
 }
 
-// Activations: rows x K float32 -> int8 per block (uint8 q + 128 for Q8_0 under VNNI), scale d_x,
-// and (Q4_1) the block's exact float sum of x.
+// Activations: rows x K float32 -> int8 per block (as uint8 q + 128 where kOffsetActs), scale
+// d_x, and (Q4_1) the block's exact float sum of x.
 template <int F>
 void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
   const int64_t nb = K / kx::kQBlock;
@@ -103,7 +112,7 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
     const float id = amax > 0.f ? 127.f / amax : 0.f;
     __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
     __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
-    if (F == kx::kQ8_0 && kVnni) {
+    if (kOffsetActs<F>) {
       q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
       q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
     }
@@ -127,6 +136,7 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
     __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
     i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if (kOffsetActs<F>) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
     if (F == kx::kQ4_1) {
       __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
@@ -150,28 +160,30 @@ void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups,
     const uint8_t* p = w + n * nb * bytes;
     for (int64_t b = 0; b < nb; ++b, p += bytes) {
       uint8_t* rec = panel + (g * nb + b) * kRec;
-      alignas(16) uint8_t q[32];
+      // the 32 weights as int8 (Q4_1: q - 8), then their sum: psadbw of (q ^ 0x80) against zero
+      // sums q + 128 per 8 bytes
+      __m128i q0, q1;
       if (F == kx::kQ8_0) {
-        std::memcpy(q, p + 2, 32);
+        q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+        q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18));
       } else {
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4)), low = _mm_set1_epi8(0x0f);
-        _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm_and_si128(raw, low));
-        _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), low));
+        q0 = _mm_sub_epi8(_mm_and_si128(raw, low), _mm_set1_epi8(8));
+        q1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_set1_epi8(8));
       }
+      alignas(16) uint8_t q[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), q0);
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), q1);
       for (int k = 0; k < 8; ++k) std::memcpy(rec + (k * kW + lane) * 4, q + 4 * k, 4);
-      float* scales = reinterpret_cast<float*>(rec + kRecW);
-      scales[lane] = half_at(H, p);
-      if (F == kx::kQ4_1) {
-        scales[kW + lane] = half_at(H, p + 2);
-      } else if (kVnni) {
-        // sum of the 32 int8: psadbw of (q ^ 0x80) against zero sums q + 128 per 8 bytes
+      const float d = half_at(H, p);
+      reinterpret_cast<float*>(rec + kOffD)[lane] = d;
+      if (F == kx::kQ4_1) reinterpret_cast<float*>(rec + kOffM)[lane] = half_at(H, p + 2) + 8.f * d;
+      if (kOffsetActs<F>) {
         const __m128i flip = _mm_set1_epi8(char(0x80)), z = _mm_setzero_si128();
-        const __m128i a = _mm_sad_epu8(_mm_xor_si128(_mm_load_si128(reinterpret_cast<const __m128i*>(q)), flip), z);
-        const __m128i c =
-            _mm_sad_epu8(_mm_xor_si128(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16)), flip), z);
-        const __m128i t = _mm_add_epi64(a, c);
+        const __m128i t =
+            _mm_add_epi64(_mm_sad_epu8(_mm_xor_si128(q0, flip), z), _mm_sad_epu8(_mm_xor_si128(q1, flip), z));
         const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si32(t) + _mm_extract_epi16(t, 4)) - 128 * 32;
-        reinterpret_cast<int32_t*>(scales + kW)[lane] = -128 * sum;
+        reinterpret_cast<int32_t*>(rec + kOffSum)[lane] = -128 * sum;
       }
     }
   }
@@ -181,10 +193,10 @@ void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups,
 template <int F>
 inline VI dot(VI acc, VI w, VI x) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
-  return F == kx::kQ4_1 ? _mm512_dpbusd_epi32(acc, w, x) : _mm512_dpbusd_epi32(acc, x, w);
+  return _mm512_dpbusd_epi32(acc, x, w);
 #else
-  if constexpr (F == kx::kQ4_1) {  // int16 lanes: 8 groups of 2 * 15 * 127 stay below 2^15
-    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  if constexpr (F == kx::kQ4_1) {  // int16 lanes: 8 groups of 2 * 255 * 8 stay below 2^15
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(x, w));
   } else {
     const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
@@ -205,7 +217,7 @@ void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const f
     VI iacc[MR][NV];
     for (int v = 0; v < NV; ++v) {
       rec[v] = rec0 + (v * nb + b) * kRec;
-      const VI init = (F == kx::kQ8_0 && kVnni) ? i_load(rec[v] + kRecW + 4 * kW) : i_zero();
+      const VI init = kVnni ? i_load(rec[v] + kOffSum) : i_zero();
       for (int r = 0; r < MR; ++r) iacc[r][v] = init;
     }
     const uint8_t* xb = xq + b * kx::kQBlock;
@@ -219,17 +231,20 @@ void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const f
     }
 #if !defined(__AVX512VNNI__) || !defined(CPU_CAPABILITY_AVX512)
     if constexpr (F == kx::kQ4_1) {
-      for (int r = 0; r < MR; ++r)
-        for (int v = 0; v < NV; ++v) iacc[r][v] = _mm256_madd_epi16(iacc[r][v], _mm256_set1_epi16(1));
+      for (int v = 0; v < NV; ++v) {
+        const VI init = i_load(rec[v] + kOffSum);
+        for (int r = 0; r < MR; ++r)
+          iacc[r][v] = _mm256_add_epi32(_mm256_madd_epi16(iacc[r][v], _mm256_set1_epi16(1)), init);
+      }
     }
 #endif
     for (int v = 0; v < NV; ++v) {
-      const VF dw = f_load(rec[v] + kRecW);
+      const VF dw = f_load(rec[v] + kOffD);
       for (int r = 0; r < MR; ++r) {
         acc[r][v] = f_fmadd(i_to_f(iacc[r][v]), f_mul(dw, f_set1(xd[r * (K / kx::kQBlock) + b])), acc[r][v]);
       }
       if constexpr (F == kx::kQ4_1) {
-        const VF mw = f_load(rec[v] + kRecW + 4 * kW);
+        const VF mw = f_load(rec[v] + kOffM);
         for (int r = 0; r < MR; ++r) acc[r][v] = f_fmadd(mw, f_set1(xs[r * (K / kx::kQBlock) + b]), acc[r][v]);
       }
     }
@@ -287,7 +302,7 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 #define KX_I8_GEMM(F) i8::gemm<F>
 
 #else
-// Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, s8 q).
+// Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, not offset).
 namespace i8 {
 template <int F>
 void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
@@ -316,9 +331,11 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
       float acc = 0.f;
       for (int64_t b = 0; b < nb; ++b, p += bytes) {
         int32_t dot = 0;
-        for (int j = 0; j < kx::kQBlock; ++j) dot += q_at(p, F, j) * xr[b * kx::kQBlock + j];
-        acc += static_cast<float>(dot) * (half_at(H, p) * xd[m * nb + b]);
-        if (F == kx::kQ4_1) acc += half_at(H, p + 2) * xs[m * nb + b];
+        const int centre = F == kx::kQ4_1 ? 8 : 0;
+        for (int j = 0; j < kx::kQBlock; ++j) dot += (q_at(p, F, j) - centre) * xr[b * kx::kQBlock + j];
+        const float d = half_at(H, p);
+        acc += static_cast<float>(dot) * (d * xd[m * nb + b]);
+        if (F == kx::kQ4_1) acc += (half_at(H, p + 2) + 8.f * d) * xs[m * nb + b];
       }
       y[m * ldy + n] = bias ? acc + bias[n] : acc;
     }
