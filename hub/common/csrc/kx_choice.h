@@ -161,7 +161,8 @@ std::string cache_key(const std::vector<int>& candidates) {
 
 // Times every candidate on the workload: one warm-up call each, then interleaved rounds (the
 // order rotating, so that no path always runs first) until 3 rounds and 0.12 s are done, or 9
-// rounds. Returns the winner (lowest median) and the reason, with the per-round ratios' range.
+// rounds. Returns the winner (lowest median) and the reason, with the per-round ratios' range
+// (from 5 rounds on, without the lowest and the highest: a round preempted on a shared machine).
 //
 // On one thread: the paths differ in what a core does with each instruction set, and a parallel
 // region's join on a shared, loaded machine waits whole scheduler slices (16 ms for an RMSNorm of
@@ -212,12 +213,21 @@ int measure(const std::vector<int>& candidates, std::string& reason) {
     if (j == best) continue;
     std::vector<double> ratio(times[j].size());
     for (size_t r = 0; r < ratio.size(); ++r) ratio[r] = times[j][r] / times[best][r];
-    const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
-    s << sep << median(ratio) << "x [" << *lo << ", " << *hi << "] faster than " << isa_name(candidates[j]);
+    std::sort(ratio.begin(), ratio.end());
+    const size_t cut = ratio.size() >= 5 ? 1 : 0;  // one preempted round does not make the range
+    const double* lo = &ratio[cut];
+    const double* hi = &ratio[ratio.size() - 1 - cut];
+    // "faster" only where every round agrees; otherwise the paths are level within the noise
+    if (*lo > 1.0) {
+      s << sep << median(ratio) << "x [" << *lo << ", " << *hi << "] faster than " << isa_name(candidates[j]);
+    } else {
+      s << sep << "level with " << isa_name(candidates[j]) << " (" << median(ratio) << "x [" << *lo << ", " << *hi
+        << "])";
+    }
     sep = ", ";
   }
   s << " here (" << rounds << " interleaved rounds of " << c.repo << "'s workload on one thread, median "
-    << med[best] * 1e3 << " ms; the range is the per-round ratios')";
+    << med[best] * 1e3 << " ms; the range is the per-round ratios' without the most extreme each side)";
   reason = s.str();
   return candidates[best];
 }
