@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -167,6 +168,15 @@ std::string cache_key(const std::vector<int>& candidates) {
 // On one thread: the paths differ in what a core does with each instruction set, and a parallel
 // region's join on a shared, loaded machine waits whole scheduler slices (16 ms for an RMSNorm of
 // 20 us on one such host) that would drown the difference.
+//
+// The clock is this thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a shared machine a round
+// during which the process waits for a core would otherwise count the wait as the path's.
+inline double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 int measure(const std::vector<int>& candidates, std::string& reason) {
   using Clock = std::chrono::steady_clock;
   Choice& c = choice();
@@ -179,9 +189,9 @@ int measure(const std::vector<int>& candidates, std::string& reason) {
   const size_t n = candidates.size();
   auto once = [&](size_t j) {
     c.current.store(candidates[j], std::memory_order_release);
-    const auto t0 = Clock::now();
+    const double t0 = thread_seconds();
     c.workload();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    return thread_seconds() - t0;
   };
   for (size_t j = 0; j < n; ++j) once(j);
   std::vector<std::vector<double>> times(n);
@@ -226,7 +236,7 @@ int measure(const std::vector<int>& candidates, std::string& reason) {
     }
     sep = ", ";
   }
-  s << " here (" << rounds << " interleaved rounds of " << c.repo << "'s workload on one thread, median "
+  s << " here (" << rounds << " interleaved rounds of " << c.repo << "'s workload on one thread, CPU time, median "
     << med[best] * 1e3 << " ms; the range is the per-round ratios' without the most extreme each side)";
   reason = s.str();
   return candidates[best];
