@@ -195,12 +195,22 @@ inline VI dot(VI acc, VI w, VI x) {
 #if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
   return _mm512_dpbusd_epi32(acc, x, w);
 #else
+  // The empty asm keeps each accumulator one chain: integer adds being associative, GCC 12
+  // otherwise turned the block's 8 additions into a tree of temporaries, spilled to the stack
+  // (35 stores and 8 loads per block in the AVX2 tile, about half its speed).
+  VI sum;
   if constexpr (F == kx::kQ4_1) {  // int16 lanes: 8 groups of 2 * 255 * 8 stay below 2^15
-    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(x, w));
+    sum = _mm256_add_epi16(acc, _mm256_maddubs_epi16(x, w));
   } else {
     const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    sum = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
+#if defined(CPU_CAPABILITY_AVX512)
+  __asm__("" : "+v"(sum));
+#else
+  __asm__("" : "+x"(sum));
+#endif
+  return sum;
 #endif
 }
 
