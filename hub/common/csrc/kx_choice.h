@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -281,7 +282,14 @@ int choose() {
     }
   }
   std::string reason;
-  chosen = measure(candidates, reason);
+  try {
+    chosen = measure(candidates, reason);
+  } catch (const std::exception& e) {  // the widest path then, and nothing cached
+    c.reason = std::string(isa_name(chosen)) + ": the widest path (measuring the paths failed: " +
+               std::string(e.what()).substr(0, std::string(e.what()).find('\n')) + ")";
+    c.current.store(chosen, std::memory_order_release);
+    return chosen;
+  }
   c.reason = reason;
   if (!file.empty()) {
     std::error_code ec;

@@ -99,9 +99,10 @@ inline VI bcast4(const uint8_t* p) {
 }
 
 // Activations: rows x K float32 -> int8 per block (as uint8 q + 128 where kOffsetActs), scale
-// d_x, and (Q4_1) the block's exact float sum of x.
+// d_x, (Q4_1) the block's exact float sum of x, and, where `r` is given, the residual
+// x - d_x q_x (which a second pass quantizes in turn: x ~ d_x q_x + d_r q_r).
 template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
   const int64_t nb = K / kx::kQBlock;
   for (int64_t i = 0; i < rows * nb; ++i) {
     const float* xb = x + i * kx::kQBlock;
@@ -110,8 +111,15 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
     const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float id = amax > 0.f ? 127.f / amax : 0.f;
-    __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id))));
-    __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id))));
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    if (r) {
+      const __m512 dv = _mm512_set1_ps(amax / 127.f);
+      _mm512_storeu_ps(r + i * kx::kQBlock, _mm512_sub_ps(v0, _mm512_mul_ps(_mm512_cvtepi32_ps(i0), dv)));
+      _mm512_storeu_ps(r + i * kx::kQBlock + 16, _mm512_sub_ps(v1, _mm512_mul_ps(_mm512_cvtepi32_ps(i1), dv)));
+    }
+    __m128i q0 = _mm512_cvtsepi32_epi8(i0);
+    __m128i q1 = _mm512_cvtsepi32_epi8(i1);
     if (kOffsetActs<F>) {
       q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
       q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
@@ -134,6 +142,12 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
     const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
     __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
+    if (r) {
+      const __m256 dv = _mm256_set1_ps(amax / 127.f);
+      const __m256i iv[4] = {i0, i1, i2, i3};
+      for (int k = 0; k < 4; ++k)
+        _mm256_storeu_ps(r + i * kx::kQBlock + 8 * k, _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv)));
+    }
     i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     if (kOffsetActs<F>) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
@@ -214,14 +228,12 @@ inline VI dot(VI acc, VI w, VI x) {
 #endif
 }
 
-// Output rows [0, MR) x columns of NV panel groups, over every block. `rec0` is block 0 of the
-// first group; `ncols` the valid columns from the first group's first feature.
-template <int F, int MR, int NV>
-void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const float* xd, const float* xs,
-          const float* bias, float* y, int64_t ldy, int64_t ncols) {
-  VF acc[MR][NV];
-  for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = f_zero();
+// acc += the MR x (NV kW) tile's products over every block, for one set of quantized activations;
+// kMin: add Q4_1's m + 8 d times the exact sums of x (the first pass only). Inlined into `tile`,
+// so that `acc` stays in registers.
+template <int F, int MR, int NV, bool kMin>
+inline __attribute__((always_inline)) void blocks(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K,
+                                                  const float* xd, const float* xs, VF (&acc)[MR][NV]) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec[NV];
     VI iacc[MR][NV];
@@ -253,12 +265,25 @@ void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const f
       for (int r = 0; r < MR; ++r) {
         acc[r][v] = f_fmadd(i_to_f(iacc[r][v]), f_mul(dw, f_set1(xd[r * (K / kx::kQBlock) + b])), acc[r][v]);
       }
-      if constexpr (F == kx::kQ4_1) {
+      if constexpr (F == kx::kQ4_1 && kMin) {
         const VF mw = f_load(rec[v] + kOffM);
         for (int r = 0; r < MR; ++r) acc[r][v] = f_fmadd(mw, f_set1(xs[r * (K / kx::kQBlock) + b]), acc[r][v]);
       }
     }
   }
+}
+
+// Output rows [0, MR) x columns of NV panel groups, over every block. `rec0` is block 0 of the
+// first group; `ncols` the valid columns from the first group's first feature; xq2/xd2 (or null)
+// the residual's quantized activations, a second pass into the same accumulators.
+template <int F, int MR, int NV>
+void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const float* xd, const float* xs,
+          const uint8_t* xq2, const float* xd2, const float* bias, float* y, int64_t ldy, int64_t ncols) {
+  VF acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = f_zero();
+  blocks<F, MR, NV, true>(rec0, nb, xq, K, xd, xs, acc);
+  if (xq2) blocks<F, MR, NV, false>(rec0, nb, xq2, K, xd2, nullptr, acc);
   for (int v = 0; v < NV; ++v) {
     const int64_t cols = ncols - v * kW;
     if (cols <= 0) break;
@@ -269,18 +294,20 @@ void tile(const uint8_t* rec0, int64_t nb, const uint8_t* xq, int64_t K, const f
 
 template <int F, int MR>
 void rows_tail(int64_t rows, const uint8_t* rec, int64_t nb, const uint8_t* xq, int64_t K, const float* xd,
-               const float* xs, const float* bias, float* y, int64_t ldy, int64_t ncols) {
+               const float* xs, const uint8_t* xq2, const float* xd2, const float* bias, float* y, int64_t ldy,
+               int64_t ncols) {
   if constexpr (MR > 0) {
-    if (rows == MR) return tile<F, MR, kNV>(rec, nb, xq, K, xd, xs, bias, y, ldy, ncols);
-    rows_tail<F, MR - 1>(rows, rec, nb, xq, K, xd, xs, bias, y, ldy, ncols);
+    if (rows == MR) return tile<F, MR, kNV>(rec, nb, xq, K, xd, xs, xq2, xd2, bias, y, ldy, ncols);
+    rows_tail<F, MR - 1>(rows, rec, nb, xq, K, xd, xs, xq2, xd2, bias, y, ldy, ncols);
   }
 }
 
-// y[:, n0:n1] (+ bias) for all M rows of the quantized activations; features in sub-panels of
-// kSub, each repacked once into this thread's panel and swept over every row.
+// y[:, n0:n1] (+ bias) for all M rows of the quantized activations (and their residual's, where
+// xq2 is given); features in sub-panels of kSub, each repacked once into this thread's panel and
+// swept over every row.
 template <int F>
-void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, int64_t M,
-          const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
+          const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int64_t kSub = 128;
   const int64_t nb = K / kx::kQBlock;
   thread_local std::vector<uint8_t> panel;
@@ -298,10 +325,13 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
       float* yc = y + s0 + g * kW;
       const float* bc = bias_pad.data() + g * kW;
       int64_t m = 0;
+      auto q2 = [&](int64_t row) { return xq2 ? xq2 + row * K : nullptr; };
       for (; m + kMR <= M; m += kMR)
-        tile<F, kMR, kNV>(rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, bc, yc + m * ldy, ldy, ncols);
+        tile<F, kMR, kNV>(rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, q2(m), xd2 + m * nb, bc, yc + m * ldy,
+                          ldy, ncols);
       if (m < M)
-        rows_tail<F, kMR - 1>(M - m, rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, bc, yc + m * ldy, ldy, ncols);
+        rows_tail<F, kMR - 1>(M - m, rec, nb, xq + m * K, K, xd + m * nb, xs + m * nb, q2(m), xd2 + m * nb, bc,
+                              yc + m * ldy, ldy, ncols);
     }
   }
 }
@@ -315,37 +345,45 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 // Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, not offset).
 namespace i8 {
 template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s) {
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
   const int64_t nb = K / kx::kQBlock;
   for (int64_t i = 0; i < rows * nb; ++i) {
     const float* xb = x + i * kx::kQBlock;
     float amax = 0.f, sum = 0.f;
     for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j])), sum += xb[j];
     const float id = amax > 0.f ? 127.f / amax : 0.f;
-    for (int j = 0; j < kx::kQBlock; ++j)
-      q[i * kx::kQBlock + j] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(xb[j] * id)));
     d[i] = amax / 127.f;
+    for (int j = 0; j < kx::kQBlock; ++j) {
+      const float v = std::nearbyint(xb[j] * id);
+      q[i * kx::kQBlock + j] = static_cast<uint8_t>(static_cast<int8_t>(v));
+      if (r) r[i * kx::kQBlock + j] = xb[j] - v * d[i];
+    }
     s[i] = sum;
   }
 }
 
 template <int F>
-void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, int64_t M,
-          const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
+          const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t nb = K / kx::kQBlock, bytes = kx::block_bytes(F);
   const float* H = half_table();
+  const int centre = F == kx::kQ4_1 ? 8 : 0;
   for (int64_t m = 0; m < M; ++m) {
     const int8_t* xr = reinterpret_cast<const int8_t*>(xq + m * K);
+    const int8_t* xr2 = xq2 ? reinterpret_cast<const int8_t*>(xq2 + m * K) : nullptr;
     for (int64_t n = n0; n < n1; ++n) {
       const uint8_t* p = w + n * nb * bytes;
       float acc = 0.f;
       for (int64_t b = 0; b < nb; ++b, p += bytes) {
-        int32_t dot = 0;
-        const int centre = F == kx::kQ4_1 ? 8 : 0;
-        for (int j = 0; j < kx::kQBlock; ++j) dot += (q_at(p, F, j) - centre) * xr[b * kx::kQBlock + j];
+        int32_t dot = 0, dot2 = 0;
+        for (int j = 0; j < kx::kQBlock; ++j) {
+          dot += (q_at(p, F, j) - centre) * xr[b * kx::kQBlock + j];
+          if (xr2) dot2 += (q_at(p, F, j) - centre) * xr2[b * kx::kQBlock + j];
+        }
         const float d = half_at(H, p);
         acc += static_cast<float>(dot) * (d * xd[m * nb + b]);
         if (F == kx::kQ4_1) acc += (half_at(H, p + 2) + 8.f * d) * xs[m * nb + b];
+        if (xr2) acc += static_cast<float>(dot2) * (d * xd2[m * nb + b]);
       }
       y[m * ldy + n] = bias ? acc + bias[n] : acc;
     }

@@ -1,7 +1,8 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
-// activations and, for many, the int8 GEMM (qlinear_int8.h) or, with int8_gemm=False, dequantized
-// panels multiplied by ATen's matmul (PyTorch's numbers); all on the ISA table chosen at run time.
+// activations and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2, the default, or 1) or,
+// with int8_passes=0, dequantized panels multiplied by ATen's matmul (PyTorch's numbers); all on the
+// ISA table chosen at run time.
 #include "registration.h"
 
 #include "kx_dispatch.h"
@@ -134,28 +135,37 @@ void gemm_path(int format, const uint8_t* w, const at::Tensor& x, const at::Tens
 
 // y (M, N) float32 = x @ W^T + bias on the int8 path (qlinear_int8.h): the rows of x quantized per
 // block of 32 (split over threads by rows), then threads take contiguous runs of output columns.
-void int8_gemm_path(int format, const uint8_t* w, const at::Tensor& x, const float* bias, at::Tensor& y, int64_t N) {
+// With two passes the residual x - d q is quantized too, and its products added in the same sweep
+// over the weights: x ~ d q + d_r q_r, whose error is about 1/254 of one pass's.
+void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tensor& x, const float* bias,
+                    at::Tensor& y, int64_t N) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
-  at::Tensor q = at::empty({M, K}, at::TensorOptions().dtype(at::kByte));
-  at::Tensor d = at::empty({M, 2 * nb}, at::TensorOptions().dtype(at::kFloat));  // scales, then sums
+  const bool two = passes >= 2;
+  at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kByte));
+  at::Tensor d = at::empty({4, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r, (s_r unused)
+  at::Tensor r = two ? at::empty({M, K}, x.options()) : at::Tensor();
   const float* xp = x.data_ptr<float>();
   uint8_t* qp = q.data_ptr<uint8_t>();
   float* dp = d.data_ptr<float>();
+  float* rp = two ? r.data_ptr<float>() : nullptr;
+  const int64_t mk = M * K, mb = M * nb;
   const auto quant = table().quant_acts[format];
   at::parallel_for(0, M, std::max<int64_t>(1, kx::kSerialBelow / K), [&](int64_t b, int64_t e) {
-    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + M * nb + b * nb);
+    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? rp + b * K : nullptr);
+    if (two) quant(rp + b * K, e - b, K, qp + mk + b * K, dp + 2 * mb + b * nb, dp + 3 * mb + b * nb, nullptr);
   });
   const auto gemm = table().gemm_i8[format];
   float* yp = y.data_ptr<float>();
   constexpr int64_t kUnit = 32;  // columns: a multiple of every path's tile width
   const int64_t units = (N + kUnit - 1) / kUnit;
   at::parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
-    gemm(w, K, qp, dp, dp + M * nb, M, bias, yp, N, b * kUnit, std::min(N, e * kUnit));
+    gemm(w, K, qp, dp, dp + mb, two ? qp + mk : nullptr, dp + 2 * mb, M, bias, yp, N, b * kUnit,
+         std::min(N, e * kUnit));
   });
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
-                  bool int8_gemm, const char* op) {
+                  int64_t int8_passes, const char* op) {
   kx::dtype_code(x, op);
   auto [N, K] = packed_shape(packed, format, op);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": the input's last dimension (", x.dim() ? x.size(-1) : 0,
@@ -173,10 +183,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   const int64_t M = x.numel() / K;
   if (M == 0 || N == 0) return out;
   const uint8_t* w = packed.data_ptr<uint8_t>();
-  if (M > kGemvMaxRows && int8_gemm) {
+  TORCH_CHECK(int8_passes >= 0 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
+              "1 (int8 activations) or 2 (int8 activations and their int8 residual), got ", int8_passes);
+  if (M > kGemvMaxRows && int8_passes > 0) {
     at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
-    int8_gemm_path(format, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
+    int8_gemm_path(format, int8_passes, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
     if (x.scalar_type() != at::kFloat) out.view({M, N}).copy_(y);
     return out;
   }
@@ -200,12 +212,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
 }
 
 at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                       bool int8_gemm) {
-  return linear(x, packed, bias, kx::kQ8_0, int8_gemm, "linear_q8_0");
+                       int64_t int8_passes) {
+  return linear(x, packed, bias, kx::kQ8_0, int8_passes, "linear_q8_0");
 }
 at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                       bool int8_gemm) {
-  return linear(x, packed, bias, kx::kQ4_1, int8_gemm, "linear_q4_1");
+                       int64_t int8_passes) {
+  return linear(x, packed, bias, kx::kQ4_1, int8_passes, "linear_q4_1");
 }
 
 // What the measured dispatch times (kx_choice.h): a Q4_1 weight of SmolLM2's MLP shape (1536 x 576)
@@ -213,8 +225,8 @@ at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std:
 void workload() {
   static const at::Tensor packed = quantize_q4_1(kx::sample({1536, 576}, at::kFloat, 0.05)),
                           x = kx::sample({128, 576}), x1 = x.narrow(0, 0, 1).contiguous();
-  linear_q4_1(x, packed, std::nullopt, true);
-  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, true);
+  linear_q4_1(x, packed, std::nullopt, 2);
+  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, 2);
 }
 const kx::Workload measured("quantized_linear", &workload);
 
@@ -225,8 +237,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
-  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, bool int8_gemm=True) -> Tensor");
-  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, bool int8_gemm=True) -> Tensor");
+  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=2) -> Tensor");
+  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=2) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);

@@ -8,9 +8,10 @@ or the same one written in place: its data pointer or `_version` moves). A weigh
 packed raises ValueError with a one-line reason (`pack_error`).
 
 Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
-activations are quantized to int8 per block of 32). `use_int8_gemm(module, False)` keeps the
-dequantize-and-matmul path for a module that needs PyTorch's numbers; the choice is the plain
-instance attribute `_kernel_int8_gemm`, read on every forward.
+activations are quantized to int8 per block of 32, and by default their residual too).
+`use_int8_gemm(module, 1)` takes one pass (GGML's, faster, less accurate), `use_int8_gemm(module,
+0)` the dequantize-and-matmul path for a module that needs PyTorch's numbers; the choice is the
+plain instance attribute `_kernel_int8_passes`, read on every forward.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
-#: the attribute that turns the int8 GEMM off for one module (absent: on)
-INT8_GEMM_ATTR = "_kernel_int8_gemm"
+#: the attribute that sets one module's int8 passes (absent: 2)
+INT8_GEMM_ATTR = "_kernel_int8_passes"
 
 
-def use_int8_gemm(module: nn.Module, enabled: bool) -> None:
-    """Whether `module`'s prefill takes the int8 GEMM (default) or dequantize-and-matmul (False)."""
-    object.__setattr__(module, INT8_GEMM_ATTR, bool(enabled))
+def use_int8_gemm(module: nn.Module, passes: int) -> None:
+    """`module`'s prefill GEMM: 2 int8 passes (the default: activations and their residual), 1
+    (GGML's int8 activations), or 0 / False (dequantize and matmul: PyTorch's numbers)."""
+    if int(passes) not in (0, 1, 2):
+        raise ValueError(f"quantized-linear: int8 passes must be 0, 1 or 2, got {passes!r}")
+    object.__setattr__(module, INT8_GEMM_ATTR, int(passes))
 
 
 class PackedWeight(NamedTuple):
@@ -90,7 +94,7 @@ class Q8_0Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
-        int8 = self.__dict__.get(INT8_GEMM_ATTR, True)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, 2)
         return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias, int8)
 
 
@@ -101,5 +105,5 @@ class Q4_1Linear(nn.Module):
     can_torch_compile = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        int8 = self.__dict__.get(INT8_GEMM_ATTR, True)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, 2)
         return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias, int8)
