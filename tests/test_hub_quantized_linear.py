@@ -83,8 +83,11 @@ def _assert_close_to_float64(
 
 
 def _int8_ran(
-    rows: int, packed: torch.Tensor, fmt: str, passes: int = 2
+    rows: int, packed: torch.Tensor, fmt: str, passes: int | None = None, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, str, int] | None:
+    """The allowance's arguments when the int8 GEMM ran; passes None: the default for `dtype`."""
+    if passes is None:
+        passes = 2 if dtype == torch.float32 else 1
     return (packed, fmt, passes) if rows > GEMV_MAX_ROWS and passes else None
 
 
@@ -111,8 +114,8 @@ def test_linear_matches_float64_on_odd_shapes(
                 x = _randn(rows, k, seed=rows, scale=2.0).to(dtype)
                 y = ql.linear(x, packed, fmt, bias)
                 assert y.dtype == dtype and y.shape == (rows, n)
-                _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt))
-                for passes in (0, 1):
+                _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt, dtype=dtype))
+                for passes in (0, 1, 2):
                     y = ql.linear(x, packed, fmt, bias, int8_passes=passes)
                     _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt, passes))
 
@@ -211,7 +214,12 @@ def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
     assert (y_one - y_exact).abs().max() > 10 * (y_default - y_exact).abs().max()
     ql.layers.use_int8_gemm(lin, 2)
     assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x), y_default)
-    with pytest.raises(ValueError, match="int8 passes must be 0, 1 or 2, got 3"):
+    ql.layers.use_int8_gemm(lin, None)  # the default: 2 passes for float32, 1 for bfloat16
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x), y_default)
+    x16 = x.to(torch.bfloat16)
+    one = ql.linear(x16, packed, "q4_1", lin.bias, int8_passes=1)
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x16), one)
+    with pytest.raises(ValueError, match="int8 passes must be 0, 1, 2 or None, got 3"):
         ql.layers.use_int8_gemm(lin, 3)
 
 

@@ -59,7 +59,7 @@ class QuantizedLinearBenchmark(Benchmark):
         self.packed = self.kernel.quantize(weight, format)
         self.x = torch.randn(tokens, IN_FEATURES, device=self.device)
 
-    def _run(self, int8_passes: int = 2) -> None:
+    def _run(self, int8_passes: int | None = None) -> None:
         self.out = self.kernel.linear(self.x, self.packed, self.format, int8_passes=int8_passes)
 
     def _reference(self) -> torch.Tensor:

@@ -1,6 +1,7 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
-// activations and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2, the default, or 1) or,
+// activations and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2 or 1; -1, the default,
+// takes 2 for float32 activations and 1 for 16-bit ones) or,
 // with int8_passes=0, dequantized panels multiplied by ATen's matmul (PyTorch's numbers); all on the
 // ISA table chosen at run time.
 #include "registration.h"
@@ -183,8 +184,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   const int64_t M = x.numel() / K;
   if (M == 0 || N == 0) return out;
   const uint8_t* w = packed.data_ptr<uint8_t>();
-  TORCH_CHECK(int8_passes >= 0 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
-              "1 (int8 activations) or 2 (int8 activations and their int8 residual), got ", int8_passes);
+  TORCH_CHECK(int8_passes >= -1 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
+              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (2 for float32 ",
+              "activations, 1 for 16-bit ones), got ", int8_passes);
+  // 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their
+  // own rounding's order, and a second pass would lose to the 16-bit GEMMs F.linear runs.
+  if (int8_passes < 0) int8_passes = x.scalar_type() == at::kFloat ? 2 : 1;
   if (M > kGemvMaxRows && int8_passes > 0) {
     at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
@@ -237,8 +242,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
-  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=2) -> Tensor");
-  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=2) -> Tensor");
+  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
+  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);

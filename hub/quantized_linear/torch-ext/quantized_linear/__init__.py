@@ -8,8 +8,10 @@ to int8 with a float scale, as GGML's Q8 activations are, and integer dot produc
 or AVX2's maddubs). That is a different numeric path from PyTorch's, not a rounding difference:
 with `int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
 largest value (error up to about 0.4% of that value; on SmolLM2 a logits KL of 1.9e-3 against
-PyTorch). The default, `int8_passes=2`, quantizes the residual too and adds its products in the
-same sweep (x ~ d q + d_r q_r, about 254 times less error, half the speed). `int8_passes=0`
+PyTorch). `int8_passes=2`, the default for float32 activations, quantizes the residual too and
+adds its products in the same sweep (x ~ d q + d_r q_r, about 254 times less error, half the
+speed); bfloat16 and float16 activations default to one pass, whose error is of the order of their
+own rounding (and a second would lose to the 16-bit GEMMs F.linear runs). `int8_passes=0`
 (`layers.use_int8_gemm(module, 0)` for a layer) keeps the dequantize-and-matmul path, whose
 results differ from F.linear on the dequantized weight in rounding order only. On a weight that is
 the float dequantization of such blocks (a GGUF checkpoint), packing finds the same blocks again,
@@ -78,12 +80,13 @@ def linear(
     format: str,
     bias: torch.Tensor | None = None,
     *,
-    int8_passes: int = 2,
+    int8_passes: int | None = None,
 ) -> torch.Tensor:
     """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight.
 
     Above 8 rows, `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual;
-    see the module docstring); 0 keeps float32 arithmetic (dequantized panels and ATen's matmul)."""
+    None: 2 for float32 x, 1 for 16-bit x; see the module docstring); 0 keeps float32 arithmetic
+    (dequantized panels and ATen's matmul)."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(
@@ -93,7 +96,7 @@ def linear(
         raise TypeError(
             f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
         )
-    return getattr(ops, f"linear_{format}")(x, packed, bias, int(int8_passes))
+    return getattr(ops, f"linear_{format}")(x, packed, bias, -1 if int8_passes is None else int(int8_passes))
 
 
 def isa() -> str:
