@@ -8,8 +8,8 @@ chosen path's time against it (median of per-round ratios, 95% interval) and a v
 where the chosen path is the fastest or its interval reaches 1.0x. It also measures what the
 choice costs: every repository loaded in a fresh process with an empty cache.
 
-    python bench/isa_choice.py                          # torch's threads
-    python bench/isa_choice.py --threads 1 --tokens 1 512
+    python bench/isa_choice.py --threads 1              # one thread: process CPU time (default)
+    python bench/isa_choice.py --threads 2 --tokens 1 512   # wall clock
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 from kernel_ops import interleaved, make_case
@@ -88,7 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 32, 512, 2048])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads; 1: timed in process CPU time")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -99,7 +100,11 @@ def main() -> None:
 
     built = {b.repo_path.name: b.repo_path for b in build_hub(progress=False)}
     hub = {name: get_local_kernel(path) for name, path in built.items()}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}")
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}, "
+        f"{'process CPU time' if clock is time.process_time else 'wall clock'}"
+    )
     print(f"cost of the choice, first use on a machine: {choice_cost({n: str(p) for n, p in built.items()})}")
     chosen = {name: module.isa() for name, module in hub.items()}
     for name, module in hub.items():
@@ -123,7 +128,7 @@ def main() -> None:
             return lambda: (module.set_isa(path), call())
 
         with torch.inference_mode():
-            times = interleaved([on(p) for p in paths])
+            times = interleaved([on(p) for p in paths], clock=clock)
         module.set_isa(chosen[repo])
         medians = [median_interval(t).median for t in times]
         fastest = paths[medians.index(min(medians))]
