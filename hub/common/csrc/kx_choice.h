@@ -1,14 +1,14 @@
 // Which compiled code path a bundled kernel runs: chosen by measurement, once per machine.
 //
-// The widest instruction set is not always the fastest path: on one Zen 4 host the attention
-// kernel's AVX-512 path ran at half the speed of its AVX2 path, on another it won, with the same
-// source, compiler and CPU family. So at first use each repository times the paths this CPU can
-// run on a workload of its own (a few representative shapes, interleaved rounds on one thread,
-// about 0.1 s),
-// keeps the fastest, and writes the choice to a cache file keyed by the CPU, this build of the
-// library and the torch library it runs against; later processes read it.
-// KERNEL_EXPLORER_ISA=<path> forces a path; set_isa() switches one at run time; `reason()` says
-// why the path runs ("avx2: 1.87x [1.80, 1.93] faster than avx512bf16 here ...").
+// The widest instruction set is not always the fastest path: a path can lose to a narrower one on
+// some hosts (one Zen 4 host ran the attention kernel's AVX-512 path at half its AVX2 speed, a
+// compiler fault since fixed in flash_attn_isa.h), and paths of equal width differ by op and dtype.
+// So at first use each repository times the paths this CPU runs on a workload of its own (a few
+// representative shapes, interleaved rounds on one thread, in CPU time, about 0.1 s), keeps the
+// fastest, and writes the choice to a cache file keyed by the CPU, this build of the library and
+// the torch library it runs against; later processes read it. KERNEL_EXPLORER_ISA=<path> forces a
+// path; set_isa() switches one at run time; isa_reason() says why the path runs ("avx2: 1.87x
+// [1.80, 1.93] faster than avx512bf16 here ...").
 //
 // The portable path is not timed where a SIMD path runs: it is the fallback for CPUs without one.
 #pragma once

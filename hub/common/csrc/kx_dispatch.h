@@ -1,6 +1,7 @@
-// Registration-side helpers shared by the bundled kernels: the run-time ISA table (kx_choice.h chooses), input checks,
-// output allocation, the out= forms' autograd kernel. The Python module itself comes from
-// kernel-builder's registration.h (REGISTER_EXTENSION), included first by each torch_binding.cpp.
+// Registration-side helpers shared by the bundled kernels: the run-time ISA table (kx_choice.h
+// chooses the path), input checks, output allocation, the out= forms' autograd kernel. The Python
+// module itself comes from kernel-builder's registration.h (REGISTER_EXTENSION), included first
+// by each torch_binding.cpp.
 #pragma once
 
 #include <ATen/ATen.h>

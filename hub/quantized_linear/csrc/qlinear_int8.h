@@ -146,7 +146,8 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
       const __m256 dv = _mm256_set1_ps(amax / 127.f);
       const __m256i iv[4] = {i0, i1, i2, i3};
       for (int k = 0; k < 4; ++k)
-        _mm256_storeu_ps(r + i * kx::kQBlock + 8 * k, _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv)));
+        _mm256_storeu_ps(r + i * kx::kQBlock + 8 * k,
+                         _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv)));
     }
     i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
