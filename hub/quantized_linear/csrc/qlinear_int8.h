@@ -27,7 +27,17 @@
 // so a vector load gives 4 consecutive weights of kW features; then an MR x (NV kW) tile of the
 // output is accumulated in registers across all blocks, the panel's NV groups staying in L1
 // while the quantized rows stream from L2.
-#pragma once
+//
+// Included once per unit, except in the avx512 unit (AVX-512 without BF16, so compiled without
+// VNNI), which also includes it under `#pragma GCC target("avx512vnni")` with KX_I8_VNNI set and
+// KX_I8_NS = i8v: Cascade Lake and Ice Lake have VNNI without BF16, and take that variant when the
+// CPU says so (qlinear_isa.h).
+#ifndef KX_I8_NS
+#define KX_I8_NS i8
+#endif
+#if !defined(KX_I8_VNNI) && defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
+#define KX_I8_VNNI 1
+#endif
 
 #if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 #include <immintrin.h>
@@ -36,9 +46,9 @@
 #include <cstring>
 #include <vector>
 
-namespace i8 {
+namespace KX_I8_NS {
 
-#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
+#if defined(KX_I8_VNNI)
 constexpr bool kVnni = true;
 constexpr int kW = 16;  // features per vector
 constexpr int kMR = 4, kNV = 2;
@@ -207,7 +217,7 @@ void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups,
 // One 4-byte group of the block: acc += w . x for every int32 lane.
 template <int F>
 inline VI dot(VI acc, VI w, VI x) {
-#if defined(CPU_CAPABILITY_AVX512) && defined(__AVX512VNNI__)
+#if defined(KX_I8_VNNI)
   return _mm512_dpbusd_epi32(acc, x, w);
 #else
   // The empty asm keeps each accumulator one chain: integer adds being associative, GCC 12
@@ -252,7 +262,7 @@ inline __attribute__((always_inline)) void blocks(const uint8_t* rec0, int64_t n
         for (int v = 0; v < NV; ++v) iacc[r][v] = dot<F>(iacc[r][v], wv[v], xv);
       }
     }
-#if !defined(__AVX512VNNI__) || !defined(CPU_CAPABILITY_AVX512)
+#if !defined(KX_I8_VNNI)
     if constexpr (F == kx::kQ4_1) {
       for (int v = 0; v < NV; ++v) {
         const VI init = i_load(rec[v] + kOffSum);
@@ -337,10 +347,7 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
   }
 }
 
-}  // namespace i8
-
-#define KX_I8_QUANT(F) i8::quant_acts<F>
-#define KX_I8_GEMM(F) i8::gemm<F>
+}  // namespace KX_I8_NS
 
 #else
 // Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, not offset).
@@ -391,7 +398,6 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
   }
 }
 }  // namespace i8
-
-#define KX_I8_QUANT(F) i8::quant_acts<F>
-#define KX_I8_GEMM(F) i8::gemm<F>
 #endif
+#undef KX_I8_NS
+#undef KX_I8_VNNI

@@ -360,6 +360,37 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 
 #include "qlinear_int8.h"
 
+#if defined(CPU_CAPABILITY_AVX512) && !defined(__AVX512VNNI__)
+// The AVX-512 path without BF16 also carries the VNNI variant (Cascade Lake, Ice Lake: VNNI
+// without BF16), compiled for that target alone and taken when the CPU has it; activations and
+// GEMM of one variant go together (their activation offsets differ).
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+#define KX_I8_NS i8v
+#define KX_I8_VNNI 1
+#include "qlinear_int8.h"
+#pragma GCC pop_options
+inline bool i8_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+template <int F>
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
+  return i8_vnni() ? i8v::quant_acts<F>(x, rows, K, q, d, s, r) : i8::quant_acts<F>(x, rows, K, q, d, s, r);
+}
+template <int F>
+void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
+             const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  if (i8_vnni()) return i8v::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+  i8::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+}
+#define KX_I8_QUANT(F) i8_quant_acts<F>
+#define KX_I8_GEMM(F) i8_gemm<F>
+#else
+#define KX_I8_QUANT(F) i8::quant_acts<F>
+#define KX_I8_GEMM(F) i8::gemm<F>
+#endif
+
 // The table's entry: one pass over rows of x (1 to kGemvRows), each specialised on the count so
 // the accumulators stay in registers.
 #define KX_GEMV_BY_ROWS(fn)                                                                            \
