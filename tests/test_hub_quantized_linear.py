@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -237,6 +239,37 @@ def test_forced_isa_from_the_environment(hub: dict) -> None:
     env = {**os.environ, "KERNEL_EXPLORER_ISA": forced}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [forced, "64.0"]
+
+
+def test_avx512_path_without_vnni_in_a_fresh_process(hub: dict) -> None:
+    """The avx512 path takes AVX512-VNNI where the CPU has it and AVX2's maddubs where not;
+    KERNEL_EXPLORER_NO_VNNI=1 makes a VNNI machine run the latter, which must agree with the
+    former to float32 scaling (the same integer dot products; on a CPU without VNNI both runs take
+    maddubs and the test only checks they agree)."""
+    from isa_paths import runnable_isas
+
+    if "avx512" not in runnable_isas():
+        pytest.skip("this CPU has no AVX-512 path")
+    code = (
+        "import torch; from pathlib import Path; from kernels import get_local_kernel\n"
+        f"ql = get_local_kernel(Path({str(bundled_repo_path('quantized_linear'))!r})); ql.set_isa('avx512')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x, w = torch.randn(40, 96, generator=g), torch.randn(33, 96, generator=g)\n"
+        "for f in ('q8_0', 'q4_1'):\n"
+        "    p = ql.quantize(w, f)\n"
+        "    for n in (1, 2): torch.save(ql.linear(x, p, f, int8_passes=n), f'{f}-{n}.pt')\n"
+    )
+    outputs = {}
+    for no_vnni in ("", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "KERNEL_EXPLORER_NO_VNNI"}
+        if no_vnni:
+            env["KERNEL_EXPLORER_NO_VNNI"] = no_vnni
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp, check=True, capture_output=True)
+            outputs[no_vnni] = {f.name: torch.load(f) for f in Path(tmp).glob("*.pt")}
+    assert len(outputs[""]) == 4
+    for name, y in outputs[""].items():
+        torch.testing.assert_close(outputs["1"][name], y, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------

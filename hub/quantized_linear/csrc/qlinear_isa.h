@@ -15,6 +15,7 @@
 
 #include <c10/util/Half.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -370,8 +371,9 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 #define KX_I8_VNNI 1
 #include "qlinear_int8.h"
 #pragma GCC pop_options
+// KERNEL_EXPLORER_NO_VNNI=1 takes the maddubs variant anyway (to test it on a VNNI machine).
 inline bool i8_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni");
+  static const bool has = __builtin_cpu_supports("avx512vnni") && !std::getenv("KERNEL_EXPLORER_NO_VNNI");
   return has;
 }
 template <int F>
