@@ -8,9 +8,11 @@ Transformers' flash-attention wrapper calls it (`flash_attn_func` on the transpo
 `causal=True`, bottom-right aligned). The two run in interleaved pairs (alternating which goes
 first); each cell reports medians with 95% intervals, the median per-pair speedup with its
 interval (kernel_explorer.measure.stats), prefill GFLOP/s, and the issue's target. The anchor is
-this machine's float32 matmul GFLOP/s (1024^3), measured in the same run.
+this machine's float32 matmul GFLOP/s (1024^3), measured in the same run. Every SIMD code path
+this CPU runs gets its own rows (`--isa` picks some), after the path the kernel's dispatch chose
+by measurement and why (hub/common/csrc/kx_choice.h).
 
-    python bench/attention.py                      # 2 threads, both dtypes
+    python bench/attention.py                      # 2 threads, both dtypes, every path
     python bench/attention.py --threads 1 --dtypes float32
     python bench/attention.py --threads 1 --clock cpu   # CPU time: the code's cost on a loaded machine
 
@@ -111,7 +113,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0, help="per cell, both implementations")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--isa", default=None, help="force a code path: avx512bf16, avx512, avx2, portable")
+    parser.add_argument(
+        "--isa", nargs="+", help="code paths to time (default: every SIMD path this CPU runs)"
+    )
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="cpu: process CPU time")
     args = parser.parse_args()
     if args.clock == "cpu" and args.threads != 1:
@@ -125,20 +129,27 @@ def main() -> None:
     from kernel_explorer.builder import build_repo
 
     fa = get_local_kernel(build_repo("flash_attn", progress=False).repo_path)
-    if args.isa:
-        fa.set_isa(args.isa)
+    chosen = fa.isa()
+    paths = args.isa or [p for p in fa.isa_paths() if p != "portable"] or ["portable"]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, kernel ISA {fa.isa()}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"kernel paths {', '.join(fa.isa_paths())}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {args.clock} clock"
     )
+    print(f"dispatch chose {chosen}: {fa.isa_reason()}")
     print(f"anchor: float32 matmul 1024^3: {matmul_gflops(args.seconds)}")
     print(
-        "case     q x k       dtype     SDPA median [95%]          kernel median [95%]        "
+        "path        case     q x k       dtype     SDPA median [95%]          kernel median [95%]        "
         "speedup [95%]       pairs GFLOP/s k vs SDPA  target       error vs float64 (kernel vs SDPA)"
     )
-    for dtype in (getattr(torch, d) for d in args.dtypes):
-        for kind, lq, lk in CASES:
-            print(run_case(fa, kind, lq, lk, dtype, args.seconds), flush=True)
+    for isa in paths:
+        fa.set_isa(isa)
+        for dtype in (getattr(torch, d) for d in args.dtypes):
+            for kind, lq, lk in CASES:
+                mark = "*" if isa == chosen else " "
+                print(f"{isa + mark:<12}" + run_case(fa, kind, lq, lk, dtype, args.seconds), flush=True)
+    fa.set_isa(chosen)
+    print("* the path dispatch chose")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def describe(kernel_isa: str) -> str:
     """One line: the ISA each side of the comparison ran, and what forced it."""
     import torch
 
-    forced = f" (forced by KERNEL_EXPLORER_ISA={_FORCED})" if _FORCED else " (this CPU's best)"
+    forced = f" (forced by KERNEL_EXPLORER_ISA={_FORCED})" if _FORCED else " (chosen by measurement)"
     march = os.environ.get("TORCHINDUCTOR_CPP_MARCH", "native")
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "its best")
     return (

@@ -1,23 +1,33 @@
 """The bundled quantized-linear kernels against PyTorch's F.linear on SmolLM2's Linear shapes,
 measured side by side in one run.
 
-For each shape, format and row count (1 row: decode, the GEMV path; 512 rows: prefill, the GEMM
-path) four calls run interleaved on the same inputs: the kernel and F.linear with float32
-activations, then both with bfloat16 activations (F.linear on a bfloat16 copy of the dequantized
-weight). Each cell reports medians with 95% intervals and the median of per-round ratios with its
-interval (kernel_explorer.measure.stats). The GEMV's effective bandwidth counts the packed bytes it
-reads, against this machine's copy bandwidth (bench/kernel_ops.copy_bandwidth, measured before and
-after the table: the host is shared and drifts).
+For each shape, format and row count (1 row: decode, the GEMV path; 512 rows: prefill, the int8
+GEMM) six calls run interleaved on the same inputs: with float32 activations the kernel (int8 GEMM,
+two passes: the default), its one-pass form (int8_passes=1, GGML's), its dequantize-and-matmul path
+(int8_passes=0, PyTorch's numbers) and F.linear, then with bfloat16 activations the kernel and
+F.linear (on a bfloat16 copy of the dequantized weight).
+Each cell reports medians with 95% intervals and the median of per-round ratios with its interval
+(kernel_explorer.measure.stats). The GEMV's effective bandwidth counts the packed bytes it reads,
+against this machine's copy bandwidth (bench/kernel_ops.copy_bandwidth, measured before and after
+the table: the host is shared and drifts). The int8 GEMM's rate (2 M N K / time) is set against
+the int8 dot-product peak of its path's instruction sequence, measured by bench/int8_peak.c on one
+core and multiplied by the threads.
 
     python bench/quantized_linear.py                  # torch's threads, both formats
     python bench/quantized_linear.py --threads 1 --formats q4_1
     KERNEL_EXPLORER_ISA=avx2 python bench/quantized_linear.py
+    python bench/quantized_linear.py --threads 1 --clock cpu   # the code's cost on a loaded machine
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is imported)
 import torch
@@ -56,6 +66,18 @@ def _bandwidth_str(nbytes: int, seconds: list[float], roof: float) -> str:
 COLD_BYTES = 256 << 20  # well past the last-level cache of the machines here (32 MiB)
 
 
+def int8_peak(isa: str) -> float | None:
+    """GOP/s of one core running the int8 GEMM's inner instruction (bench/int8_peak.c), or None."""
+    kind = {"avx512bf16": "vnni", "avx512": "maddubs", "avx2": "maddubs"}.get(isa)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if kind is None or cc is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "int8_peak"
+        subprocess.run([cc, "-O2", "-o", str(exe), str(Path(__file__).with_name("int8_peak.c"))], check=True)
+        return float(subprocess.run([str(exe), kind], capture_output=True, text=True, check=True).stdout)
+
+
 def _copies(t: torch.Tensor, cold: bool) -> list[torch.Tensor]:
     """`t` alone, or enough copies of it that a round through them leaves no cache holding one."""
     count = max(1, -(-COLD_BYTES // (t.numel() * t.element_size()))) if cold else 1
@@ -63,7 +85,8 @@ def _copies(t: torch.Tensor, cold: bool) -> list[torch.Tensor]:
 
 
 def _calls(ql, fmt: str, x: torch.Tensor, packed: torch.Tensor, wd: torch.Tensor, cold: bool) -> list:
-    """Kernel and F.linear, float32 and bfloat16 activations, each call on the next weight copy."""
+    """Kernel (2 int8 passes, 1, dequantize), F.linear, then kernel and F.linear on bfloat16, each
+    call on the next weight copy."""
     x16 = x.to(torch.bfloat16)
 
     def rotating(fn, weights: list[torch.Tensor], xin: torch.Tensor):
@@ -77,9 +100,13 @@ def _calls(ql, fmt: str, x: torch.Tensor, packed: torch.Tensor, wd: torch.Tensor
 
     op = getattr(ql.ops, f"linear_{fmt}")  # what the layers call (ql.linear adds Python checks)
     kernel = lambda a, p: op(a, p, None)  # noqa: E731
+    one_pass = lambda a, p: op(a, p, None, 1)  # noqa: E731
+    dequant = lambda a, p: op(a, p, None, 0)  # noqa: E731
     packs = _copies(packed, cold)
     return [
         rotating(kernel, packs, x),
+        rotating(one_pass, packs, x),
+        rotating(dequant, packs, x),
         rotating(F.linear, _copies(wd, cold), x),
         rotating(kernel, packs, x16),
         rotating(F.linear, _copies(wd.to(torch.bfloat16), cold), x16),
@@ -92,7 +119,11 @@ def main() -> None:
                         help="'model' is the format SmolLM2's file uses for the shape")  # fmt: skip
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 512])
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="cpu: process CPU time")
     args = parser.parse_args()
+    if args.clock == "cpu" and args.threads != 1:
+        parser.error("--clock cpu sums every thread's CPU time: use it with --threads 1")
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -102,18 +133,31 @@ def main() -> None:
 
     ql = get_local_kernel(build_repo("quantized_linear", progress=False).repo_path)
     roof = copy_bandwidth()
-    forced = os.environ.get("KERNEL_EXPLORER_ISA")
+    threads = torch.get_num_threads()
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, kernel ISA {ql.isa()}"
-        + (f" (forced by KERNEL_EXPLORER_ISA={forced})" if forced else " (this CPU's best)")
+        f"torch {torch.__version__}, {threads} threads, kernel ISA {ql.isa()} of {', '.join(ql.isa_paths())},"
+        f" {args.clock} clock, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
+    print(f"why: {ql.isa_reason()}")
+    peak = int8_peak(ql.isa())
+    if peak is not None:
+        print(
+            f"int8 dot-product peak of the path (bench/int8_peak.c): {peak:.0f} GOP/s per core, "
+            f"x{threads} threads"
+        )
     print(f"copy bandwidth (256 MiB, read+write) before: {roof:.1f} GB/s")
     print("times in us: median [95% interval]; ratios: PyTorch time / kernel time per round, median [95%]")
-    print("GEMV bandwidth: packed weight bytes / kernel time (fp32 activations), % of copy bandwidth\n")
+    print(
+        "int8x2: the int8 GEMM, 2 passes (prefill) or GEMV (decode); int8x1: 1 pass; dequant: int8_passes=0"
+    )
+    print(
+        "last columns: GEMV bandwidth (packed bytes / time, % of copy) or the int8 GEMM's int8 GOP/s "
+        "(both passes' products counted), % of peak\n"
+    )
     header = f"{'shape':<14}{'in':>5}{'out':>6} {'fmt':<5}{'rows':>5}  "
-    for dtype in ("fp32", "bf16"):
-        header += f"{'kernel ' + dtype + ' us':<27}{'F.linear ' + dtype + ' us':<27}{'x ' + dtype:<22}"
-    header += "GEMV bandwidth"
+    header += f"{'int8x2 fp32 us':<27}{'int8x1 fp32 us':<27}{'dequant fp32 us':<27}{'F.linear fp32 us':<27}"
+    header += f"{'x int8x2':<22}{'x int8x1':<22}{'x dequant':<22}"
+    header += f"{'kernel bf16 us':<27}{'F.linear bf16 us':<27}{'x bf16':<22}rate"
     print(header)
     print("-" * len(header))
     gen = torch.Generator().manual_seed(0)
@@ -130,13 +174,18 @@ def main() -> None:
                 # comes round again; prefill's GEMM is compute-bound and reuses one copy.
                 fns = _calls(ql, fmt, x, packed, wd, cold=rows <= 8)
                 with torch.inference_mode():
-                    kf, tf, kb, tb = interleaved(fns)
+                    kf, of, df, tf, kb, tb = interleaved(fns, clock=clock)
                 line = f"{name:<14}{k:>5}{n:>6} {fmt:<5}{rows:>5}  "
-                for kernel, torch_times in ((kf, tf), (kb, tb)):
-                    line += f"{_interval_str(kernel):<27}{_interval_str(torch_times):<27}"
-                    line += f"{_ratio_str(torch_times, kernel):<22}"
+                line += "".join(f"{_interval_str(t):<27}" for t in (kf, of, df, tf))
+                line += f"{_ratio_str(tf, kf):<22}{_ratio_str(tf, of):<22}{_ratio_str(tf, df):<22}"
+                line += f"{_interval_str(kb):<27}{_interval_str(tb):<27}{_ratio_str(tb, kb):<22}"
                 if rows == 1:
                     line += _bandwidth_str(packed.numel(), kf, roof)
+                elif rows > 8:
+                    for times, passes in ((kf, 2), (of, 1)):
+                        gops = 2 * rows * n * k * passes / median_interval(times).median / 1e9
+                        pct = f" {100 * gops / (peak * threads):3.0f}%" if peak else ""
+                        line += f"x{passes} {gops:5.0f} GOP/s{pct}  "
                 print(line, flush=True)
     after = copy_bandwidth()
     print(

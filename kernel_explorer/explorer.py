@@ -142,9 +142,13 @@ class Explorer(Measuring):
 
     @cached_property
     def hardware(self) -> HardwareSnapshot:
-        from kernel_explorer.hardware import detect_hardware
+        """The machine, and the code path each built bundled kernel runs on it (and why)."""
+        from dataclasses import replace
 
-        return detect_hardware()
+        from kernel_explorer.hardware import detect_hardware
+        from kernel_explorer.kernel_paths import bundled_kernel_paths
+
+        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths())
 
     @property
     def layers(self) -> list[str]:

@@ -75,6 +75,19 @@ class CpuInfo:
 
 
 @dataclass(frozen=True)
+class KernelPath:
+    """Which compiled code path a CPU kernel repository runs on this machine, and why."""
+
+    repo: str
+    isa: str  # the path running: "avx512bf16", "avx512", "avx2" or "portable"
+    paths: tuple[str, ...]  # the paths this CPU runs, widest first
+    reason: str  # the repository's own words: measured ratios, forced, or the only path
+
+    def line(self) -> str:
+        return f"{self.repo}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class HardwareSnapshot:
     """Everything that decides which kernel builds load here. Immutable; compare two to see a change."""
 
@@ -93,6 +106,9 @@ class HardwareSnapshot:
     stable_abi_note: str
     compatibility: Compatibility
     notes: tuple[str, ...] = field(default=())
+    #: the code path each bundled kernel chose here (kernel_paths.py; empty in `detect_hardware()`'s
+    #: snapshot, which loads no kernel)
+    kernel_paths: tuple[KernelPath, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON-ready)."""
@@ -128,6 +144,8 @@ class HardwareSnapshot:
         if self.accepted_cpu_variants != self.accepted_variants:
             rows.append(("Accepted CPU variants", "\n".join(self.accepted_cpu_variants)))
         rows.append(("Stable ABI", self.stable_abi_note))
+        if self.kernel_paths:
+            rows.append(("Bundled kernel paths", "\n".join(k.line() for k in self.kernel_paths)))
         c = self.compatibility
         rows.append(
             (

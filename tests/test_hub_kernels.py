@@ -320,7 +320,7 @@ def test_c_level_checks_name_the_problem(hub: dict) -> None:
         hub["activation"].silu_and_mul(torch.ones(3))
 
 
-def test_isa_choice_is_the_best_this_cpu_has(hub: dict) -> None:
-    best = runnable_isas()[0]
-    assert {module.isa() for module in hub.values()} == {best}
+def test_isa_choice_is_a_path_this_cpu_runs(hub: dict) -> None:
+    """Chosen by measurement (tests/test_hub_isa_choice.py), so not always the widest."""
+    assert {module.isa() for module in hub.values()} <= set(runnable_isas())
     assert math.isfinite(hub["activation"].silu(torch.ones(1)).item())

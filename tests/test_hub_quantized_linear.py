@@ -3,7 +3,9 @@ through kernels' real loader.
 
 The kernel is checked against a float64 product with the dequantized weight (what it stands for)
 on every compiled ISA path, both activation dtypes, with and without bias, on shapes off every
-vector width and on both the GEMV (few rows) and the GEMM (many rows) paths. Packing is checked
+vector width and on the GEMV (few rows), the int8 GEMM and the dequantize-and-matmul GEMM (many
+rows) paths. The int8 GEMM quantizes the activations: its bound adds, per block of 32, half a
+step of the activations' int8 grid times the block's weights (`_int8_allowance`). Packing is checked
 against ggml's reference quantizer (the `gguf` package's bit-exact port) and, on the default
 model, to give back the checkpoint's weights bit for bit.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,12 +38,39 @@ def _randn(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale
 
 
+def _int8_allowance(
+    x: torch.Tensor, w: torch.Tensor, packed: torch.Tensor, fmt: str, passes: int
+) -> torch.Tensor:
+    """(rows, out) float64: what quantizing x per block of 32 to int8 may cost the int8 GEMM.
+
+    Each activation moves by at most half a step of its block's grid (max|x| / 127 / 2; 0.51 for
+    the float32 rounding of x / step); that error multiplies the block's weights, less Q4_1's
+    centre m + 8 d (the kernel takes d (q - 8) on the integers, m + 8 d with the exact sum of x).
+    A second pass quantizes that residual (at most half a step) in turn: 0.52 / 127 of it remains."""
+    xb = x.double().reshape(x.shape[0], -1, 32)
+    half_step = 0.51 * xb.abs().amax(-1) / 127  # (rows, blocks)
+    if passes == 2:
+        half_step = half_step * 0.52 / 127
+    wb = w.double().reshape(w.shape[0], -1, 32)
+    if fmt == "q4_1":
+        blocks = packed.reshape(w.shape[0], -1, 20)
+        d, m = (blocks[:, :, i : i + 2].contiguous().view(torch.float16).double() for i in (0, 2))
+        wb = wb - (m + 8 * d)  # (out, blocks, 32) minus (out, blocks, 1)
+    return half_step @ wb.abs().sum(-1).T
+
+
 def _assert_close_to_float64(
-    y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+    y: torch.Tensor,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    bias: torch.Tensor | None,
+    int8: tuple[torch.Tensor, str, int] | None = None,
 ) -> None:
     """y against x @ w^T + bias in float64; the bound is float32 accumulation over in_features
     (relative to the sum of |terms|), plus, for bfloat16, the output's rounding and that of the
-    weights (the GEMM path multiplies bfloat16 activations by bfloat16 panels, as F.linear does)."""
+    weights (the dequantize-and-matmul path multiplies bfloat16 activations by bfloat16 panels, as
+    F.linear does), plus, when `int8` (packed, format, passes) says the int8 GEMM ran,
+    `_int8_allowance`."""
     ref = x.double() @ w.double().T
     size = x.double().abs() @ w.double().abs().T
     if bias is not None:
@@ -47,8 +78,22 @@ def _assert_close_to_float64(
     allowed = 2 * (w.shape[1] + 2) * EPS32 * size + 1e-30
     if y.dtype == torch.bfloat16:
         allowed = allowed + 2.0**-8 * ref.abs() + 2.0**-8 * size
+    if int8 is not None:
+        allowed = allowed + _int8_allowance(x, w, *int8)
     err = (y.double() - ref).abs()
     assert (err <= allowed).all(), (err - allowed).max().item()
+
+
+def _int8_ran(
+    rows: int, packed: torch.Tensor, fmt: str, passes: int | None = None, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, str, int] | None:
+    """The allowance's arguments when the int8 GEMM ran; passes None: the default for `dtype`."""
+    if passes is None:
+        passes = 2 if dtype == torch.float32 else 1
+    return (packed, fmt, passes) if rows > GEMV_MAX_ROWS and passes else None
+
+
+GEMV_MAX_ROWS = 8  # torch_binding.cpp's kGemvMaxRows: above it, the GEMM paths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,11 +112,14 @@ def test_linear_matches_float64_on_odd_shapes(
             packed = ql.quantize(_randn(n, k, seed=k + n), fmt)
             w = ql.dequantize(packed, fmt)
             bias = _randn(n, seed=3).to(dtype) if with_bias else None
-            for rows in (1, 3, 17, 512):  # GEMV (one and several rows per pass) and GEMM
+            for rows in (1, 3, 8, 9, 17, 512):  # GEMV (one and several rows per pass) and GEMM
                 x = _randn(rows, k, seed=rows, scale=2.0).to(dtype)
                 y = ql.linear(x, packed, fmt, bias)
                 assert y.dtype == dtype and y.shape == (rows, n)
-                _assert_close_to_float64(y, x, w, bias)
+                _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt, dtype=dtype))
+                for passes in (0, 1, 2):
+                    y = ql.linear(x, packed, fmt, bias, int8_passes=passes)
+                    _assert_close_to_float64(y, x, w, bias, _int8_ran(rows, packed, fmt, passes))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -81,18 +129,20 @@ def test_batched_and_strided_inputs(ql, isa: str, fmt: str) -> None:
     for x in (_randn(2, 3, 64), _randn(2, 9, 64), _randn(64, 6).t(), _randn(5, 128)[:, ::2], _randn(0, 64)):
         y = ql.linear(x, packed, fmt)
         assert y.shape == (*x.shape[:-1], 40)
-        _assert_close_to_float64(y.reshape(-1, 40), x.reshape(-1, 64), w, None)
+        rows = x.reshape(-1, 64).shape[0]
+        _assert_close_to_float64(y.reshape(-1, 40), x.reshape(-1, 64), w, None, _int8_ran(rows, packed, fmt))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
-    """The GEMM path runs ATen's matmul on the exact dequantized weights: PyTorch's own answer to
-    float32 rounding; the GEMV path sums in another order (within float32 accumulation error)."""
+    """The dequantize-and-matmul path runs ATen's matmul on the exact dequantized weights:
+    PyTorch's own answer to float32 rounding; the GEMV path sums in another order (within float32
+    accumulation error)."""
     packed = ql.quantize(_randn(96, 576), fmt)
     w = ql.dequantize(packed, fmt)
     for rows in (17, 64):
         x = _randn(rows, 576, seed=rows)
-        torch.testing.assert_close(ql.linear(x, packed, fmt), nn.functional.linear(x, w))
+        torch.testing.assert_close(ql.linear(x, packed, fmt, int8_passes=0), nn.functional.linear(x, w))
     for rows in (1, 5):
         x = _randn(rows, 576, seed=rows)
         torch.testing.assert_close(
@@ -100,20 +150,79 @@ def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
         )
 
 
+@pytest.mark.parametrize("passes", [2, 1, 0], ids=["int8x2", "int8", "dequant"])
 @pytest.mark.parametrize("rows", [3, 64])
-def test_both_paths_under_inference_mode_and_autograd(ql, rows: int) -> None:
-    """The GEMM path's worker threads run ATen ops: they must see the caller's inference mode (the
+def test_every_path_under_inference_mode_and_autograd(ql, rows: int, passes: int) -> None:
+    """The GEMM paths' worker threads run ATen ops: they must see the caller's inference mode (the
     output is an inference tensor) and run below autograd (an input may require grad)."""
     packed = ql.quantize(_randn(300, 64), "q4_1")
     w = ql.dequantize(packed, "q4_1")
     x = _randn(rows, 64)
+    int8 = _int8_ran(rows, packed, "q4_1", passes)
     with torch.inference_mode():
-        y = ql.linear(x, packed, "q4_1")
+        y = ql.linear(x, packed, "q4_1", int8_passes=passes)
     assert y.is_inference()
-    _assert_close_to_float64(y, x, w, None)
-    y = ql.linear(x.requires_grad_(), packed, "q4_1")
+    _assert_close_to_float64(y, x, w, None, int8)
+    y = ql.linear(x.requires_grad_(), packed, "q4_1", int8_passes=passes)
     assert y.requires_grad
-    _assert_close_to_float64(y.detach(), x.detach(), w, None)
+    _assert_close_to_float64(y.detach(), x.detach(), w, None, int8)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -> None:
+    """On SmolLM2's MLP shape one int8 pass is not float32's rounding (its RMS error against
+    float64 is orders above the dequantize-and-matmul path's) but stays within 1% of the output's
+    RMS; the second pass (the residual's) takes it under 1e-4; the compiled paths compute the
+    same integer dot products, so they agree to float32 scaling."""
+    packed = ql.quantize(_randn(1536, 576, scale=0.05), fmt)
+    w = ql.dequantize(packed, fmt).double()
+    x = _randn(64, 576, seed=5)
+    ref = x.double() @ w.T
+    rms = ref.pow(2).mean().sqrt()
+    results: dict[tuple[str, int], torch.Tensor] = {}
+    before = ql.isa()
+    try:
+        for isa in ql.isa_paths():
+            ql.set_isa(isa)
+            err = {}
+            for passes in (0, 1, 2):
+                results[isa, passes] = y = ql.linear(x, packed, fmt, int8_passes=passes).double()
+                err[passes] = ((y - ref).pow(2).mean().sqrt() / rms).item()
+            assert err[0] < 1e-6 and 1e-4 < err[1] < 1e-2 and 1e-7 < err[2] < 1e-4, (isa, err)
+    finally:
+        ql.set_isa(before)
+    for passes in (1, 2):
+        first = results[ql.isa_paths()[0], passes]
+        for isa in ql.isa_paths():
+            torch.testing.assert_close(results[isa, passes], first, rtol=1e-5, atol=1e-5 * rms.item())
+
+
+def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
+    """`use_int8_gemm(module, 0)`: the layer's prefill is F.linear on the dequantized weight
+    (ATen's matmul, the same rounding); by default it is two int8 passes, 1 one pass: neither is."""
+    lin = _linear(k=576, n=96)
+    x = _randn(32, 576)
+    y_default = ql.layers.Q4_1Linear.forward(lin, x)
+    packed = lin._kernel_packed.data
+    w = ql.dequantize(packed, "q4_1")
+    _assert_close_to_float64(y_default, x, w, lin.bias, (packed, "q4_1", 2))
+    ql.layers.use_int8_gemm(lin, 0)
+    y_exact = ql.layers.Q4_1Linear.forward(lin, x)
+    torch.testing.assert_close(y_exact, nn.functional.linear(x, w, lin.bias))
+    assert not torch.allclose(y_default, y_exact, rtol=1e-7, atol=1e-7)
+    ql.layers.use_int8_gemm(lin, 1)
+    y_one = ql.layers.Q4_1Linear.forward(lin, x)
+    _assert_close_to_float64(y_one, x, w, lin.bias, (packed, "q4_1", 1))
+    assert (y_one - y_exact).abs().max() > 10 * (y_default - y_exact).abs().max()
+    ql.layers.use_int8_gemm(lin, 2)
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x), y_default)
+    ql.layers.use_int8_gemm(lin, None)  # the default: 2 passes for float32, 1 for bfloat16
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x), y_default)
+    x16 = x.to(torch.bfloat16)
+    one = ql.linear(x16, packed, "q4_1", lin.bias, int8_passes=1)
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x16), one)
+    with pytest.raises(ValueError, match="int8 passes must be 0, 1, 2 or None, got 3"):
+        ql.layers.use_int8_gemm(lin, 3)
 
 
 def test_forced_isa_from_the_environment(hub: dict) -> None:
@@ -130,6 +239,37 @@ def test_forced_isa_from_the_environment(hub: dict) -> None:
     env = {**os.environ, "KERNEL_EXPLORER_ISA": forced}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [forced, "64.0"]
+
+
+def test_avx512_path_without_vnni_in_a_fresh_process(hub: dict) -> None:
+    """The avx512 path takes AVX512-VNNI where the CPU has it and AVX2's maddubs where not;
+    KERNEL_EXPLORER_NO_VNNI=1 makes a VNNI machine run the latter, which must agree with the
+    former to float32 scaling (the same integer dot products; on a CPU without VNNI both runs take
+    maddubs and the test only checks they agree)."""
+    from isa_paths import runnable_isas
+
+    if "avx512" not in runnable_isas():
+        pytest.skip("this CPU has no AVX-512 path")
+    code = (
+        "import torch; from pathlib import Path; from kernels import get_local_kernel\n"
+        f"ql = get_local_kernel(Path({str(bundled_repo_path('quantized_linear'))!r})); ql.set_isa('avx512')\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x, w = torch.randn(40, 96, generator=g), torch.randn(33, 96, generator=g)\n"
+        "for f in ('q8_0', 'q4_1'):\n"
+        "    p = ql.quantize(w, f)\n"
+        "    for n in (1, 2): torch.save(ql.linear(x, p, f, int8_passes=n), f'{f}-{n}.pt')\n"
+    )
+    outputs = {}
+    for no_vnni in ("", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "KERNEL_EXPLORER_NO_VNNI"}
+        if no_vnni:
+            env["KERNEL_EXPLORER_NO_VNNI"] = no_vnni
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp, check=True, capture_output=True)
+            outputs[no_vnni] = {f.name: torch.load(f) for f in Path(tmp).glob("*.pt")}
+    assert len(outputs[""]) == 4
+    for name, y in outputs[""].items():
+        torch.testing.assert_close(outputs["1"][name], y, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,6 +165,18 @@ at::Tensor silu_and_mul_backward(const at::Tensor& grad, const at::Tensor& x) {
   return dx;
 }
 
+// What the measured dispatch times (kx_choice.h): SmolLM2's SiLU-and-mul at 128 tokens in float32
+// and bfloat16, and a GELU-tanh (the formula, not the bfloat16 lookup, differs between paths).
+void workload() {
+  static const at::Tensor x = kx::sample({128, 3072}, at::kFloat, 4.0), xb = x.to(at::kBFloat16);
+  for (int i = 0; i < 4; ++i) {
+    silu_and_mul(x);
+    silu_and_mul(xb);
+    unary<kx::kGeluTanh>(x);
+  }
+}
+const kx::Workload measured("activation", &workload);
+
 }  // namespace
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
@@ -185,6 +197,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("silu_and_mul_backward(Tensor grad, Tensor x) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
+  m.def("isa_reason() -> str", &kx::isa_reason);
+  m.def("isa_paths() -> str[]", &kx::isa_paths);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

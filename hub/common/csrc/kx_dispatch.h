@@ -1,6 +1,7 @@
-// Registration-side helpers shared by the bundled kernels: run-time ISA choice, input checks,
-// output allocation, the out= forms' autograd kernel. The Python module itself comes from
-// kernel-builder's registration.h (REGISTER_EXTENSION), included first by each torch_binding.cpp.
+// Registration-side helpers shared by the bundled kernels: the run-time ISA table (kx_choice.h
+// chooses the path), input checks, output allocation, the out= forms' autograd kernel. The Python
+// module itself comes from kernel-builder's registration.h (REGISTER_EXTENSION), included first
+// by each torch_binding.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,59 +30,28 @@
 #define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
 #endif
 
+#include "kx_choice.h"
+
 namespace kx {
 
-// Which compiled code path runs: the best this CPU supports, or KERNEL_EXPLORER_ISA if set.
-// avx512bf16 is the AVX-512 path with the AVX512_BF16 conversions (Cooper Lake, Sapphire Rapids,
-// Zen 4 and later): bfloat16 rounding in one instruction instead of five.
-inline std::string& active_isa() {
-  static std::string isa = [] {
-    const char* forced = std::getenv("KERNEL_EXPLORER_ISA");
-    if (forced && *forced) return std::string(forced);
-#if defined(KX_HAVE_AVX512)
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      return std::string(__builtin_cpu_supports("avx512bf16") ? "avx512bf16" : "avx512");
-#endif
-#if defined(KX_HAVE_AVX2)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return std::string("avx2");
-#endif
-    return std::string("portable");
-  }();
-  return isa;
-}
-
+// The path chosen by measurement (kx_choice.h), or forced; one table per ISA unit.
 template <typename Table>
 inline const Table& pick(const Table& avx512bf16, const Table& avx512, const Table& avx2, const Table& portable) {
-  const std::string& isa = active_isa();
+  switch (current_isa_index()) {
 #if defined(KX_HAVE_AVX512)
-  if (isa == "avx512bf16") return avx512bf16;
-  if (isa == "avx512") return avx512;
+    case 0: return avx512bf16;
+    case 1: return avx512;
 #endif
 #if defined(KX_HAVE_AVX2)
-  if (isa == "avx2") return avx2;
+    case 2: return avx2;
 #endif
+    default: break;
+  }
   (void)avx512bf16;
   (void)avx512;
   (void)avx2;
   return portable;
 }
-
-// Switch the code path (for tests and benchmarks); returns the one now active.
-inline std::string set_isa(const std::string& isa) {
-  TORCH_CHECK(isa == "avx512bf16" || isa == "avx512" || isa == "avx2" || isa == "portable", "unknown ISA '",
-              isa, "'; use avx512bf16, avx512, avx2 or portable");
-#if !defined(KX_HAVE_AVX512)
-  TORCH_CHECK(isa != "avx512" && isa != "avx512bf16", "this build has no AVX-512 code path");
-#endif
-#if !defined(KX_HAVE_AVX2)
-  TORCH_CHECK(isa != "avx2", "this build has no AVX2 code path");
-#endif
-  active_isa() = isa;
-  return isa;
-}
-
-inline std::string current_isa() { return active_isa(); }
 
 // Storage dtype code (kF32/kBF16/kF16), or a clear error the caller can fall back on.
 inline int dtype_code(const at::Tensor& t, const char* op) {

@@ -30,6 +30,14 @@ constexpr int kDT = 4;
 constexpr int64_t kRowsPerTask = 96;
 #endif
 constexpr int64_t kDecodeRows = 8;  // at most this many rows: the dot-product path
+
+// The register tiles below hold their accumulators in arrays of at::vec::Vectorized. Compiled as
+// functions of their own (GCC 12 kept the AVX-512 ones out of line, the AVX2 ones inlined), the
+// arrays stay in memory: every iteration of the AVX-512 score and value tiles stored all 16
+// accumulators back to the stack (16 zmm stores per 16 FMAs), which halved the AVX-512 prefill
+// against AVX2's on a Zen 4 host where a 512-bit store takes two cycles. Inlined, they live in
+// registers only.
+#define KX_TILE inline __attribute__((always_inline))
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 template <typename T>
@@ -110,7 +118,7 @@ inline void finish_row(const kx::AttnProblem& p, const kx::AttnTask& t, int64_t 
 // odd d accumulate apart (two shorter chains round less than one long one: the scores' error is
 // what the exponentials amplify).
 template <int NJ>
-inline void score_tile(const float* k, int64_t ks, const float* qt, int64_t rp, float* st, int64_t D) {
+KX_TILE void score_tile(const float* k, int64_t ks, const float* qt, int64_t rp, float* st, int64_t D) {
   VecF acc[2][NJ][2];
   for (int c = 0; c < 2; ++c) {
     for (int jj = 0; jj < NJ; ++jj) acc[c][jj][0] = acc[c][jj][1] = VecF(0.f);
@@ -138,7 +146,7 @@ constexpr bool kDotBf16 = true;
 // packed as bfloat16 pairs (d, d + 1) per row, each key's pair broadcast straight from its row.
 // The products are exact in float32; the scale is applied to the sums.
 template <int NJ>
-inline void score_tile_bf16(const c10::BFloat16* k, int64_t ks, const uint16_t* q2, int64_t rp, float* st,
+KX_TILE void score_tile_bf16(const c10::BFloat16* k, int64_t ks, const uint16_t* q2, int64_t rp, float* st,
                             int64_t D, float scale) {
   __m512 acc[2][NJ][2];
   for (int c = 0; c < 2; ++c) {
@@ -171,7 +179,7 @@ constexpr bool kDotBf16 = false;
 
 // OT[d][i] += sum_j V[j][d] * PT[j][i] for ND head_dim elements from d and two row vectors.
 template <int ND>
-inline void value_tile(const float* v, int64_t vs, const float* pt, int64_t rp, float* ot, int64_t bk) {
+KX_TILE void value_tile(const float* v, int64_t vs, const float* pt, int64_t rp, float* ot, int64_t bk) {
   VecF acc[ND][2];
   for (int dd = 0; dd < ND; ++dd) {
     acc[dd][0] = VecF::loadu(ot + dd * rp);
@@ -346,7 +354,7 @@ inline void hsum4(const VecF* a, float* out) {
 
 // o[0 : NV vectors] += sum_j p[j] * v[j][0 : NV vectors], the accumulators held in registers.
 template <int NV>
-inline void pv_row(float* o, const float* v, int64_t vs, const float* p, int64_t bk) {
+KX_TILE void pv_row(float* o, const float* v, int64_t vs, const float* p, int64_t bk) {
   VecF acc[NV];
   for (int c = 0; c < NV; ++c) acc[c] = VecF::loadu(o + c * kV);
   for (int64_t j = 0; j < bk; ++j) {

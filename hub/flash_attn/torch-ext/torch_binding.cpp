@@ -201,6 +201,20 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   return {out, lse};
 }
 
+// What the measured dispatch times (kx_choice.h): SmolLM2's attention (9 query heads, 3 KV heads,
+// head_dim 64), causal prefill of 512 tokens in float32 and of 256 in bfloat16, and one decode
+// step against 512 cached tokens.
+void workload() {
+  static const at::Tensor q = kx::sample({1, 512, 9, 64}), k = kx::sample({1, 512, 3, 64}, at::kFloat, 2.0),
+                          v = kx::sample({1, 512, 3, 64}, at::kFloat, 0.5);
+  static const at::Tensor qb = q.narrow(1, 0, 256).to(at::kBFloat16), kb = k.narrow(1, 0, 256).to(at::kBFloat16),
+                          vb = v.narrow(1, 0, 256).to(at::kBFloat16), q1 = q.narrow(1, 0, 1).contiguous();
+  fwd(q, k, v, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
+  fwd(qb, kb, vb, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
+  for (int i = 0; i < 4; ++i) fwd(q1, k, v, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
+}
+const kx::Workload measured("flash_attn", &workload);
+
 }  // namespace
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
@@ -209,6 +223,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "float softmax_scale, bool causal) -> (Tensor, Tensor)");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
+  m.def("isa_reason() -> str", &kx::isa_reason);
+  m.def("isa_paths() -> str[]", &kx::isa_paths);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) { m.impl("fwd", &fwd); }

@@ -1,6 +1,7 @@
 // Weight-only quantized linear kernels, one unit per instruction set (see kx_vec.h): a GEMV that
 // streams the packed Q8_0 / Q4_1 blocks once for up to kGemvRows rows of activations (decode),
-// and the dequantization of weight rows to float32 that the GEMM path (prefill) and the tests use.
+// the int8 GEMM for many rows (prefill, qlinear_int8.h), and the dequantization of weight rows to
+// float32 that the dequantize-and-matmul GEMM path and the tests use.
 //
 // Each block's dot product is taken on the small integers q first and scaled once:
 //   Q8_0:  sum_j x_j (d q_j)      = d * sum_j q_j x_j
@@ -14,6 +15,7 @@
 
 #include <c10/util/Half.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -357,6 +359,40 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 }
 #endif
 
+#include "qlinear_int8.h"
+
+#if defined(CPU_CAPABILITY_AVX512) && !defined(__AVX512VNNI__)
+// The AVX-512 path without BF16 also carries the VNNI variant (Cascade Lake, Ice Lake: VNNI
+// without BF16), compiled for that target alone and taken when the CPU has it; activations and
+// GEMM of one variant go together (their activation offsets differ).
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+#define KX_I8_NS i8v
+#define KX_I8_VNNI 1
+#include "qlinear_int8.h"
+#pragma GCC pop_options
+// KERNEL_EXPLORER_NO_VNNI=1 takes the maddubs variant anyway (to test it on a VNNI machine).
+inline bool i8_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni") && !std::getenv("KERNEL_EXPLORER_NO_VNNI");
+  return has;
+}
+template <int F>
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
+  return i8_vnni() ? i8v::quant_acts<F>(x, rows, K, q, d, s, r) : i8::quant_acts<F>(x, rows, K, q, d, s, r);
+}
+template <int F>
+void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
+             const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  if (i8_vnni()) return i8v::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+  i8::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+}
+#define KX_I8_QUANT(F) i8_quant_acts<F>
+#define KX_I8_GEMM(F) i8_gemm<F>
+#else
+#define KX_I8_QUANT(F) i8::quant_acts<F>
+#define KX_I8_GEMM(F) i8::gemm<F>
+#endif
+
 // The table's entry: one pass over rows of x (1 to kGemvRows), each specialised on the count so
 // the accumulators stay in registers.
 #define KX_GEMV_BY_ROWS(fn)                                                                            \
@@ -377,4 +413,6 @@ static_assert(kx::kGemvRows == 4, "KX_GEMV_BY_ROWS covers 1 to 4 rows");
 extern const kx::QLinearTable KX_CAT(kx_qlinear_table_, KX_ISA) = {
     {KX_GEMV_BY_ROWS(KX_ISA_NS::gemv_q8_0), KX_GEMV_BY_ROWS(KX_ISA_NS::gemv_q4_1)},
     {KX_ISA_NS::dequant_q8_0, KX_ISA_NS::dequant_q4_1},
+    {KX_ISA_NS::KX_I8_QUANT(kx::kQ8_0), KX_ISA_NS::KX_I8_QUANT(kx::kQ4_1)},
+    {KX_ISA_NS::KX_I8_GEMM(kx::kQ8_0), KX_ISA_NS::KX_I8_GEMM(kx::kQ4_1)},
 };

@@ -17,6 +17,23 @@ def dequantize(packed, format):
     return (d * q + m).reshape(packed.shape[0], -1)
 
 
+def int8_reference(x, packed, format):
+    """What one int8 pass computes (more than 8 rows), in float64: x rounded per block of 32 to
+    its int8 grid (round(x * 127 / max|x|) * max|x| / 127) against the weights, except Q4_1's
+    block centre m + 8 d, which meets the exact x."""
+    w = dequantize(packed, format).double()
+    blocks = x.float().reshape(x.shape[0], -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    xq = (torch.round(blocks * inv).double() * (amax.double() / 127)).reshape(x.shape)
+    if format == "q8_0":
+        return xq @ w.T
+    b = packed.reshape(packed.shape[0], -1, 20)
+    d, m = (b[..., i : i + 2].contiguous().view(torch.float16).float() for i in (0, 2))
+    centre = (m + 8 * d).expand(-1, -1, 32).reshape(w.shape).double()
+    return xq @ (w - centre).T + x.double() @ centre.T
+
+
 @pytest.mark.parametrize("format", ["q8_0", "q4_1"])
 def test_packing_is_ggml_blocks(kernel, format):
     weight = torch.randn(24, 96)
@@ -28,17 +45,26 @@ def test_packing_is_ggml_blocks(kernel, format):
     assert err <= weight.abs().max() * step * 2  # within a quantization step of the block's range
 
 
+@pytest.mark.parametrize("passes", [2, 1, 0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 3, 70])
 @pytest.mark.parametrize("format", ["q8_0", "q4_1"])
-def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, dtype):
+def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, dtype, passes):
+    """Few rows (GEMV) and int8_passes=0: F.linear on the dequantized weight; more rows with one
+    int8 pass: the same on the activations' int8 grid (`int8_reference`); with two passes (the
+    default): F.linear within 1e-3."""
     weight, bias = torch.randn(40, 128) * 128**-0.5, torch.randn(40)
     packed = kernel.quantize(weight, format)
     x = torch.randn(rows, 128).to(dtype)
-    y = kernel.linear(x, packed, format, bias)
+    y = kernel.linear(x, packed, format, bias, int8_passes=passes)
     assert y.shape == (rows, 40) and y.dtype == dtype
-    ref = F.linear(x.double(), dequantize(packed, format).double(), bias.double())
+    if passes == 1 and rows > 8:
+        ref = int8_reference(x, packed, format) + bias.double()
+    else:
+        ref = F.linear(x.double(), dequantize(packed, format).double(), bias.double())
     tol = 1e-5 if dtype == torch.float32 else 2e-2
+    if passes == 2 and rows > 8:
+        tol = max(tol, 1e-3)
     torch.testing.assert_close(y.double(), ref, atol=tol, rtol=tol)
 
 
@@ -53,6 +79,11 @@ def test_layer(kernel):
     layer = kernel.layers.Q8_0Linear()
     layer.weight = torch.nn.Parameter(torch.randn(16, 64) * 0.125)
     layer.bias = None
-    x = torch.randn(2, 5, 64)
+    x = torch.randn(2, 5, 64)  # 10 rows: the int8 GEMM
     packed = kernel.quantize(layer.weight.detach(), "q8_0")
+    torch.testing.assert_close(layer(x), F.linear(x, dequantize(packed, "q8_0")), atol=1e-3, rtol=1e-3)
+    kernel.layers.use_int8_gemm(layer, 1)  # one pass: GGML's int8 activations
+    ref = int8_reference(x.reshape(10, 64), packed, "q8_0").float().reshape(2, 5, 16)
+    torch.testing.assert_close(layer(x), ref, atol=1e-5, rtol=1e-5)
+    kernel.layers.use_int8_gemm(layer, 0)  # PyTorch's numbers
     torch.testing.assert_close(layer(x), F.linear(x, dequantize(packed, "q8_0")), atol=1e-5, rtol=1e-5)

@@ -1,6 +1,9 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
-// activations and the GEMM path for many, both on the ISA table chosen at run time.
+// activations and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2 or 1; -1, the default,
+// takes 2 for float32 activations and 1 for 16-bit ones) or,
+// with int8_passes=0, dequantized panels multiplied by ATen's matmul (PyTorch's numbers); all on the
+// ISA table chosen at run time.
 #include "registration.h"
 
 #include "kx_dispatch.h"
@@ -131,8 +134,39 @@ void gemm_path(int format, const uint8_t* w, const at::Tensor& x, const at::Tens
   });
 }
 
+// y (M, N) float32 = x @ W^T + bias on the int8 path (qlinear_int8.h): the rows of x quantized per
+// block of 32 (split over threads by rows), then threads take contiguous runs of output columns.
+// With two passes the residual x - d q is quantized too, and its products added in the same sweep
+// over the weights: x ~ d q + d_r q_r, whose error is about 1/254 of one pass's.
+void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tensor& x, const float* bias,
+                    at::Tensor& y, int64_t N) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
+  const bool two = passes >= 2;
+  at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kByte));
+  at::Tensor d = at::empty({4, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r, (s_r unused)
+  at::Tensor r = two ? at::empty({M, K}, x.options()) : at::Tensor();
+  const float* xp = x.data_ptr<float>();
+  uint8_t* qp = q.data_ptr<uint8_t>();
+  float* dp = d.data_ptr<float>();
+  float* rp = two ? r.data_ptr<float>() : nullptr;
+  const int64_t mk = M * K, mb = M * nb;
+  const auto quant = table().quant_acts[format];
+  at::parallel_for(0, M, std::max<int64_t>(1, kx::kSerialBelow / K), [&](int64_t b, int64_t e) {
+    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? rp + b * K : nullptr);
+    if (two) quant(rp + b * K, e - b, K, qp + mk + b * K, dp + 2 * mb + b * nb, dp + 3 * mb + b * nb, nullptr);
+  });
+  const auto gemm = table().gemm_i8[format];
+  float* yp = y.data_ptr<float>();
+  constexpr int64_t kUnit = 32;  // columns: a multiple of every path's tile width
+  const int64_t units = (N + kUnit - 1) / kUnit;
+  at::parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
+    gemm(w, K, qp, dp, dp + mb, two ? qp + mk : nullptr, dp + 2 * mb, M, bias, yp, N, b * kUnit,
+         std::min(N, e * kUnit));
+  });
+}
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
-                  const char* op) {
+                  int64_t int8_passes, const char* op) {
   kx::dtype_code(x, op);
   auto [N, K] = packed_shape(packed, format, op);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": the input's last dimension (", x.dim() ? x.size(-1) : 0,
@@ -150,6 +184,19 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   const int64_t M = x.numel() / K;
   if (M == 0 || N == 0) return out;
   const uint8_t* w = packed.data_ptr<uint8_t>();
+  TORCH_CHECK(int8_passes >= -1 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
+              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (2 for float32 ",
+              "activations, 1 for 16-bit ones), got ", int8_passes);
+  // 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their
+  // own rounding's order, and a second pass would lose to the 16-bit GEMMs F.linear runs.
+  if (int8_passes < 0) int8_passes = x.scalar_type() == at::kFloat ? 2 : 1;
+  if (M > kGemvMaxRows && int8_passes > 0) {
+    at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
+    at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
+    int8_gemm_path(format, int8_passes, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
+    if (x.scalar_type() != at::kFloat) out.view({M, N}).copy_(y);
+    return out;
+  }
   if (M > kGemvMaxRows && x.scalar_type() == at::kBFloat16) {
     // bfloat16 activations take ATen's bfloat16 GEMM (float32 accumulation) on the panels rounded
     // to bfloat16, as F.linear on a bfloat16 model does: 3-4x the float32 GEMM where the CPU has
@@ -169,12 +216,24 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   return out;
 }
 
-at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
-  return linear(x, packed, bias, kx::kQ8_0, "linear_q8_0");
+at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                       int64_t int8_passes) {
+  return linear(x, packed, bias, kx::kQ8_0, int8_passes, "linear_q8_0");
 }
-at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias) {
-  return linear(x, packed, bias, kx::kQ4_1, "linear_q4_1");
+at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                       int64_t int8_passes) {
+  return linear(x, packed, bias, kx::kQ4_1, int8_passes, "linear_q4_1");
 }
+
+// What the measured dispatch times (kx_choice.h): a Q4_1 weight of SmolLM2's MLP shape (1536 x 576)
+// on 128 rows (the GEMM path, prefill) and on one row four times (the GEMV path, decode).
+void workload() {
+  static const at::Tensor packed = quantize_q4_1(kx::sample({1536, 576}, at::kFloat, 0.05)),
+                          x = kx::sample({128, 576}), x1 = x.narrow(0, 0, 1).contiguous();
+  linear_q4_1(x, packed, std::nullopt, 2);
+  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, 2);
+}
+const kx::Workload measured("quantized_linear", &workload);
 
 }  // namespace
 
@@ -183,10 +242,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
-  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
-  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
+  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
+  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
+  m.def("isa_reason() -> str", &kx::isa_reason);
+  m.def("isa_paths() -> str[]", &kx::isa_paths);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

@@ -66,6 +66,19 @@ void apply_rotary_out(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q,
   rotate(k, c, s, code, k_out);
 }
 
+// What the measured dispatch times (kx_choice.h): SmolLM2's rotary at 256 tokens, float32 and bfloat16.
+void workload() {
+  static const at::Tensor q = kx::sample({1, 9, 256, 64}), k = kx::sample({1, 3, 256, 64}),
+                          cos = kx::sample({1, 256, 64}), sin = kx::sample({1, 256, 64}, at::kFloat, 0.5);
+  static const at::Tensor qb = q.to(at::kBFloat16), kb = k.to(at::kBFloat16), cb = cos.to(at::kBFloat16),
+                          sb = sin.to(at::kBFloat16);
+  for (int i = 0; i < 4; ++i) {
+    apply_rotary(q, k, cos, sin, 1);
+    apply_rotary(qb, kb, cb, sb, 1);
+  }
+}
+const kx::Workload measured("rotary", &workload);
+
 }  // namespace
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
@@ -75,6 +88,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
       "int unsqueeze_dim) -> ()");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
+  m.def("isa_reason() -> str", &kx::isa_reason);
+  m.def("isa_paths() -> str[]", &kx::isa_paths);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

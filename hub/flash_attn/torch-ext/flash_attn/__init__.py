@@ -178,12 +178,23 @@ def flash_attn_with_kvcache(
 
 
 def isa() -> str:
-    """The instruction-set path in use: avx512bf16, avx512, avx2 or portable."""
+    """The code path in use (avx512bf16, avx512, avx2 or portable): the fastest this CPU runs,
+    timed once per machine at first use, unless KERNEL_EXPLORER_ISA or `set_isa` chose it."""
     return ops.isa()
 
 
+def isa_reason() -> str:
+    """Why `isa()` runs, in one line: the measured ratios against the other paths, or who forced it."""
+    return ops.isa_reason()
+
+
+def isa_paths() -> list[str]:
+    """The code paths this build carries and this CPU runs, widest first."""
+    return list(ops.isa_paths())
+
+
 def set_isa(name: str) -> str:
-    """Force a code path (for tests and benchmarks)."""
+    """Switch the code path (tests, benchmarks, comparing paths); one of `isa_paths()`."""
     return ops.set_isa(name)
 
 
@@ -193,4 +204,12 @@ from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that
 #: training (a backward through the op raises)
 has_backward = False
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "isa", "set_isa"]
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
+    "isa",
+    "isa_paths",
+    "isa_reason",
+    "set_isa",
+]

@@ -2,10 +2,20 @@
 
 A weight is packed once (`quantize`) into a uint8 tensor of GGML blocks, byte for byte what a GGUF
 file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by it without ever
-materialising the float weight: a GEMV streaming the blocks for a few rows (decode), dequantized
-panels and ATen's matmul for many (prefill). On a weight that is the float dequantization of such
-blocks (a GGUF checkpoint), packing finds the same blocks again, so the kernel runs the very same
-weights PyTorch runs.
+materialising the float weight: a GEMV streaming the blocks for a few rows (decode, float32
+arithmetic), and for many rows (prefill) an int8 GEMM: the activations quantized per block of 32
+to int8 with a float scale, as GGML's Q8 activations are, and integer dot products (AVX512-VNNI,
+or AVX2's maddubs). That is a different numeric path from PyTorch's, not a rounding difference:
+with `int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
+largest value (error up to about 0.4% of that value; on SmolLM2 a logits KL of 1.9e-3 against
+PyTorch). `int8_passes=2`, the default for float32 activations, quantizes the residual too and
+adds its products in the same sweep (x ~ d q + d_r q_r, about 254 times less error, half the
+speed); bfloat16 and float16 activations default to one pass, whose error is of the order of their
+own rounding (and a second would lose to the 16-bit GEMMs F.linear runs). `int8_passes=0`
+(`layers.use_int8_gemm(module, 0)` for a layer) keeps the dequantize-and-matmul path, whose
+results differ from F.linear on the dequantized weight in rounding order only. On a weight that is
+the float dequantization of such blocks (a GGUF checkpoint), packing finds the same blocks again,
+so the kernel runs the very same weights PyTorch runs.
 """
 
 from __future__ import annotations
@@ -65,9 +75,18 @@ def dequantize(packed: torch.Tensor, format: str) -> torch.Tensor:
 
 
 def linear(
-    x: torch.Tensor, packed: torch.Tensor, format: str, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    format: str,
+    bias: torch.Tensor | None = None,
+    *,
+    int8_passes: int | None = None,
 ) -> torch.Tensor:
-    """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight; float32 accumulation."""
+    """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight.
+
+    Above 8 rows, `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual;
+    None: 2 for float32 x, 1 for 16-bit x; see the module docstring); 0 keeps float32 arithmetic
+    (dequantized panels and ATen's matmul)."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(
@@ -77,16 +96,27 @@ def linear(
         raise TypeError(
             f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
         )
-    return getattr(ops, f"linear_{format}")(x, packed, bias)
+    return getattr(ops, f"linear_{format}")(x, packed, bias, -1 if int8_passes is None else int(int8_passes))
 
 
 def isa() -> str:
-    """The instruction-set path in use: avx512bf16, avx512, avx2 or portable."""
+    """The code path in use (avx512bf16, avx512, avx2 or portable): the fastest this CPU runs,
+    timed once per machine at first use, unless KERNEL_EXPLORER_ISA or `set_isa` chose it."""
     return ops.isa()
 
 
+def isa_reason() -> str:
+    """Why `isa()` runs, in one line: the measured ratios against the other paths, or who forced it."""
+    return ops.isa_reason()
+
+
+def isa_paths() -> list[str]:
+    """The code paths this build carries and this CPU runs, widest first."""
+    return list(ops.isa_paths())
+
+
 def set_isa(name: str) -> str:
-    """Force a code path (for tests and benchmarks)."""
+    """Switch the code path (tests, benchmarks, comparing paths); one of `isa_paths()`."""
     return ops.set_isa(name)
 
 
@@ -98,6 +128,8 @@ __all__ = [
     "FORMATS",
     "dequantize",
     "isa",
+    "isa_paths",
+    "isa_reason",
     "layers",
     "linear",
     "pack_error",

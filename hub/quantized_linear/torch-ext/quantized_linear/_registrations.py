@@ -45,7 +45,9 @@ def _register(format: str) -> None:
         return packed.new_empty((n, k), dtype=torch.float32)
 
     @torch.library.register_fake(add_op_namespace_prefix(f"linear_{format}"))
-    def _linear_fake(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def _linear_fake(
+        x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None, int8_passes: int = -1
+    ) -> torch.Tensor:
         n, k = _packed_shape(packed, format)
         torch._check(x.shape[-1] == k, lambda: "the input's last dimension must be in_features")
         return x.new_empty((*x.shape[:-1], n))

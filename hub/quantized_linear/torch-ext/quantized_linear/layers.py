@@ -6,6 +6,12 @@ The weight is packed on the first forward and kept on the module as the plain at
 deleting the attribute releases it. It is packed again when the weight changes (another tensor,
 or the same one written in place: its data pointer or `_version` moves). A weight that cannot be
 packed raises ValueError with a one-line reason (`pack_error`).
+
+Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
+activations are quantized to int8 per block of 32, and by default float32 ones' residual too).
+`use_int8_gemm(module, 1)` takes one pass (GGML's, faster, less accurate), `use_int8_gemm(module,
+0)` the dequantize-and-matmul path for a module that needs PyTorch's numbers; the choice is the
+plain instance attribute `_kernel_int8_passes`, read on every forward.
 """
 
 from __future__ import annotations
@@ -20,6 +26,17 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
+#: the attribute that sets one module's int8 passes (absent: -1, 2 for float32 inputs, 1 for 16-bit)
+INT8_GEMM_ATTR = "_kernel_int8_passes"
+
+
+def use_int8_gemm(module: nn.Module, passes: int | None) -> None:
+    """`module`'s prefill GEMM: 2 int8 passes (activations and their residual), 1 (GGML's int8
+    activations), 0 / False (dequantize and matmul: PyTorch's numbers), or None (the default: 2
+    for float32 inputs, 1 for bfloat16 / float16 ones)."""
+    if passes is not None and int(passes) not in (0, 1, 2):
+        raise ValueError(f"quantized-linear: int8 passes must be 0, 1, 2 or None, got {passes!r}")
+    object.__setattr__(module, INT8_GEMM_ATTR, -1 if passes is None else int(passes))
 
 
 class PackedWeight(NamedTuple):
@@ -78,7 +95,8 @@ class Q8_0Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
-        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
+        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias, int8)
 
 
 class Q4_1Linear(nn.Module):
@@ -88,4 +106,5 @@ class Q4_1Linear(nn.Module):
     can_torch_compile = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias)
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
+        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias, int8)
