@@ -87,10 +87,38 @@ def progress_bars(enabled: bool) -> Iterator[None]:
     if not enabled and was_enabled:
         hf_logging.disable_progress_bar()
     try:
-        yield
+        with text_bars_in_notebooks():
+            yield
     finally:
         if not enabled and was_enabled:
             hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def text_bars_in_notebooks() -> Iterator[None]:
+    """Inside a Jupyter kernel, Transformers' bars as text lines, not widgets, for the block.
+
+    A tqdm widget's state is not saved with the notebook (nor should it be: megabytes of widget
+    state), so a reopened notebook showed "Error displaying widget: model not found" where the
+    model's loading bar was. A text bar is plain output and reads the same after a reopen.
+    Transformers looks `tqdm.auto.tqdm` up at each bar, so swapping it for the block is enough.
+    """
+    import sys
+
+    shell = sys.modules.get("IPython")
+    kernel = shell is not None and getattr(shell.get_ipython(), "kernel", None) is not None
+    if not kernel:
+        yield
+        return
+    import tqdm.auto
+    import tqdm.std
+
+    widget_bar = tqdm.auto.tqdm
+    tqdm.auto.tqdm = tqdm.std.tqdm
+    try:
+        yield
+    finally:
+        tqdm.auto.tqdm = widget_bar
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

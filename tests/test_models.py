@@ -199,3 +199,29 @@ def test_a_hub_id_loads_from_the_hub_then_from_its_cache_offline(saved_tiny, tmp
         assert f"the Hub (at {server.url}): " in message
     finally:
         server.stop()
+
+
+def test_in_a_jupyter_kernel_the_loading_bar_is_text_that_survives_a_reopen(saved_tiny) -> None:
+    """A real kernel: the bar arrives as stream output (kept in the saved notebook), not as a tqdm
+    widget, whose state a saved notebook lacks ("Error displaying widget: model not found")."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+        code = f"from kernel_explorer.models import load_model\nmodel, _ = load_model({str(saved_tiny)!r})"
+        reply_id = client.execute(code)
+        outputs = []
+        while True:
+            message = client.get_iopub_msg(timeout=120)
+            if message["parent_header"].get("msg_id") != reply_id:
+                continue
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+            outputs.append(message)
+        assert client.get_shell_msg(timeout=30)["content"]["status"] == "ok"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    kinds = [m["msg_type"] for m in outputs]
+    assert "display_data" not in kinds, kinds  # no widget
+    assert any(m["msg_type"] == "stream" and "Loading weights" in m["content"]["text"] for m in outputs)
