@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -34,6 +34,16 @@ if TYPE_CHECKING:
 SwitchState = dict[tuple[str, str], tuple[Any, Any]]
 #: hands one call's (args, kwargs) to a capture, keyed by (layer name, instance path)
 Keep = Callable[[tuple[str, str], tuple[Any, ...], dict[str, Any]], None]
+
+
+@contextlib.contextmanager
+def hooks_for_the_block(handles: list[Any]) -> Iterator[None]:
+    """The forward hooks in `handles` last for the block (removed also when it raises)."""
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 class Door(ABC):

@@ -15,7 +15,7 @@ from kernel_explorer._backend.functions import function_key, kernel_functions
 from kernel_explorer._backend.layers import class_forward, installed_forward
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.switching import routes
-from kernel_explorer.switching.door import Keep
+from kernel_explorer.switching.door import Keep, hooks_for_the_block
 from kernel_explorer.switching.forwards import describe_forward
 from kernel_explorer.switching.instance_door import InstanceDoor
 
@@ -95,11 +95,8 @@ class FunctionDoor(InstanceDoor):
                 keep(stack[-1], args, kwargs)
 
         handles += [f.register_forward_pre_hook(call, with_kwargs=True) for f in shared.values()]
-        try:
+        with hooks_for_the_block(handles):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
     def timed_modules(self) -> list[tuple[nn.Module, str]]:
         found = {id(f): f for f in (self.shared(path) for path in self.group.instances)}

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer._backend.layers import remove_forward
-from kernel_explorer.switching.door import Keep
+from kernel_explorer.switching.door import Keep, hooks_for_the_block
 from kernel_explorer.switching.instance_door import InstanceDoor
 
 if TYPE_CHECKING:
@@ -35,11 +35,8 @@ class ModuleDoor(InstanceDoor):
                 keep(key, args, kwargs)
 
             handles.append(self.board.module(path).register_forward_pre_hook(pre, with_kwargs=True))
-        try:
+        with hooks_for_the_block(handles):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
 
     def timed_modules(self) -> list[tuple[nn.Module, str]]:
         return [(self.board.module(path), self.name) for path in self.group.instances]
