@@ -152,8 +152,13 @@ class InventoryRow:
         PyTorch runs where a kernel was asked for and did not (`does not support training`, ...)."""
         text = ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
         reasons = dict.fromkeys(now.reason for now in self.running if not now.is_kernel and now.reason)
-        notes = dict.fromkeys(now.note for now in self.running if now.is_kernel and now.note)
-        return text + "".join(f" ({reason})" for reason in reasons) + "".join(f" [{note}]" for note in notes)
+        return text + "".join(f" ({reason})" for reason in reasons)
+
+    @property
+    def changes_summary(self) -> str:
+        """What the running kernels did to their modules (`changes its module on first use (...);
+        restored on off; 1.2 MB kept while on`), or "": the guard's word, once per distinct note."""
+        return "; ".join(dict.fromkeys(now.note for now in self.running if now.is_kernel and now.note))
 
 
 def _same_repository(candidate: Candidate, repository: str | None) -> bool:
@@ -230,6 +235,8 @@ class Inventory:
             for line in lines
         ]
         for row in self.rows:
+            if row.changes_summary:
+                text.append(f"  {row.group.name}: {row.changes_summary}")
             folded = [f"{len(row.here) - 1} more for {self.device}"] if len(row.here) > 1 else []
             folded += [row.elsewhere_summary] if row.elsewhere else []
             if folded:
@@ -264,7 +271,8 @@ class Inventory:
                 if kernel_id:  # the op namespace is for whoever needs it, on hover
                     text = f'<span title="kernel id {html.escape(kernel_id)}">{text}</span>'
                 parts.append(text)
-            return ", ".join(parts)
+            changes = f"<br><small>{html.escape(row.changes_summary)}</small>" if row.changes_summary else ""
+            return ", ".join(parts) + changes
 
         body = []
         for row in self.rows:

@@ -83,7 +83,9 @@ def test_megablocks_like_moe_is_offered_by_the_hub_mapping_and_restored_exactly(
     assert experts.gate_up_proj.dtype == torch.bfloat16 and experts.packed_weight
     note = explorer.running("MegaBlocksMoeMLP")[0].note
     assert "changes its module on first use" in note and "MB kept while on" in note
-    assert "restored on off" in explorer.inventory().row("MegaBlocksMoeMLP").running_summary
+    inventory = explorer.inventory()
+    assert "restored on off" in inventory.row("MegaBlocksMoeMLP").changes_summary
+    assert "MegaBlocksMoeMLP: changes its module on first use" in str(inventory)
 
     explorer.compare("MegaBlocksMoeMLP", pairs=2)  # PyTorch's side runs on the original weights
     worst = max(r.values.max_abs for r in explorer.results.records("layer_divergence"))

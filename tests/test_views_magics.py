@@ -279,13 +279,13 @@ def test_bad_candidates_answer_in_one_line_that_lists_the_choices(
 
 
 def test_explore_a_saved_model_folder_by_its_path(
-    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Item 14: `%kernels explore ./my-model` loads it (from_pretrained, offline), steps shown."""
     from kernel_explorer.models import tiny_llama
 
     tiny_llama(seed=7).save_pretrained(tmp_path / "my-model")
-    shell.run_cell(f"import os\nos.chdir({str(tmp_path)!r})")
+    monkeypatch.chdir(tmp_path)  # the shell runs in this process: the folder comes back after the test
     dashboard = shell.run_line_magic("kernels", "explore ./my-model --dtype bfloat16")
     steps = shell._kernel_explorer_magic.steps
     assert steps.names[0] == "loading ./my-model (from_pretrained)" and steps.bar.value == 4

@@ -136,7 +136,14 @@ class ModuleGuard:
 
     @property
     def kept_bytes(self) -> int:
-        return sum(t.kept_bytes for t in self.tensors)
+        """Bytes the kernel's changes hold while it is on: originals only the guard keeps alive, and
+        tensors the kernel added as attributes (packed weights a kernel caches)."""
+        added = 0
+        for owner, before in self.attributes.values():
+            for key, value in owner.__dict__.items():
+                if key not in before and _kernel_state(key):
+                    added += _tensor_bytes(value)
+        return sum(t.kept_bytes for t in self.tensors) + added
 
     def summary(self) -> str:
         """`changes its module on first use (weights converted to bfloat16, packed_weight added)`."""
@@ -199,6 +206,19 @@ def _kernel_state(key: str) -> bool:
     """Whether an instance attribute is state a kernel may set (not torch's bookkeeping, not hooks,
     not the forward the door installs)."""
     return key not in _IGNORED and not key.endswith(("_hooks", "_hooks_with_kwargs", "_always_called"))
+
+
+def _tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in `value` (a tensor, or a list/tuple/dict of them)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    return 0
 
 
 def available_memory() -> int | None:

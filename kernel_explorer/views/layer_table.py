@@ -71,7 +71,10 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                     for candidate, found in row.candidates
                 ],
                 "runs": row.running_summary,
-                "runs_title": ", ".join(f"kernel id {kid}" for _, kid, _ in row.running_counts if kid),
+                "runs_title": "; ".join(
+                    [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]
+                    + ([row.changes_summary] if row.changes_summary else [])
+                ),
                 "instances": instances,
             }
         )
