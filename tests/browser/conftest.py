@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -59,8 +60,11 @@ class Lab:
 
     def notebook_url(self, name: str) -> str:
         """The URL that opens notebook `name` (already in the lab's folder)."""
-        path = "lab/tree" if self.app == "jupyterlab" else "notebooks"
-        return f"{self.url}/{path}/{name}?token={self.token}"
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{name}?token={self.token}"
+        # reset: JupyterLab restores the last workspace otherwise, and the previous test's notebook
+        # (its kernel shut down) opened beside this one and hid its cells
+        return f"{self.url}/lab/tree/{name}?token={self.token}&reset"
 
 
 def _free_port() -> int:
@@ -131,11 +135,26 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser: object) -> Iterator[object]:
+def page(browser: object, lab: Lab) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1400, "height": 1100})
     found = context.new_page()
     yield found
     context.close()
+    _shut_down_kernels(lab)
+
+
+def _shut_down_kernels(lab: Lab) -> None:
+    """Every kernel of the server goes after a test: a dashboard's live run left going in one test's
+    kernel took a core from the next test's measurements (the explore bar then outlived its wait)."""
+
+    with urllib.request.urlopen(f"{lab.url}/api/kernels?token={lab.token}", timeout=10) as answer:
+        kernels = json.load(answer)
+    for kernel in kernels:
+        request = urllib.request.Request(
+            f"{lab.url}/api/kernels/{kernel['id']}?token={lab.token}", method="DELETE"
+        )
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(request, timeout=30).close()
 
 
 def screenshot(page: object, name: str) -> Path:
