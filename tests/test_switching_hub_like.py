@@ -209,3 +209,13 @@ def test_a_candidate_with_no_inputs_to_try_is_unverified_until_there_are(hub: di
     explorer.off("RMSNorm")
     explorer.capture({"input": torch.rand(2, 5, 64)})
     assert [a.state.value for _, a in explorer.inventory().row("RMSNorm").candidates] == ["ready"]
+
+
+def test_a_second_explorer_of_the_model_reads_the_verdict_the_first_found(repos: dict[str, Path]) -> None:
+    model = tiny_llama()
+    first = Explorer(model, peers=[repos["cuda_only"]], include_transformers=False)
+    peer = candidate(first, "RMSNorm", "cuda-only")
+    assert dict(first.inventory().row("RMSNorm").candidates)[peer].state.value == "cannot run here"
+    second = Explorer(model, peers=[repos["cuda_only"]], include_transformers=False)  # its own catalog
+    found = dict(second.inventory().row("RMSNorm").candidates)[candidate(second, "RMSNorm", "cuda-only")]
+    assert found.state.value == "cannot run here" and "`fwd`" in found.reason

@@ -32,7 +32,6 @@ from kernel_explorer.catalog import Candidate
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir
 from kernel_explorer.layer_groups import ATTENTION, LayerGroup
-from kernel_explorer.switching import model_state
 from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
@@ -41,7 +40,7 @@ from kernel_explorer.switching.probe import (
     UNVERIFIED,
     ProbeVerdict,
     explain,
-    signature,
+    settled,
     trial_verdict,
 )
 
@@ -182,32 +181,26 @@ class AttentionDoor(AttentionChoices, Door):
         Cached per candidate and model shape; kept in the catalog, so the row and the default
         choice read "cannot run here" with the reason after a failed trial.
         """
+        return settled(self.board, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
+
+    def _try(self, chosen: AttentionCandidate, name: str) -> ProbeVerdict:
         import torch
 
-        key = (chosen, ATTENTION, mode, signature(self.model))
-        state = model_state.of(self.model)
-        verdict = state.probes.get(key)
-        if verdict is None:
-            path = self.group.instances[0]
-            sample = self.board.sample(ATTENTION, path)
-            if sample is None:
-                verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
-            else:
-                args, kwargs = sample
-                self._trial = True
-                try:
-                    with torch.no_grad():
-                        got = self._call(path, name)(*args, **kwargs)
-                        expected = self._call(path, self.baseline)(*args, **kwargs)
-                    verdict = trial_verdict(got, expected)
-                except Exception as error:
-                    verdict = ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
-                finally:
-                    self._trial = False
-            if verdict.outcome != UNVERIFIED:  # tried again once there are inputs to try it on
-                state.probes[key] = verdict
-        self.catalog.record_probe(chosen, mode, verdict)
-        return verdict
+        path = self.group.instances[0]
+        sample = self.board.sample(ATTENTION, path)
+        if sample is None:
+            return ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+        args, kwargs = sample
+        self._trial = True
+        try:
+            with torch.no_grad():
+                got = self._call(path, name)(*args, **kwargs)
+                expected = self._call(path, self.baseline)(*args, **kwargs)
+            return trial_verdict(got, expected)
+        except Exception as error:
+            return ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
+        finally:
+            self._trial = False
 
     def _kernel_module(self, chosen: AttentionCandidate) -> Any | None:
         """The loaded kernel package behind `chosen`, to name the ops its build lacks."""

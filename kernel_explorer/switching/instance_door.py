@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session
 from kernel_explorer._backend.layers import (
+    bound_function,
     class_forward,
     installed_forward,
+    kernel_module,
+    kernel_origin,
     kernelize_each,
     runs_class_forward,
     set_forward,
@@ -26,7 +29,6 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.switching import model_state
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import KernelForward, RunningNow, describe_forward, kernel_class
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
@@ -35,8 +37,9 @@ from kernel_explorer.switching.probe import (
     OK,
     UNVERIFIED,
     ProbeVerdict,
+    cached,
     explain,
-    signature,
+    settled,
     trial_verdict,
 )
 
@@ -84,14 +87,7 @@ class InstanceDoor(Door):
 
     def probe(self, chosen: Candidate, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
         """Try `chosen` on a copy of the first instance with its real inputs; cached per model shape."""
-        key = (chosen, self.name, mode, signature(self.board.model))
-        found = model_state.of(self.board.model).probes.get(key)
-        if found is None:
-            found = self._try(entry, mode)
-            if found.outcome != UNVERIFIED:  # tried again once there are inputs to try it on
-                model_state.of(self.board.model).probes[key] = found
-        self.board.catalog.record_probe(chosen, mode, found)
-        return found
+        return settled(self.board, chosen, self.name, mode, lambda: self._try(entry, mode))
 
     def _try(self, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
         import torch
@@ -297,9 +293,8 @@ class InstanceDoor(Door):
 
     def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
         """A ready candidate's availability once probed on this model (a failure to probe is one line)."""
-        key = (candidate, self.name, mode, signature(self.board.model))
-        if key in model_state.of(self.board.model).probes:  # tried on this model already
-            return availability
+        if cached(self.board, candidate, self.name, mode) is not None:  # tried on this model already
+            return self.board.catalog.availability(candidate, device=self.board.device, mode=mode)
         try:
             chosen, entry = self.board.catalog.resolve(
                 self.name, device=self.board.device, mode=mode, candidate=candidate
@@ -312,8 +307,5 @@ class InstanceDoor(Door):
 
 def _kernel_package(forward: Any) -> Any | None:
     """The loaded kernel package a (bound) layer forward comes from, for naming what its build lacks."""
-    import sys
-
-    function = getattr(forward, "__func__", forward)
-    package = (getattr(function, "__module__", "") or "").split(".")[0]
-    return sys.modules.get(package)
+    origin = kernel_origin(bound_function(forward))
+    return None if origin is None else kernel_module(origin.kernel_id)

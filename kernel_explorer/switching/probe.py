@@ -13,6 +13,7 @@ before it touches the model.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,33 @@ class ProbeVerdict:
 
     def __str__(self) -> str:
         return self.outcome + (f": {self.reason}" if self.reason else "")
+
+
+def cached(board: Any, candidate: Any, layer: str, mode: Any) -> ProbeVerdict | None:
+    """`candidate`'s verdict on the board's model when it was tried there (by any explorer of the
+    model), also kept in this board's catalog, which the inventory and the default choice read."""
+    from kernel_explorer.switching import model_state
+
+    verdict = model_state.of(board.model).probes.get((candidate, layer, mode, signature(board.model)))
+    if verdict is not None:
+        board.catalog.record_probe(candidate, mode, verdict)
+    return verdict
+
+
+def settled(
+    board: Any, candidate: Any, layer: str, mode: Any, trial: Callable[[], ProbeVerdict]
+) -> ProbeVerdict:
+    """The cached verdict, else `trial()`'s, cached for every explorer of the model and kept in the
+    catalog. An unverified one is not cached: tried again once there are inputs to try it on."""
+    from kernel_explorer.switching import model_state
+
+    verdict = cached(board, candidate, layer, mode)
+    if verdict is None:
+        verdict = trial()
+        if verdict.outcome != UNVERIFIED:
+            model_state.of(board.model).probes[(candidate, layer, mode, signature(board.model))] = verdict
+        board.catalog.record_probe(candidate, mode, verdict)
+    return verdict
 
 
 def missing_module_hint(error: BaseException) -> str | None:
