@@ -117,10 +117,6 @@ class Switchboard:
         except Exception:  # a capture that cannot run leaves the probe unsettled, not broken
             return None
 
-    def door(self, name: str) -> Door:
-        self.group(name)
-        return self.doors[name]
-
     # -- choosing what to switch ------------------------------------------------------------------
 
     def group(self, name: str) -> LayerGroup:

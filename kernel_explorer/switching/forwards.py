@@ -41,30 +41,25 @@ class RunningNow:
 class KernelForward:
     """An instance's kernel forward that turns to PyTorch, for good, the first time the kernel raises.
 
-    `before_first` runs once, before the kernel's first call (the module-state guard records the
-    module there); `after_first` once after it returns (the guard looks for what the kernel changed).
+    `after_first` runs once, after the kernel's first call returns (the module-state guard looks for
+    what the kernel changed; it recorded the module when the switch was made).
     """
 
-    __slots__ = ("after_first", "before_first", "kernel", "on_error", "original")
+    __slots__ = ("after_first", "kernel", "on_error", "original")
 
     def __init__(
         self,
         kernel: Any,
         original: Any,
         on_error: Callable[[Exception], None],
-        before_first: Callable[[], None] | None = None,
         after_first: Callable[[], None] | None = None,
     ) -> None:
         self.kernel = kernel
         self.original = original
         self.on_error = on_error
-        self.before_first = before_first
         self.after_first = after_first
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        before, self.before_first = self.before_first, None
-        if before is not None:
-            before()
         try:
             result = self.kernel(*args, **kwargs)
         except Exception as error:
