@@ -326,7 +326,13 @@ class Catalog:
         if candidate is not None:
             options = self.matching(layer_name, candidate)
             if not options:
-                known = "\n  ".join(c.label for c in self.candidates(layer_name)) or "(none)"
+                every = self.candidates(layer_name)
+                here = [c.label for c in every if c.device == device]
+                elsewhere = sorted({c.device for c in every if c.device != device})
+                if elsewhere:  # a CPU user reads the ones they can pick; the rest are counted
+                    others = len(every) - len(here)
+                    here.append(f"(+{others} for other devices: {', '.join(elsewhere)})")
+                known = "\n  ".join(here) or "(none)"
                 raise KernelExplorerError(
                     f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
                 )
