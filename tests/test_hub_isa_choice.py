@@ -127,6 +127,17 @@ def test_set_isa_switches_and_says_so(hub: dict) -> None:
         module.set_isa(before)
 
 
+def test_reset_isa_gives_back_the_measured_path_and_its_reason(tmp_path: Path) -> None:
+    chosen, reason = _in_fresh_process("activation", tmp_path)
+    pinned = runnable_isas()[-1]
+    code = f"m.isa(); assert m.set_isa({pinned!r}) == m.isa() == {pinned!r}; print(m.reset_isa())"
+    back, isa, reason_after = _in_fresh_process("activation", tmp_path, code=code)
+    assert back == isa == chosen
+    assert reason_after.startswith(reason)  # the same measured words, now read from the cache
+    forced = _in_fresh_process("activation", tmp_path, pinned, code=f"m.set_isa({chosen!r}); m.reset_isa()")
+    assert forced == [pinned, f"{pinned}: forced by KERNEL_EXPLORER_ISA"]
+
+
 def test_the_measurement_leaves_torchs_threads_and_random_state_alone(tmp_path: Path) -> None:
     """It runs on one thread and on inputs of its own (no draw from torch's generator)."""
     script = (

@@ -342,5 +342,17 @@ inline std::string set_isa(const std::string& isa) {
   return isa;
 }
 
+// Undo set_isa(): back to the path chosen by KERNEL_EXPLORER_ISA, the cached measurement or a new
+// one (the explorer pins a path while a "bundled@avx2" candidate is on, and lets go on off).
+inline std::string reset_isa() {
+  {
+    Choice& c = choice();
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.current.store(-1, std::memory_order_release);
+    c.reason.clear();
+  }
+  return current_isa();
+}
+
 }  // namespace
 }  // namespace kx

@@ -246,6 +246,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
+  m.def("reset_isa() -> str", &kx::reset_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);
   m.def("isa_paths() -> str[]", &kx::isa_paths);
 }

@@ -62,6 +62,11 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
+def reset_isa() -> str:
+    """Undo `set_isa`: back to the measured (or KERNEL_EXPLORER_ISA's) path; returns it."""
+    return ops.reset_isa()
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "isa_paths",
     "isa_reason",
     "layers",
+    "reset_isa",
     "set_isa",
     "silu",
     "silu_and_mul",

@@ -198,6 +198,11 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
+def reset_isa() -> str:
+    """Undo `set_isa`: back to the measured (or KERNEL_EXPLORER_ISA's) path; returns it."""
+    return ops.reset_isa()
+
+
 from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that refuses)
 
 #: forward only, as kernels' layer classes declare it: the explorer keeps PyTorch's attention when
@@ -211,5 +216,6 @@ __all__ = [
     "isa",
     "isa_paths",
     "isa_reason",
+    "reset_isa",
     "set_isa",
 ]

@@ -120,6 +120,11 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
+def reset_isa() -> str:
+    """Undo `set_isa`: back to the measured (or KERNEL_EXPLORER_ISA's) path; returns it."""
+    return ops.reset_isa()
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = [
@@ -134,5 +139,6 @@ __all__ = [
     "linear",
     "pack_error",
     "quantize",
+    "reset_isa",
     "set_isa",
 ]

@@ -48,6 +48,11 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
+def reset_isa() -> str:
+    """Undo `set_isa`: back to the measured (or KERNEL_EXPLORER_ISA's) path; returns it."""
+    return ops.reset_isa()
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
-__all__ = ["isa", "isa_paths", "isa_reason", "layers", "rms_norm", "set_isa"]
+__all__ = ["isa", "isa_paths", "isa_reason", "layers", "reset_isa", "rms_norm", "set_isa"]

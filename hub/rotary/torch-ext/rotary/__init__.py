@@ -78,6 +78,11 @@ def set_isa(name: str) -> str:
     return ops.set_isa(name)
 
 
+def reset_isa() -> str:
+    """Undo `set_isa`: back to the measured (or KERNEL_EXPLORER_ISA's) path; returns it."""
+    return ops.reset_isa()
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
-__all__ = ["apply_rotary", "isa", "isa_paths", "isa_reason", "layers", "set_isa"]
+__all__ = ["apply_rotary", "isa", "isa_paths", "isa_reason", "layers", "reset_isa", "set_isa"]
