@@ -31,6 +31,7 @@ from kernel_explorer._backend.modes import mode_name, mode_priority
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.bundled import BUILD_HINT, bundled_mapping
+from kernel_explorer.candidate_words import with_code_path
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 from kernel_explorer.hub_access import (
     HubReference,
@@ -55,6 +56,7 @@ class Candidate:
 
     entry: MappingEntry
     source: str  # one of SOURCES
+    path: str | None = None  # a code path pinned while on ("avx2" for "bundled@avx2"); None: its choice
 
     @property
     def layer_name(self) -> str:
@@ -75,13 +77,14 @@ class Candidate:
     @property
     def repo_label(self) -> str:
         """Short name of the repository: `org/name@v1` for the Hub, the folder name for local ones."""
+        at = f"@{self.path}" if self.path else ""
         ref = self.hub
         if ref is not None:
-            return ref.label
+            return ref.label + at
         path = local_path(self.repository)
         if path is not None:
-            return f"{self.source}/{path.name}"
-        return str(self.repository)
+            return f"{self.source}/{path.name}{at}"
+        return str(self.repository) + at
 
     @property
     def label(self) -> str:
@@ -194,12 +197,16 @@ class Catalog:
 
     def matching(self, layer_name: str, word: str) -> list[Candidate]:
         """The candidates of `layer_name` a user's word names: a source ("bundled", "peer", ...), a
-        label, a repository label, or `repo:Layer`. The one reading `on`, `using` and `compare` share."""
-        return [
-            c
-            for c in self.candidates(layer_name)
-            if word in (c.source, c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
-        ]
+        label, a repository label, or `repo:Layer`, each with an optional `@path` ("bundled@avx2").
+        The one reading `on`, `using` and `compare` share."""
+        return with_code_path(
+            word,
+            lambda w: [
+                c
+                for c in self.candidates(layer_name)
+                if w in (c.source, c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
+            ],
+        )
 
     def layer_names(self) -> list[str]:
         return sorted({c.layer_name for c in self._candidates})

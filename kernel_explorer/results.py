@@ -345,23 +345,23 @@ class ResultLog:
 def _per_kernel(
     grouped: dict[tuple[str, str], dict[str, list[Record]]],
 ) -> Iterator[tuple[str, str, str | None, dict[str, list[Record]]]]:
-    """Each (run, layer) group, split by kernel id where one run compared several kernels of a layer
-    (`compare(candidates=...)`); otherwise whole, with kernel None."""
+    """Each (run, layer) group, split by kernel id (and code path, `kernel_id@avx2`, where one kernel
+    ran several) where one run compared several kernels of a layer (`compare(candidates=...)`);
+    otherwise whole, with kernel None."""
+
+    def key(r: Record) -> tuple[str, str] | None:
+        p = r.provenance
+        return (p.kernel_id, p.isa or "") if p is not None and p.kernel_id else None
+
     for (run_id, layer), kinds in grouped.items():
-        ids = {
-            r.provenance.kernel_id
-            for r in kinds.get("layer_latency", [])
-            if r.provenance is not None and r.provenance.kernel_id
-        }
+        ids = {key(r) for r in kinds.get("layer_latency", [])} - {None}
         if len(ids) < 2:
             yield run_id, layer, None, kinds
             continue
-        for kid in sorted(ids):
-            mine = {
-                kind: [r for r in found if r.provenance is not None and r.provenance.kernel_id == kid]
-                for kind, found in kinds.items()
-            }
-            yield run_id, layer, kid, mine
+        for kid, isa in sorted(ids):  # type: ignore[misc]
+            several = sum(k == kid for k, _ in ids) > 1  # type: ignore[misc]
+            mine = {kind: [r for r in found if key(r) == (kid, isa)] for kind, found in kinds.items()}
+            yield run_id, layer, f"{kid}@{isa}" if several else kid, mine
 
 
 _SPEEDS = ("speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high")

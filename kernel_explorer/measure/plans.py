@@ -83,9 +83,10 @@ def _chosen(board: Switchboard, name: str, wanted: list[str] | None) -> list[Can
     """The candidates to compare for `name`: None (what is on, or the default) when none is asked."""
     if not wanted:
         return [None]
-    found = list(dict.fromkeys(c for word in wanted for c in board.catalog.matching(name, word)))
+    door = board.doors[name]
+    found = list(dict.fromkeys(c for word in wanted for c in door.matching(word)))
     if not found:
-        known = ", ".join(c.label for c in board.catalog.candidates(name)) or "none"
+        known = ", ".join(c.label for c in door.candidates()) or "none"
         raise KernelExplorerError(f"No candidate of {name!r} matches {wanted}; its candidates: {known}")
     return found
 

@@ -3,12 +3,10 @@ the versions and the machine. Read once per instance and run, never inside a tim
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import kernel_module
 from kernel_explorer.records import Provenance
 
 if TYPE_CHECKING:
@@ -39,19 +37,6 @@ def _machine_of(board: Switchboard) -> tuple[str, str, str]:
     return torch_version, kernels_version, machine
 
 
-def _isa(kernel_id: str | None) -> str | None:
-    """The code path a kernel reports (`isa()` of the bundled kernels); None when it does not say."""
-    if kernel_id is None:
-        return None
-    module = kernel_module(kernel_id)
-    report = getattr(module, "isa", None)
-    if not callable(report):
-        return None
-    with contextlib.suppress(Exception):
-        return str(report())
-    return None
-
-
 def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: dict[str, Any]) -> Provenance:
     """What `path` of layer `name` runs now, on which inputs and machine."""
     import torch
@@ -64,7 +49,7 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
         dtype=None if first is None else str(first.dtype).removeprefix("torch."),
         shape=None if first is None else tuple(first.shape),
         threads=torch.get_num_threads(),
-        isa=_isa(now.kernel_id),
+        isa=now.code_path[0] or None,  # the path it runs now (pinned by a `@path` candidate, or chosen)
         kernel_id=now.kernel_id,
         variant=now.variant,
         torch=torch_version,

@@ -12,6 +12,7 @@ from kernel_explorer._backend.mappings import MappingEntry
 from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
+from kernel_explorer.candidate_words import with_code_path
 from kernel_explorer.catalog import Candidate
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 from kernel_explorer.layer_groups import ATTENTION
@@ -41,9 +42,10 @@ class AttentionCandidate(Candidate):
 
     @property
     def repo_label(self) -> str:
+        at = f"@{self.path}" if self.path else ""
         if self.folder is not None:
-            return f"{self.source}/{Path(self.folder).name}"
-        return self.implementation
+            return f"{self.source}/{Path(self.folder).name}{at}"
+        return self.implementation + at
 
     @property
     def label(self) -> str:
@@ -74,7 +76,9 @@ class AttentionChoices:
     def _hub_candidate(self, name: str, source: str, devices: tuple[str, ...] = ()) -> AttentionCandidate:
         repo_id, revision, version, _ = door.parse_hub_string(name)
         repository = hub_layer_repository(repo_id, ATTENTION, version=version, revision=revision, trust=False)
-        return AttentionCandidate(_entry(self.device, repository), source, name, None, devices)
+        return AttentionCandidate(
+            _entry(self.device, repository), source, implementation=name, devices=devices
+        )
 
     def _local_candidate(self, folder: Path, source: str) -> AttentionCandidate:
         if (Path(folder) / "build.toml").is_file():  # a kernel-builder source: its CPU build (cached)
@@ -82,10 +86,10 @@ class AttentionChoices:
 
             folder = build_path(folder, progress=False).repo_path
         repository = local_layer_repository(Path(folder), ATTENTION)
-        return AttentionCandidate(_entry(self.device, repository), source, "", str(folder))
+        return AttentionCandidate(_entry(self.device, repository), source, folder=str(folder))
 
     def _builtin(self, name: str) -> AttentionCandidate:
-        return AttentionCandidate(_entry(self.device, None), "transformers", name)
+        return AttentionCandidate(_entry(self.device, None), "transformers", implementation=name)
 
     def add(self, *repositories: str | Path) -> list[AttentionCandidate]:
         """Add the user's attention repositories (Hub strings or local folders) as candidates."""
@@ -113,6 +117,14 @@ class AttentionChoices:
                 found.append(self._hub_candidate(repo, "transformers", devices))
         found += [self._builtin(name) for name in door.BUILTIN]
         return found
+
+    def matching(self, word: str) -> list[AttentionCandidate]:
+        """The candidates a word names: a source ("bundled", "user"), a label or an implementation,
+        with an optional code path ("bundled@avx2")."""
+        return with_code_path(
+            word,
+            lambda w: [c for c in self.candidates() if w in (c.source, c.label, c.implementation, str(c))],
+        )
 
     def availability(
         self, candidate: AttentionCandidate, *, mode: Mode, query_hub: bool = False
@@ -148,9 +160,8 @@ class AttentionChoices:
             return self.add(candidate)[0]
         name = str(candidate).strip()
         name = {n: repo for n, repo, _ in door.flash_fallbacks()}.get(name, name)  # as Transformers maps it
-        for option in self.candidates():
-            if name in (option.label, option.implementation, str(option)):
-                return option
+        for option in self.matching(name):
+            return option
         if name in door.known_implementations():
             return self._builtin(name)
         if door.is_hub_string(name):

@@ -33,6 +33,7 @@ from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir
 from kernel_explorer.layer_groups import ATTENTION, LayerGroup
 from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
+from kernel_explorer.switching.code_paths import pin, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
@@ -152,6 +153,7 @@ class AttentionDoor(AttentionChoices, Door):
             if not found.state.usable:
                 raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")
             self._check_training(chosen, mode)
+            self._pin(chosen)
             try:
                 name, trust = self._loadable_name(chosen)
                 door.set_implementation(self.model, name, allow_all_kernels=trust)
@@ -172,6 +174,18 @@ class AttentionDoor(AttentionChoices, Door):
             return None
         self.reason, self.mode = "", mode
         return chosen
+
+    def _pin(self, chosen: AttentionCandidate) -> None:
+        """The code path `chosen` names ("bundled@avx2") pinned in its module while it is on; a path
+        the module does not run leaves PyTorch and raises `KernelSwitchError`."""
+        unpin((id(self), ATTENTION))
+        if chosen.path is None:
+            return
+        try:
+            pin(self._kernel_module(chosen), chosen.path, (id(self), ATTENTION), chosen.label)
+        except KernelSwitchError:
+            self.to_pytorch()
+            raise
 
     # -- the probe and the fallback ----------------------------------------------------------------
 
@@ -258,8 +272,13 @@ class AttentionDoor(AttentionChoices, Door):
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         kernel_id, variant, name, reason = self.now()
+        chosen = self._names.get(door.implementation(self.model)) if kernel_id is not None else None
+        code_path = running_path(self._kernel_module(chosen)) if chosen is not None else ("", "")
         return [
-            RunningNow(ATTENTION, p, kernel_id, variant, name, reason, name=name or "PyTorch") for p in paths
+            RunningNow(
+                ATTENTION, p, kernel_id, variant, name, reason, name=name or "PyTorch", code_path=code_path
+            )
+            for p in paths
         ]
 
     def timed_modules(self) -> list[tuple[nn.Module, str]]:
@@ -283,6 +302,7 @@ class AttentionDoor(AttentionChoices, Door):
 
         A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
         self.reason = ""
+        unpin((id(self), ATTENTION))
         if door.implementation(self.model) != self.baseline:
             door.set_implementation(self.model, self.baseline)
 

@@ -98,6 +98,15 @@ class Door(ABC):
     def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
         """This layer's candidates and where each stands here, probed on this model."""
 
+    def candidates(self) -> list[Candidate]:
+        """Every candidate of this layer, in preference order (not probed: a list for an error)."""
+        return self.board.catalog.candidates(self.name)
+
+    def matching(self, word: str) -> list[Candidate]:
+        """The candidates a user's word names ("bundled", a label, "bundled@avx2"): what `compare`'s
+        `candidates=` reads."""
+        return self.board.catalog.matching(self.name, word)
+
     def capturing(self, keep: Keep) -> contextlib.AbstractContextManager[None]:
         """For the block, hand each call's inputs of this door's instances to `keep`."""
         return contextlib.nullcontext()

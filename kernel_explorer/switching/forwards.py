@@ -27,6 +27,7 @@ class RunningNow:
     name: str = ""  # a person's name for what runs, when the door knows it (attention: the implementation)
     note: str = ""  # what the kernel did to its module ("changes its module on first use ...")
     layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
+    code_path: tuple[str, str] = ("", "")  # (path, why): "avx2" of a kernel built for several ISAs
 
     @property
     def is_kernel(self) -> bool:
@@ -72,13 +73,17 @@ class KernelForward:
         return result
 
 
+def kernel_forward(target: nn.Module) -> Any | None:
+    """The forward the kernel installed on `target` (without our fallback wrapper), or None."""
+    forward = installed_forward(target)
+    return forward.kernel if isinstance(forward, KernelForward) else forward
+
+
 def describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
     """(kernel id, variant, repository) of the kernel `target` runs, or None when it runs PyTorch."""
-    forward = installed_forward(target)
+    forward = kernel_forward(target)
     if forward is None:
         return None
-    if isinstance(forward, KernelForward):
-        forward = forward.kernel
     function = bound_function(forward)
     if function is type(target).forward:
         return None
@@ -90,8 +95,6 @@ def describe_forward(target: nn.Module) -> tuple[str, str, str] | None:
 
 def kernel_class(target: nn.Module) -> str:
     """The class name of the kernel layer `target` runs (`Q4_1Linear`), or "" on PyTorch."""
-    forward = installed_forward(target)
-    if isinstance(forward, KernelForward):
-        forward = forward.kernel
+    forward = kernel_forward(target)
     qualname = getattr(bound_function(forward), "__qualname__", "") if forward is not None else ""
     return qualname.split(".")[0] if "." in qualname else ""

@@ -29,8 +29,15 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.switching.code_paths import pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
-from kernel_explorer.switching.forwards import KernelForward, RunningNow, describe_forward, kernel_class
+from kernel_explorer.switching.forwards import (
+    KernelForward,
+    RunningNow,
+    describe_forward,
+    kernel_class,
+    kernel_forward,
+)
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
@@ -87,9 +94,9 @@ class InstanceDoor(Door):
 
     def probe(self, chosen: Candidate, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
         """Try `chosen` on a copy of the first instance with its real inputs; cached per model shape."""
-        return settled(self.board, chosen, self.name, mode, lambda: self._try(entry, mode))
+        return settled(self.board, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
 
-    def _try(self, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
+    def _try(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
         import torch
 
         path = self.group.instances[0]
@@ -107,8 +114,12 @@ class InstanceDoor(Door):
         guard = ModuleGuard(trial)
         forward = installed_forward(trial)
         try:
-            with torch.no_grad():
+            with (
+                torch.no_grad(),
+                pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label),
+            ):
                 output = forward(*args, **kwargs)
+            with torch.no_grad():
                 expected = class_forward(self.target(path, for_switching=False))(*args, **kwargs)
         except Exception as failure:
             return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
@@ -195,6 +206,13 @@ class InstanceDoor(Door):
                 chosen, mode, f"the kernel does not support {mode_name(mode)}"
             )
             return
+        if chosen.path is not None:  # "bundled@avx2": the kernel module runs that path while on
+            try:
+                pin(_kernel_package(forward), chosen.path, (id(self), path), chosen.label)
+            except KernelSwitchError as refused:
+                self._to_pytorch(path)
+                self._reasons[path] = str(refused)
+                return
         self._on[path] = (chosen, mode)
         self._reasons.pop(path, None)
         guard = self._guards[path]
@@ -241,6 +259,7 @@ class InstanceDoor(Door):
         self._notes.pop(path, None)
         self._pytorch.pop(path, None)
         guard = self._guards.pop(path, None)
+        unpin((id(self), path))
         self.release(path)
         if guard is not None:
             guard.restore()
@@ -271,7 +290,17 @@ class InstanceDoor(Door):
                 found.append(RunningNow(self.name, path, reason=self._reasons.get(path, "")))
                 continue
             note = self._notes.get(path, "")
-            found.append(RunningNow(self.name, path, *described, note=note, layer_class=kernel_class(target)))
+            code_path = running_path(_kernel_package(kernel_forward(target)))
+            found.append(
+                RunningNow(
+                    self.name,
+                    path,
+                    *described,
+                    note=note,
+                    layer_class=kernel_class(target),
+                    code_path=code_path,
+                )
+            )
         return found
 
     def forwards(self, path: str) -> tuple[Any, Any, bool]:

@@ -1,0 +1,163 @@
+"""One row of the inventory: a kernel layer name of the model, its candidates here, what each
+instance runs now (by a person's name, with the code path a multi-ISA kernel runs), the last
+measured verdict and the layer's share of model time."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+from kernel_explorer._backend.repositories import local_path
+from kernel_explorer.catalog import first_usable
+from kernel_explorer.measure.breakdown import amdahl
+
+if TYPE_CHECKING:
+    from kernel_explorer.availability import Availability
+    from kernel_explorer.catalog import Candidate
+    from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.records import LayerVerdict
+    from kernel_explorer.switchboard import RunningNow
+
+
+@dataclass(frozen=True)
+class InventoryRow:
+    """One kernel layer name of the model."""
+
+    group: LayerGroup
+    candidates: tuple[tuple[Candidate, Availability], ...]
+    running: tuple[RunningNow, ...]
+    measured: LayerVerdict | None = None  # the last comparison's verdict, when there was one
+    device: str = ""  # the model's device type: candidates mapped for others are folded away
+    share: float | None = None  # of the model's prefill time on PyTorch (from the last `breakdown()`)
+
+    @property
+    def kind(self) -> str:
+        """`module`, `function`, or `module, added by you` for a layer named with `Explorer.extend`."""
+        return self.group.kind + (", added by you" if self.group.added else "")
+
+    @property
+    def share_summary(self) -> str:
+        """The layer's share of model time, and what its measured kernel can give the model (Amdahl)."""
+        if self.share is None:
+            return "-"
+        text = f"{self.share:.0%}"
+        if self.measured is not None and self.measured.kernel_on and self.measured.measurable:
+            _, model = amdahl(self.share, self.measured.speedup)
+            if model is not None:
+                text += f" (model {model:.2f}x)"
+        return text
+
+    @property
+    def measured_summary(self) -> str:
+        """The last comparison in one phrase (`3.21x [3.10, 3.35] faster`), or "not measured"."""
+        return "not measured" if self.measured is None else self.measured.summary
+
+    @property
+    def best(self) -> tuple[Candidate, Availability] | None:
+        """The candidate the explorer would switch on: the first usable one, else the first one
+        (attention's PyTorch implementations are candidates to switch to, never the kernel to pick)."""
+        usable = first_usable(pair for pair in self.candidates if not getattr(pair[0], "pytorch", False))
+        if usable is not None:
+            return usable
+        return self.candidates[0] if self.candidates else None
+
+    @property
+    def status(self) -> str:
+        """One phrase: the best candidate's state, or why there is none."""
+        best = self.best
+        if best is None:
+            return "no mapping from any source"
+        return str(best[1])
+
+    def _elsewhere(self, candidate: Candidate) -> bool:
+        return bool(self.device) and candidate.device != self.device
+
+    @property
+    def here(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """Candidates mapped for this device, usable ones first (each group in preference order).
+
+        What a user can act on comes first; a GPU mapping cannot run on this CPU whatever its
+        order in the catalog, so it never sits above the one that can.
+        """
+        mine = [pair for pair in self.candidates if not self._elsewhere(pair[0])]
+        return tuple(sorted(mine, key=lambda pair: not pair[1].state.usable))  # stable: keeps order
+
+    @property
+    def elsewhere(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """Candidates mapped only for other devices (CUDA, ROCm, XPU, ...): shown folded."""
+        return tuple(pair for pair in self.candidates if self._elsewhere(pair[0]))
+
+    @property
+    def elsewhere_summary(self) -> str:
+        """`+8 candidates for other devices (cuda, rocm, xpu, npu)`, or "" when there are none."""
+        others = self.elsewhere
+        if not others:
+            return ""
+        devices = ", ".join(dict.fromkeys(c.device for c, _ in others))
+        noun = "candidate" if len(others) == 1 else "candidates"
+        return f"+{len(others)} {noun} for other devices ({devices})"
+
+    def kernel_name(self, now: RunningNow) -> str:
+        """A person's name for what `now` runs: `bundled/rmsnorm RMSNorm` (repository and layer).
+
+        Found by matching the loaded kernel's repository with this row's candidates; the op
+        namespace (`_rmsnorm_cpu_23eb2fc398`) is an id for tooltips and exports, not for reading.
+        """
+        if now.name:  # the door named it (attention: sdpa, eager, a repository)
+            return now.name
+        if not now.is_kernel:
+            return "PyTorch"
+        matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
+        # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
+        matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
+        if matches:
+            return f"{matches[0].repo_label} {matches[0].repository.layer_name}"
+        if now.repository and now.repository != "unknown":
+            return f"{PurePath(now.repository).name} {self.group.name}"
+        return f"kernel {now.kernel_id}"
+
+    @property
+    def running_counts(self) -> list[tuple[str, str, int]]:
+        """(name, kernel id or "", instances) per distinct thing running, most instances first."""
+        counts = Counter((self.kernel_name(now), now.kernel_id or "") for now in self.running)
+        return [(name, kernel_id, n) for (name, kernel_id), n in counts.most_common()]
+
+    @property
+    def running_summary(self) -> str:
+        """`PyTorch x4, bundled/rmsnorm RMSNorm x1`: what the instances run now, by name; with why
+        PyTorch runs where a kernel was asked for and did not (`does not support training`, ...)."""
+        text = ", ".join(f"{name} x{n}" for name, _, n in self.running_counts)
+        reasons = dict.fromkeys(now.reason for now in self.running if not now.is_kernel and now.reason)
+        return text + "".join(f" ({reason})" for reason in reasons)
+
+    @property
+    def code_paths(self) -> dict[str, str]:
+        """Each code path the row's kernels run now, and why ("avx2: 1.9x faster than avx512 here")."""
+        return dict(now.code_path for now in self.running if now.is_kernel and now.code_path[0])
+
+    @property
+    def code_path_summary(self) -> str:
+        """`code path avx2 (pinned)` for the row's cell, or "" where no kernel that names paths runs."""
+        paths = self.code_paths
+        pinned = any(": pinned while " in why for why in paths.values())
+        return f"code path {', '.join(paths)}{' (pinned)' if pinned else ''}" if paths else ""
+
+    @property
+    def changes_summary(self) -> str:
+        """What the running kernels did to their modules (`changes its module on first use (...);
+        restored on off; 1.2 MB kept while on`), or "": the guard's word, once per distinct note."""
+        return "; ".join(dict.fromkeys(now.note for now in self.running if now.is_kernel and now.note))
+
+
+def _same_repository(candidate: Candidate, repository: str | None) -> bool:
+    """Whether `candidate` names the repository a loaded kernel came from (Hub id or local folder)."""
+    if not repository:
+        return False
+    ref = candidate.hub
+    if ref is not None:
+        return ref.repo_id == repository
+    path = local_path(candidate.repository)
+    return path is not None and os.path.realpath(path) == os.path.realpath(repository)

@@ -1,0 +1,112 @@
+"""A kernel's code paths as candidates (switching/code_paths.py): "bundled@<path>" runs the bundled
+kernel with that path pinned while it is on, on the real bundled kernels and the tiny model; off
+gives the measured choice back; a path the kernel lacks, or one another layer holds differently,
+leaves PyTorch with the reason; `compare` puts two paths of one kernel side by side."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from isa_paths import runnable_isas
+
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.explorer import Explorer
+from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.models import tiny_llama
+
+TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
+PATHS = runnable_isas()  # widest first; "portable" last, run by every CPU
+PINNED = PATHS[-1]
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    with torch.no_grad():
+        return model(TOKENS).logits
+
+
+@pytest.fixture
+def explorer() -> Explorer:
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    explorer.capture(TOKENS)
+    yield explorer
+    explorer.reset()
+
+
+def test_a_path_candidate_pins_the_path_while_on_and_off_gives_the_choice_back(
+    explorer: Explorer, hub: dict
+) -> None:
+    activation = hub["activation"]
+    chosen, reason = activation.isa(), activation.isa_reason()
+    expected = logits(explorer.model)
+    running = explorer.on("SiLU", candidate=f"bundled@{PINNED}")
+    assert all(now.is_kernel and now.code_path[0] == PINNED for now in running)
+    assert activation.isa() == PINNED and "pinned while bundled/activation@" in running[0].code_path[1]
+    torch.testing.assert_close(logits(explorer.model), expected, atol=1e-4, rtol=1e-4)
+    row = explorer.inventory().row("SiLU")
+    assert row.code_path_summary == f"code path {PINNED} (pinned)"
+    assert f"code path {PINNED} (pinned)</small>" in explorer.inventory()._repr_html_()
+    assert f"SiLU code path {PINNED}: pinned while" in str(explorer.inventory())
+
+    explorer.off("SiLU", running[0].instance)  # one holder left: still pinned
+    assert activation.isa() == PINNED
+    explorer.off("SiLU")
+    assert activation.isa() == chosen and activation.isa_reason().startswith(reason.split(";")[0])
+
+
+def test_a_plain_candidate_reports_the_path_the_kernel_chose(explorer: Explorer, hub: dict) -> None:
+    (now, *_) = explorer.on("RMSNorm")
+    assert now.code_path == (hub["rmsnorm"].isa(), hub["rmsnorm"].isa_reason())
+    frame = explorer.inventory().to_pandas()
+    assert set(frame[frame.layer == "RMSNorm"].code_path) == {hub["rmsnorm"].isa()}
+    assert frame[frame.layer == "SiLU"].code_path.isna().all()  # PyTorch runs: no path
+    from kernel_explorer.views.layer_table import table_rows
+
+    (norm,) = [row for row in table_rows(explorer) if row["name"] == "RMSNorm"]
+    assert f"code path {hub['rmsnorm'].isa_reason()}" in norm["runs_title"]  # the widget's hover
+
+
+def test_a_path_the_kernel_lacks_leaves_pytorch_and_says_which_it_has(explorer: Explorer) -> None:
+    running = explorer.on("SiLU", candidate="bundled@avx1024")
+    assert not any(now.is_kernel for now in running)
+    assert f"no code path 'avx1024' on this CPU; its paths here: {', '.join(PATHS)}" in running[0].reason
+    explorer.switchboard.strict = True
+    with pytest.raises(KernelExplorerError, match="no code path 'avx1024'"):
+        explorer.on("SiLU", candidate="bundled@avx1024")
+
+
+def test_two_layers_cannot_pin_one_kernel_to_two_paths(explorer: Explorer, hub: dict) -> None:
+    if len(PATHS) < 2:
+        pytest.skip("this CPU runs one code path")
+    first, second = explorer.switchboard.group("SiLU").instances
+    assert explorer.on("SiLU", first, candidate=f"bundled@{PATHS[0]}")[0].is_kernel
+    (refused,) = explorer.on("SiLU", second, candidate=f"bundled@{PATHS[-1]}")
+    assert not refused.is_kernel
+    assert f"runs one code path at a time, and bundled/activation@{PATHS[0]}" in refused.reason
+    assert hub["activation"].isa() == PATHS[0]  # the first holder's pin stands
+    assert explorer.on("SiLU", second, candidate=f"bundled@{PATHS[0]}")[0].is_kernel  # the same: shared
+
+
+def test_compare_puts_two_paths_of_one_kernel_side_by_side(explorer: Explorer, hub: dict) -> None:
+    if len(PATHS) < 2:
+        pytest.skip("this CPU runs one code path")
+    words = [f"bundled@{PATHS[0]}", f"bundled@{PATHS[-1]}"]
+    handle = explorer.compare("SiLU", ATTENTION, candidates=words, pairs=3, calibration_pairs=2)
+    summary = explorer.results.layer_summary()
+    rows = summary[summary.run_id == handle.run_id]
+    for layer, repo in (("SiLU", "activation"), (ATTENTION, "flash_attn")):
+        kernels = sorted(rows[rows.layer == layer].kernel)
+        assert kernels == sorted(f"{hub[repo].__name__}@{p}" for p in (PATHS[0], PATHS[-1])), layer
+    latencies = explorer.results.records("layer_latency", handle.run_id)
+    assert {r.provenance.isa for r in latencies} == {PATHS[0], PATHS[-1]}
+    assert all(not now.is_kernel for now in explorer.running("SiLU"))  # as before the run
+    assert "set by set_isa()" not in hub["activation"].isa_reason()  # let go after
+
+
+def test_attention_takes_a_path_too(explorer: Explorer, hub: dict) -> None:
+    expected = logits(explorer.model)
+    (now, *_) = explorer.on(ATTENTION, candidate=f"bundled@{PINNED}")
+    assert now.is_kernel and now.code_path[0] == PINNED and hub["flash_attn"].isa() == PINNED
+    assert explorer.inventory().row(ATTENTION).kernel_name(now) == f"bundled/flash_attn@{PINNED}"
+    torch.testing.assert_close(logits(explorer.model), expected, atol=1e-4, rtol=1e-4)
+    explorer.off(ATTENTION)
+    assert "set by set_isa()" not in hub["flash_attn"].isa_reason()
