@@ -15,20 +15,17 @@ from typing import Any
 
 from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path
 from kernel_explorer.hardware import KernelPath
+from kernel_explorer.switching.code_paths import code_paths, running_path
 
 
 def kernel_path(repo: str, module: Any) -> KernelPath | None:
     """What `module` (a loaded kernel) says about its code path, or None when it says nothing."""
-    isa, paths, reason = (getattr(module, name, None) for name in ("isa", "isa_paths", "isa_reason"))
-    if not callable(isa):
+    running, why = running_path(module)  # the same words the inventory shows, pins included
+    if not running:
         return None
-    try:
-        running = str(isa())
-    except Exception as exc:  # a forced path this CPU lacks: the repository's one-line reason
-        return KernelPath(repo, "?", (), str(exc).splitlines()[0])
-    known = tuple(str(p) for p in paths()) if callable(paths) else ()
-    why = str(reason()) if callable(reason) else f"{running}: the path the kernel reports"
-    return KernelPath(repo, running, known, why)
+    if running == "?":  # a forced path this CPU lacks: the repository's one-line reason
+        return KernelPath(repo, "?", (), why)
+    return KernelPath(repo, running, code_paths(module), why or f"{running}: the path the kernel reports")
 
 
 def bundled_kernel_paths() -> tuple[KernelPath, ...]:
