@@ -239,6 +239,21 @@ def test_compare_answers_one_line_per_layer_with_the_frame_one_attribute_away(sh
     dashboard.close()
 
 
+def test_compare_takes_candidate_words_and_answers_a_line_per_kernel(shell: Any, hub: dict) -> None:
+    """Issue 29: a kernel's code paths side by side from the magic (`bundled@<path>`)."""
+    from isa_paths import runnable_isas
+
+    paths = sorted({runnable_isas()[0], "portable"})
+    if len(paths) < 2:
+        pytest.skip("this CPU runs only the portable path")
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    words = " ".join(f"bundled@{p}" for p in paths)
+    answer = shell.run_line_magic("kernels", f"compare SiLU --pairs 2 --candidates {words}")
+    assert sorted(answer.frame.kernel) == sorted(f"{hub['activation'].__name__}@{p}" for p in paths)
+    assert all(f"@{p})" in str(answer) for p in paths)  # "SiLU (<kernel id>@avx2): 1.10x [...]"
+    dashboard.close()
+
+
 def test_bench_answers_one_line_per_measure(shell: Any, hub: dict) -> None:
     dashboard = shell.run_line_magic("kernels", "explore model")
     shell.run_line_magic("kernels", "on SiLU")

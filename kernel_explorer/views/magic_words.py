@@ -30,8 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
     "compare": (
-        "LAYER [LAYER ...] [--pairs N | --precision P] [--budget S] [--background]",
-        "kernel against PyTorch, with intervals (7 pairs; --precision/--budget: until +-P or S seconds)",
+        "LAYER... [--pairs N | --precision P] [--candidates W...] [--background]",
+        "kernel against PyTorch, with intervals (7 pairs; --precision P, --budget S: until +-P or S seconds);"
+        " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path)",
     ),
     "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["compare"].add_argument("--pairs", type=int)
     commands["compare"].add_argument("--precision", type=float)
     commands["compare"].add_argument("--budget", type=float)
+    commands["compare"].add_argument("--candidates", nargs="+")
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
     commands["report"].add_argument("path")

@@ -302,10 +302,10 @@ class KernelsMagic:
         # a fixed 7 pairs by default (quick); --precision or --budget make the run adaptive
         adaptive = args.precision is not None or args.budget is not None
         pairs = args.pairs if args.pairs is not None else (None if adaptive else 7)
-        sampling = {"precision": args.precision, "budget_s": args.budget}
+        sampling = {"precision": args.precision, "budget_s": args.budget, "candidates": args.candidates}
         from kernel_explorer.views.progress import cell_progress
 
-        cell_progress(explorer.results).expect(len(args.layer), "layers")
+        cell_progress(explorer.results).expect(len(args.layer) * len(args.candidates or [None]), "layers")
         handle = explorer.compare(
             *args.layer,
             pairs=pairs,
