@@ -60,7 +60,10 @@ def pin(module: Any, path: str, holder: Hashable, label: str) -> None:
                 "switch that off first"
             )
         if current is None or current.path != path:
-            module.set_isa(path)
+            try:
+                module.set_isa(path)
+            except Exception as error:  # a stranger's code: one line, and nothing pinned
+                raise KernelSwitchError(f"set_isa({path!r}) failed: {str(error).splitlines()[0]}") from error
             current = _pins[id(module)] = _Pin(module, path)
         current.holders[holder] = label
 
