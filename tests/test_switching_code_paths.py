@@ -110,3 +110,44 @@ def test_attention_takes_a_path_too(explorer: Explorer, hub: dict) -> None:
     torch.testing.assert_close(logits(explorer.model), expected, atol=1e-4, rtol=1e-4)
     explorer.off(ATTENTION)
     assert "set by set_isa()" not in hub["flash_attn"].isa_reason()
+
+
+class StrangerKernel:
+    """A kernel module of someone else's making: it names paths, and one of them fails to switch."""
+
+    __name__ = "stranger"
+
+    def __init__(self) -> None:
+        self.path = "fast"
+
+    def isa(self) -> str:
+        return self.path
+
+    def isa_paths(self) -> list[str]:
+        return ["fast", "broken"]
+
+    def isa_reason(self) -> str:
+        return f"{self.path}: measured"
+
+    def set_isa(self, name: str) -> str:
+        if name == "broken":
+            raise RuntimeError("cannot switch to broken\nsecond line")
+        self.path = name
+        return name
+
+    def reset_isa(self) -> str:
+        self.path = "fast"
+        return self.path
+
+
+def test_a_kernel_whose_switch_raises_is_refused_in_one_line_with_nothing_pinned() -> None:
+    from kernel_explorer.switching import code_paths
+
+    kernel = StrangerKernel()
+    with pytest.raises(KernelExplorerError, match=r"^set_isa\('broken'\) failed: cannot switch to broken$"):
+        code_paths.pin(kernel, "broken", "holder", "stranger@broken")
+    assert code_paths.running_path(kernel) == ("fast", "fast: measured")  # nobody holds it
+    code_paths.pin(kernel, "fast", "holder", "stranger@fast")
+    assert code_paths.running_path(kernel) == ("fast", "fast: pinned while stranger@fast is on")
+    code_paths.unpin("holder")
+    assert code_paths.running_path(kernel) == ("fast", "fast: measured")
