@@ -15,23 +15,32 @@
 // path (torch_binding.cpp, int8_gemm=False) keeps PyTorch's numbers.
 //
 // Integer dot products: AVX512-VNNI's vpdpbusd (u8 x s8, 4 products per int32 lane) where the unit
-// is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), otherwise AVX2's
-// vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers). vpdpbusd and vpmaddubsw
+// is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), AVX-VNNI's
+// 256-bit vpdpbusd (the avx2 path's variant for CPUs that have it: Alder Lake and later, Zen 5),
+// otherwise AVX2's vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers).
+// vpdpbusd and vpmaddubsw
 // take one unsigned operand: the activations offset by 128 (q_x + 128; the block's -128 * sum_j q_j
 // then starts the accumulator) against the signed weights, except Q8_0 under vpmaddubsw, whose
 // int16 pairs would saturate (2 * 255 * 128): there |q| meets q_x carrying q's sign
 // (2 * 128 * 127 < 2^15). Q4_1's pairs (2 * 255 * 8) add up in int16 over the whole block.
+// Under vpmaddubsw Q8_0 needs two multiplies per 4-byte group (vpmaddubsw, then vpmaddwd to widen
+// its int16 pairs, which cannot be added without saturating), so it peaks at half the rate of
+// Q4_1's vpmaddubsw + vpaddw (bench/int8_peak.c maddubs_q8 against maddubs).
 //
 // Each thread takes whole columns (output features) and repacks their blocks into a panel in
 // VNNI order (per kW features and block: 8 groups of kW x 4 weights, kW scales, kW mins or sums),
 // so a vector load gives 4 consecutive weights of kW features; then an MR x (NV kW) tile of the
 // output is accumulated in registers across all blocks, the panel's NV groups staying in L1
-// while the quantized rows stream from L2.
+// while the quantized rows stream from L2. The panel starts on a cache line: from malloc's
+// 16-byte alignment half of the 32-byte weight loads crossed a line, which cost the AVX2 tile a
+// third of its speed.
 //
 // Included once per unit, except in the avx512 unit (AVX-512 without BF16, so compiled without
 // VNNI), which also includes it under `#pragma GCC target("avx512vnni")` with KX_I8_VNNI set and
 // KX_I8_NS = i8v: Cascade Lake and Ice Lake have VNNI without BF16, and take that variant when the
-// CPU says so (qlinear_isa.h).
+// CPU says so (qlinear_isa.h); and in the avx2 unit, which includes it under
+// `#pragma GCC target("avxvnni")` with KX_I8_VNNI and KX_I8_YMM set (KX_I8_NS = i8v) for CPUs with
+// AVX-VNNI.
 #ifndef KX_I8_NS
 #define KX_I8_NS i8
 #endif
@@ -48,7 +57,7 @@
 
 namespace KX_I8_NS {
 
-#if defined(KX_I8_VNNI)
+#if defined(KX_I8_VNNI) && !defined(KX_I8_YMM)
 constexpr bool kVnni = true;
 constexpr int kW = 16;  // features per vector
 constexpr int kMR = 4, kNV = 2;
@@ -69,9 +78,16 @@ inline void f_store(float* p, VF v, int n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
 }
 #else
+// 256-bit: AVX2's 16 registers hold the 3 x 2 tile's float and integer accumulators (12) and the
+// broadcast activations; 3 rows made the maddubs tile 1.15x faster than 2 (fewer weight loads
+// and scale products per dot product), 4 would spill.
+#if defined(KX_I8_VNNI)
+constexpr bool kVnni = true;
+#else
 constexpr bool kVnni = false;
+#endif
 constexpr int kW = 8;
-constexpr int kMR = 2, kNV = 2;
+constexpr int kMR = 3, kNV = 2;
 using VI = __m256i;
 using VF = __m256;
 inline VF f_zero() { return _mm256_setzero_ps(); }
@@ -217,7 +233,9 @@ void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups,
 // One 4-byte group of the block: acc += w . x for every int32 lane.
 template <int F>
 inline VI dot(VI acc, VI w, VI x) {
-#if defined(KX_I8_VNNI)
+#if defined(KX_I8_VNNI) && defined(KX_I8_YMM)
+  return _mm256_dpbusd_avx_epi32(acc, x, w);
+#elif defined(KX_I8_VNNI)
   return _mm512_dpbusd_epi32(acc, x, w);
 #else
   // The empty asm keeps each accumulator one chain: integer adds being associative, GCC 12
@@ -326,12 +344,14 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
   for (int64_t s0 = n0; s0 < n1; s0 += kSub) {
     const int64_t s1 = std::min(s0 + kSub, n1);
     const int64_t groups = ((s1 - s0 + kW - 1) / kW + kNV - 1) / kNV * kNV;
-    panel.resize(static_cast<size_t>(groups * nb * kRec));
-    repack<F>(w, K, s0, s1, groups, panel.data());
+    panel.resize(static_cast<size_t>(groups * nb * kRec + 64));
+    uint8_t* const pan =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+    repack<F>(w, K, s0, s1, groups, pan);
     bias_pad.assign(static_cast<size_t>(groups * kW), 0.f);
     if (bias) std::memcpy(bias_pad.data(), bias + s0, sizeof(float) * (s1 - s0));
     for (int64_t g = 0; g < groups; g += kNV) {
-      const uint8_t* rec = panel.data() + g * nb * kRec;
+      const uint8_t* rec = pan + g * nb * kRec;
       const int64_t ncols = s1 - s0 - g * kW;
       float* yc = y + s0 + g * kW;
       const float* bc = bias_pad.data() + g * kW;
@@ -401,3 +421,4 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 #endif
 #undef KX_I8_NS
 #undef KX_I8_VNNI
+#undef KX_I8_YMM

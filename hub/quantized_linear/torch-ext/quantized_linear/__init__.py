@@ -125,6 +125,19 @@ def reset_isa() -> str:
     return ops.reset_isa()
 
 
+def int8_dot() -> str:
+    """The int8 GEMM's dot-product instruction on the current path: vpdpbusd-zmm (AVX512-VNNI),
+    vpdpbusd-ymm (AVX-VNNI, the avx2 path where the CPU has it), vpmaddubsw (AVX2) or scalar."""
+    return ops.int8_dot()
+
+
+def set_int8_dot(kind: str) -> str:
+    """'maddubs' runs AVX2's vpmaddubsw code even where the path has a VNNI variant this CPU runs
+    (to test and measure both on one machine; KERNEL_EXPLORER_NO_VNNI=1 starts so), 'auto' takes
+    VNNI where the CPU has it; returns `int8_dot()`."""
+    return ops.set_int8_dot(kind)
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = [
@@ -132,6 +145,7 @@ __all__ = [
     "BLOCK_BYTES",
     "FORMATS",
     "dequantize",
+    "int8_dot",
     "isa",
     "isa_paths",
     "isa_reason",
@@ -140,5 +154,6 @@ __all__ = [
     "pack_error",
     "quantize",
     "reset_isa",
+    "set_int8_dot",
     "set_isa",
 ]
