@@ -124,61 +124,66 @@ inline VI bcast4(const uint8_t* p) {
   return i_set1(v);
 }
 
+// One block of 32 activations (in 2 zmm or 4 ymm registers) to int8 at qb (as uint8 q + 128 where
+// `offset`); returns its scale d = max|x| / 127 and, where `res`, leaves the residual x - d q in `v`.
+#if defined(CPU_CAPABILITY_AVX512)
+inline float quant_block(__m512 (&v)[2], bool offset, uint8_t* qb, bool res) {
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+  const __m512 id = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+  const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[0], id)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[1], id));
+  if (res) {
+    const __m512 dv = _mm512_set1_ps(amax / 127.f);
+    v[0] = _mm512_sub_ps(v[0], _mm512_mul_ps(_mm512_cvtepi32_ps(i0), dv));
+    v[1] = _mm512_sub_ps(v[1], _mm512_mul_ps(_mm512_cvtepi32_ps(i1), dv));
+  }
+  __m128i q0 = _mm512_cvtsepi32_epi8(i0), q1 = _mm512_cvtsepi32_epi8(i1);
+  if (offset) {
+    q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
+    q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), q0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), q1);
+  return amax / 127.f;
+}
+#else
+inline float quant_block(__m256 (&v)[4], bool offset, uint8_t* qb, bool res) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+  __m256i iv[4];
+  for (int k = 0; k < 4; ++k) iv[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
+  if (res) {
+    const __m256 dv = _mm256_set1_ps(amax / 127.f);
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv));
+  }
+  __m256i i0 = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (offset) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
+  return amax / 127.f;
+}
+#endif
+
 // Activations: rows x K float32 -> int8 per block (as uint8 q + 128 where kOffsetActs), scale
-// d_x, (Q4_1) the block's exact float sum of x, and, where `r` is given, the residual
-// x - d_x q_x (which a second pass quantizes in turn: x ~ d_x q_x + d_r q_r).
+// d_x, (Q4_1) the block's exact float sum of x, and, where `q2` is given, the residual x - d_x q_x
+// quantized in turn (q2, d2: a second pass, x ~ d_x q_x + d_r q_r) from the registers, in the
+// same sweep over x.
 template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2) {
   const int64_t nb = K / kx::kQBlock;
   for (int64_t i = 0; i < rows * nb; ++i) {
     const float* xb = x + i * kx::kQBlock;
-    int8_t* qb = reinterpret_cast<int8_t*>(q + i * kx::kQBlock);
 #if defined(CPU_CAPABILITY_AVX512)
-    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float id = amax > 0.f ? 127.f / amax : 0.f;
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    if (r) {
-      const __m512 dv = _mm512_set1_ps(amax / 127.f);
-      _mm512_storeu_ps(r + i * kx::kQBlock, _mm512_sub_ps(v0, _mm512_mul_ps(_mm512_cvtepi32_ps(i0), dv)));
-      _mm512_storeu_ps(r + i * kx::kQBlock + 16, _mm512_sub_ps(v1, _mm512_mul_ps(_mm512_cvtepi32_ps(i1), dv)));
-    }
-    __m128i q0 = _mm512_cvtsepi32_epi8(i0);
-    __m128i q1 = _mm512_cvtsepi32_epi8(i1);
-    if (kOffsetActs<F>) {
-      q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
-      q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
-    }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), q0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), q1);
-    if (F == kx::kQ4_1) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+    __m512 v[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+    if (F == kx::kQ4_1) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
 #else
     __m256 v[4];
-    const __m256 sign = _mm256_set1_ps(-0.f);
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
-    if (r) {
-      const __m256 dv = _mm256_set1_ps(amax / 127.f);
-      const __m256i iv[4] = {i0, i1, i2, i3};
-      for (int k = 0; k < 4; ++k)
-        _mm256_storeu_ps(r + i * kx::kQBlock + 8 * k,
-                         _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv)));
-    }
-    i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    if (kOffsetActs<F>) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(xb + 8 * k);
     if (F == kx::kQ4_1) {
       __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
       __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -186,7 +191,8 @@ void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, f
       s[i] = _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
     }
 #endif
-    d[i] = amax / 127.f;
+    d[i] = quant_block(v, kOffsetActs<F>, q + i * kx::kQBlock, q2 != nullptr);
+    if (q2) d2[i] = quant_block(v, kOffsetActs<F>, q2 + i * kx::kQBlock, false);
   }
 }
 
@@ -372,21 +378,29 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 #else
 // Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, not offset).
 namespace i8 {
+// One block of 32 to int8 at q; returns d = max|x| / 127; where `r`, the residual x - d q there.
+inline float quant_block(const float* xb, uint8_t* q, float* r) {
+  float amax = 0.f;
+  for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float id = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+  for (int j = 0; j < kx::kQBlock; ++j) {
+    const float v = std::nearbyint(xb[j] * id);
+    q[j] = static_cast<uint8_t>(static_cast<int8_t>(v));
+    if (r) r[j] = xb[j] - v * d;
+  }
+  return d;
+}
+
 template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2) {
   const int64_t nb = K / kx::kQBlock;
   for (int64_t i = 0; i < rows * nb; ++i) {
     const float* xb = x + i * kx::kQBlock;
-    float amax = 0.f, sum = 0.f;
-    for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j])), sum += xb[j];
-    const float id = amax > 0.f ? 127.f / amax : 0.f;
-    d[i] = amax / 127.f;
-    for (int j = 0; j < kx::kQBlock; ++j) {
-      const float v = std::nearbyint(xb[j] * id);
-      q[i * kx::kQBlock + j] = static_cast<uint8_t>(static_cast<int8_t>(v));
-      if (r) r[i * kx::kQBlock + j] = xb[j] - v * d[i];
-    }
+    float sum = 0.f, r[kx::kQBlock];
+    for (int j = 0; j < kx::kQBlock; ++j) sum += xb[j];
     s[i] = sum;
+    d[i] = quant_block(xb, q + i * kx::kQBlock, q2 ? r : nullptr);
+    if (q2) d2[i] = quant_block(r, q2 + i * kx::kQBlock, nullptr);
   }
 }
 

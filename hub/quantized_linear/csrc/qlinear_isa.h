@@ -394,10 +394,10 @@ inline bool i8_vnni(bool allow_vnni) {
   return allow_vnni && has;
 }
 template <int F>
-void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r,
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2,
                    bool allow_vnni) {
-  if (i8_vnni(allow_vnni)) return i8v::quant_acts<F>(x, rows, K, q, d, s, r);
-  i8::quant_acts<F>(x, rows, K, q, d, s, r);
+  if (i8_vnni(allow_vnni)) return i8v::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
+  i8::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
 }
 template <int F>
 void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
@@ -411,8 +411,9 @@ inline const char* i8_dot(bool allow_vnni) {
 }
 #else
 template <int F>
-void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r, bool) {
-  i8::quant_acts<F>(x, rows, K, q, d, s, r);
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2,
+                   bool) {
+  i8::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
 }
 template <int F>
 void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,

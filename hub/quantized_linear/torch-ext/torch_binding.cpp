@@ -165,19 +165,16 @@ void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tens
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
   const bool two = passes >= 2;
   at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kByte));
-  at::Tensor d = at::empty({4, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r, (s_r unused)
-  at::Tensor r = two ? at::empty({M, K}, x.options()) : at::Tensor();
+  at::Tensor d = at::empty({3, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r
   const float* xp = x.data_ptr<float>();
   uint8_t* qp = q.data_ptr<uint8_t>();
   float* dp = d.data_ptr<float>();
-  float* rp = two ? r.data_ptr<float>() : nullptr;
   const int64_t mk = M * K, mb = M * nb;
   const auto quant = table().quant_acts[format];
   const bool vnni = allow_vnni.load();  // one variant for the activations and the GEMM
   at::parallel_for(0, M, std::max<int64_t>(1, kx::kSerialBelow / K), [&](int64_t b, int64_t e) {
-    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? rp + b * K : nullptr, vnni);
-    if (two)
-      quant(rp + b * K, e - b, K, qp + mk + b * K, dp + 2 * mb + b * nb, dp + 3 * mb + b * nb, nullptr, vnni);
+    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? qp + mk + b * K : nullptr,
+          dp + 2 * mb + b * nb, vnni);
   });
   const auto gemm = table().gemm_i8[format];
   float* yp = y.data_ptr<float>();
