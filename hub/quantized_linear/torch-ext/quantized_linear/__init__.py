@@ -5,8 +5,9 @@ file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by 
 materialising the float weight: a GEMV streaming the blocks for a few rows (decode, float32
 arithmetic), and for many rows (prefill) an int8 GEMM: the activations quantized per block of 32
 to int8 with a float scale, as GGML's Q8 activations are, and integer dot products (AVX512-VNNI,
-AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`). That is a different numeric path from PyTorch's, not a rounding difference:
-with `int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
+AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`; every one gives the same
+results). That is a different numeric path from PyTorch's, not a rounding difference: with
+`int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
 largest value (error up to about 0.4% of that value; on SmolLM2 a logits KL of 1.9e-3 against
 PyTorch). `int8_passes=2`, the default for float32 activations, quantizes the residual too and
 adds its products in the same sweep (x ~ d q + d_r q_r, about 254 times less error, half the
