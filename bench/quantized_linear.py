@@ -10,13 +10,15 @@ Each cell reports medians with 95% intervals and the median of per-round ratios 
 (kernel_explorer.measure.stats). The GEMV's effective bandwidth counts the packed bytes it reads,
 against this machine's copy bandwidth (bench/kernel_ops.copy_bandwidth, measured before and after
 the table: the host is shared and drifts). The int8 GEMM's rate (2 M N K / time) is set against
-the int8 dot-product peak of its path's instruction sequence, measured by bench/int8_peak.c on one
-core and multiplied by the threads.
+the int8 dot-product peak of its path's instruction (`int8_dot()`: vpdpbusd zmm or ymm, or
+vpmaddubsw), measured by bench/int8_peak.c on one core and multiplied by the threads; a Q8_0 row
+under vpmaddubsw also against the peak of Q8_0's own sequence (two multiplies per group: half).
 
     python bench/quantized_linear.py                  # torch's threads, both formats
     python bench/quantized_linear.py --threads 1 --formats q4_1
     KERNEL_EXPLORER_ISA=avx2 python bench/quantized_linear.py
     python bench/quantized_linear.py --threads 1 --clock cpu   # the code's cost on a loaded machine
+    python bench/quantized_linear.py --int8-dot maddubs   # AVX2's vpmaddubsw on a VNNI machine
 """
 
 from __future__ import annotations
@@ -66,9 +68,11 @@ def _bandwidth_str(nbytes: int, seconds: list[float], roof: float) -> str:
 COLD_BYTES = 256 << 20  # well past the last-level cache of the machines here (32 MiB)
 
 
-def int8_peak(isa: str) -> float | None:
-    """GOP/s of one core running the int8 GEMM's inner instruction (bench/int8_peak.c), or None."""
-    kind = {"avx512bf16": "vnni", "avx512": "maddubs", "avx2": "maddubs"}.get(isa)
+PEAK_KIND = {"vpdpbusd-zmm": "vnni", "vpdpbusd-ymm": "avxvnni", "vpmaddubsw": "maddubs"}
+
+
+def int8_peak(kind: str | None) -> float | None:
+    """GOP/s of one core running an int8 GEMM inner sequence (bench/int8_peak.c's `kind`), or None."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if kind is None or cc is None:
         return None
@@ -120,6 +124,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 512])
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="cpu: process CPU time")
+    parser.add_argument("--int8-dot", choices=["auto", "maddubs"], default="auto",
+                        help="maddubs: AVX2's vpmaddubsw even where the path has VNNI")  # fmt: skip
     args = parser.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         parser.error("--clock cpu sums every thread's CPU time: use it with --threads 1")
@@ -132,6 +138,7 @@ def main() -> None:
     from kernel_explorer.builder import build_repo
 
     ql = get_local_kernel(build_repo("quantized_linear", progress=False).repo_path)
+    dot = ql.set_int8_dot(args.int8_dot)
     roof = copy_bandwidth()
     threads = torch.get_num_threads()
     print(
@@ -139,11 +146,13 @@ def main() -> None:
         f" {args.clock} clock, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print(f"why: {ql.isa_reason()}")
-    peak = int8_peak(ql.isa())
+    peak = int8_peak(PEAK_KIND.get(dot))
+    peak_q8 = int8_peak("maddubs_q8") if dot == "vpmaddubsw" else None
     if peak is not None:
         print(
-            f"int8 dot-product peak of the path (bench/int8_peak.c): {peak:.0f} GOP/s per core, "
-            f"x{threads} threads"
+            f"int8 GEMM dot product {dot} (--int8-dot {args.int8_dot}); its peak (bench/int8_peak.c "
+            f"{PEAK_KIND[dot]}): {peak:.0f} GOP/s per core, x{threads} threads"
+            + (f"; Q8_0's sequence (maddubs_q8): {peak_q8:.0f}" if peak_q8 else "")
         )
     print(f"copy bandwidth (256 MiB, read+write) before: {roof:.1f} GB/s")
     print("times in us: median [95% interval]; ratios: PyTorch time / kernel time per round, median [95%]")
@@ -152,7 +161,7 @@ def main() -> None:
     )
     print(
         "last columns: GEMV bandwidth (packed bytes / time, % of copy) or the int8 GEMM's int8 GOP/s "
-        "(both passes' products counted), % of peak\n"
+        "(both passes' products counted), % of peak (Q8_0 under vpmaddubsw: / % of its sequence's)\n"
     )
     header = f"{'shape':<14}{'in':>5}{'out':>6} {'fmt':<5}{'rows':>5}  "
     header += f"{'int8x2 fp32 us':<27}{'int8x1 fp32 us':<27}{'dequant fp32 us':<27}{'F.linear fp32 us':<27}"
@@ -185,6 +194,8 @@ def main() -> None:
                     for times, passes in ((kf, 2), (of, 1)):
                         gops = 2 * rows * n * k * passes / median_interval(times).median / 1e9
                         pct = f" {100 * gops / (peak * threads):3.0f}%" if peak else ""
+                        if peak_q8 and fmt == "q8_0":
+                            pct += f" / {100 * gops / (peak_q8 * threads):3.0f}%"
                         line += f"x{passes} {gops:5.0f} GOP/s{pct}  "
                 print(line, flush=True)
     after = copy_bandwidth()

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,20 @@ EPS32 = torch.finfo(torch.float32).eps
 @pytest.fixture(scope="module")
 def ql(hub: dict):
     return hub["quantized_linear"]
+
+
+@pytest.fixture(params=["auto", "maddubs"])
+def int8_dot(request: pytest.FixtureRequest, ql, isa: str) -> Iterator[str]:
+    """The int8 GEMM's dot product on the path: VNNI where the CPU has it ('auto'), then AVX2's
+    vpmaddubsw code ('maddubs') where the path also carries a VNNI variant (avx512, avx2); a
+    path with one code (avx512bf16, portable) runs once."""
+    auto = ql.set_int8_dot("auto")
+    dot = ql.set_int8_dot(request.param)
+    if request.param == "maddubs" and dot == auto:
+        ql.set_int8_dot("auto")
+        pytest.skip(f"the {isa} path has one int8 dot product here ({dot})")
+    yield dot
+    ql.set_int8_dot("auto")
 
 
 def _randn(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
@@ -104,9 +119,9 @@ GEMV_MAX_ROWS = 8  # torch_binding.cpp's kGemvMaxRows: above it, the GEMM paths
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_linear_matches_float64_on_odd_shapes(
-    ql, isa: str, fmt: str, dtype: torch.dtype, with_bias: bool
+    ql, isa: str, int8_dot: str, fmt: str, dtype: torch.dtype, with_bias: bool
 ) -> None:
-    assert ql.isa() == isa
+    assert ql.isa() == isa and ql.int8_dot() == int8_dot
     for k in (32, 64, 96):
         for n in (1, 7, 129):
             packed = ql.quantize(_randn(n, k, seed=k + n), fmt)
@@ -123,7 +138,7 @@ def test_linear_matches_float64_on_odd_shapes(
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_batched_and_strided_inputs(ql, isa: str, fmt: str) -> None:
+def test_batched_and_strided_inputs(ql, isa: str, int8_dot: str, fmt: str) -> None:
     packed = ql.quantize(_randn(40, 64), fmt)
     w = ql.dequantize(packed, fmt)
     for x in (_randn(2, 3, 64), _randn(2, 9, 64), _randn(64, 6).t(), _randn(5, 128)[:, ::2], _randn(0, 64)):
@@ -172,8 +187,9 @@ def test_every_path_under_inference_mode_and_autograd(ql, rows: int, passes: int
 def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -> None:
     """On SmolLM2's MLP shape one int8 pass is not float32's rounding (its RMS error against
     float64 is orders above the dequantize-and-matmul path's) but stays within 1% of the output's
-    RMS; the second pass (the residual's) takes it under 1e-4; the compiled paths compute the
-    same integer dot products, so they agree to float32 scaling."""
+    RMS; the second pass (the residual's) takes it under 1e-4; the SIMD paths compute the same
+    integer dot products and scale them in the same order (bitwise-equal results), the portable one
+    agrees with them to float32 rounding."""
     packed = ql.quantize(_randn(1536, 576, scale=0.05), fmt)
     w = ql.dequantize(packed, fmt).double()
     x = _randn(64, 576, seed=5)
@@ -194,7 +210,10 @@ def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -
     for passes in (1, 2):
         first = results[ql.isa_paths()[0], passes]
         for isa in ql.isa_paths():
-            torch.testing.assert_close(results[isa, passes], first, rtol=1e-5, atol=1e-5 * rms.item())
+            if isa == "portable":  # plain C++: its own order of float operations
+                torch.testing.assert_close(results[isa, passes], first, rtol=1e-5, atol=1e-5 * rms.item())
+            else:  # the same integers, scales and float operations in the same order on every SIMD path
+                assert torch.equal(results[isa, passes], first), (isa, passes)
 
 
 def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
@@ -241,35 +260,81 @@ def test_forced_isa_from_the_environment(hub: dict) -> None:
     assert out.stdout.split() == [forced, "64.0"]
 
 
-def test_avx512_path_without_vnni_in_a_fresh_process(hub: dict) -> None:
-    """The avx512 path takes AVX512-VNNI where the CPU has it and AVX2's maddubs where not;
-    KERNEL_EXPLORER_NO_VNNI=1 makes a VNNI machine run the latter, which must agree with the
-    former to float32 scaling (the same integer dot products; on a CPU without VNNI both runs take
-    maddubs and the test only checks they agree)."""
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_vnni_and_maddubs_variants_compute_the_same_numbers(ql, fmt: str) -> None:
+    """Where a path carries both a VNNI variant and AVX2's vpmaddubsw code (avx512: AVX512-VNNI;
+    avx2: AVX-VNNI), both take the same integer dot products per block (VNNI through the
+    activations offset by 128 and the weights' sums, maddubs through |w| and the activations
+    carrying w's sign for Q8_0) and scale them in the same float32 order: bitwise-equal outputs.
+    Shapes off the tiles (rows off 3 and 4, columns off 8 and 16), activations with outliers
+    that use the whole int8 range, one and two passes."""
+    packed = ql.quantize(_randn(203, 160, scale=0.05), fmt)
+    x = _randn(37, 160, seed=4, scale=3.0)
+    x[5, 7], x[11, 40], x[30, 100] = 90.0, -75.0, 1e-3  # a block's maximum far from the rest
+    before = ql.isa()
+    compared = []
+    try:
+        for isa in ql.isa_paths():
+            ql.set_isa(isa)
+            auto = ql.set_int8_dot("auto")
+            y = {p: ql.linear(x, packed, fmt, int8_passes=p) for p in (1, 2)}
+            maddubs = ql.set_int8_dot("maddubs")
+            if maddubs == auto:
+                continue
+            assert (auto, maddubs) == ("vpdpbusd-zmm" if isa == "avx512" else "vpdpbusd-ymm", "vpmaddubsw")
+            for p in (1, 2):
+                assert torch.equal(ql.linear(x, packed, fmt, int8_passes=p), y[p]), (isa, p)
+            compared.append(isa)
+    finally:
+        ql.set_int8_dot("auto")
+        ql.set_isa(before)
+    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if "avx_vnni" in cpu.split() and "avx2" in ql.isa_paths():
+        assert "avx2" in compared  # this CPU has AVX-VNNI: the avx2 path must have taken it
+    if not compared:
+        pytest.skip("no path has a VNNI variant this CPU runs")
+
+
+def test_set_int8_dot_refuses_other_kinds(ql) -> None:
+    with pytest.raises(RuntimeError, match=r"expected 'auto' .* or 'maddubs'"):
+        ql.set_int8_dot("vnni")
+
+
+def test_no_vnni_from_the_environment_in_a_fresh_process(hub: dict) -> None:
+    """KERNEL_EXPLORER_NO_VNNI=1 starts a process on AVX2's maddubs code on the avx512 and avx2
+    paths (AVX512-VNNI and AVX-VNNI where the CPU has them otherwise), and both agree bitwise
+    (on a CPU without VNNI both runs take maddubs and the test only checks they agree)."""
     from isa_paths import runnable_isas
 
-    if "avx512" not in runnable_isas():
-        pytest.skip("this CPU has no AVX-512 path")
+    paths = [isa for isa in ("avx512", "avx2") if isa in runnable_isas()]
+    if not paths:
+        pytest.skip("this CPU has no AVX-512 or AVX2 path")
     code = (
         "import torch; from pathlib import Path; from kernels import get_local_kernel\n"
-        f"ql = get_local_kernel(Path({str(bundled_repo_path('quantized_linear'))!r})); ql.set_isa('avx512')\n"
+        f"ql = get_local_kernel(Path({str(bundled_repo_path('quantized_linear'))!r}))\n"
         "g = torch.Generator().manual_seed(0)\n"
         "x, w = torch.randn(40, 96, generator=g), torch.randn(33, 96, generator=g)\n"
-        "for f in ('q8_0', 'q4_1'):\n"
-        "    p = ql.quantize(w, f)\n"
-        "    for n in (1, 2): torch.save(ql.linear(x, p, f, int8_passes=n), f'{f}-{n}.pt')\n"
+        f"for isa in {paths!r}:\n"
+        "    ql.set_isa(isa); print(isa, ql.int8_dot())\n"
+        "    for f in ('q8_0', 'q4_1'):\n"
+        "        p = ql.quantize(w, f)\n"
+        "        for n in (1, 2): torch.save(ql.linear(x, p, f, int8_passes=n), f'{isa}-{f}-{n}.pt')\n"
     )
-    outputs = {}
+    outputs, dots = {}, {}
     for no_vnni in ("", "1"):
         env = {k: v for k, v in os.environ.items() if k != "KERNEL_EXPLORER_NO_VNNI"}
         if no_vnni:
             env["KERNEL_EXPLORER_NO_VNNI"] = no_vnni
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp, check=True, capture_output=True)
+            out = subprocess.run(
+                [sys.executable, "-c", code], env=env, cwd=tmp, check=True, capture_output=True
+            )
+            dots[no_vnni] = dict(line.split() for line in out.stdout.decode().splitlines())
             outputs[no_vnni] = {f.name: torch.load(f) for f in Path(tmp).glob("*.pt")}
-    assert len(outputs[""]) == 4
+    assert set(dots["1"].values()) == {"vpmaddubsw"}
+    assert len(outputs[""]) == 4 * len(paths)
     for name, y in outputs[""].items():
-        torch.testing.assert_close(outputs["1"][name], y, rtol=1e-5, atol=1e-5)
+        assert torch.equal(outputs["1"][name], y), name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,23 +15,32 @@
 // path (torch_binding.cpp, int8_gemm=False) keeps PyTorch's numbers.
 //
 // Integer dot products: AVX512-VNNI's vpdpbusd (u8 x s8, 4 products per int32 lane) where the unit
-// is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), otherwise AVX2's
-// vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers). vpdpbusd and vpmaddubsw
+// is compiled with it (the avx512bf16 path: every CPU with AVX512-BF16 has VNNI), AVX-VNNI's
+// 256-bit vpdpbusd (the avx2 path's variant for CPUs that have it: Alder Lake and later, Zen 5),
+// otherwise AVX2's vpmaddubsw/vpmaddwd (also used by the avx512 path, in 256-bit registers).
+// vpdpbusd and vpmaddubsw
 // take one unsigned operand: the activations offset by 128 (q_x + 128; the block's -128 * sum_j q_j
 // then starts the accumulator) against the signed weights, except Q8_0 under vpmaddubsw, whose
 // int16 pairs would saturate (2 * 255 * 128): there |q| meets q_x carrying q's sign
 // (2 * 128 * 127 < 2^15). Q4_1's pairs (2 * 255 * 8) add up in int16 over the whole block.
+// Under vpmaddubsw Q8_0 needs two multiplies per 4-byte group (vpmaddubsw, then vpmaddwd to widen
+// its int16 pairs, which cannot be added without saturating), so it peaks at half the rate of
+// Q4_1's vpmaddubsw + vpaddw (bench/int8_peak.c maddubs_q8 against maddubs).
 //
 // Each thread takes whole columns (output features) and repacks their blocks into a panel in
 // VNNI order (per kW features and block: 8 groups of kW x 4 weights, kW scales, kW mins or sums),
 // so a vector load gives 4 consecutive weights of kW features; then an MR x (NV kW) tile of the
 // output is accumulated in registers across all blocks, the panel's NV groups staying in L1
-// while the quantized rows stream from L2.
+// while the quantized rows stream from L2. The panel starts on a cache line: from malloc's
+// 16-byte alignment half of the 32-byte weight loads crossed a line, which cost the AVX2 tile a
+// third of its speed.
 //
 // Included once per unit, except in the avx512 unit (AVX-512 without BF16, so compiled without
 // VNNI), which also includes it under `#pragma GCC target("avx512vnni")` with KX_I8_VNNI set and
 // KX_I8_NS = i8v: Cascade Lake and Ice Lake have VNNI without BF16, and take that variant when the
-// CPU says so (qlinear_isa.h).
+// CPU says so (qlinear_isa.h); and in the avx2 unit, which includes it under
+// `#pragma GCC target("avxvnni")` with KX_I8_VNNI and KX_I8_YMM set (KX_I8_NS = i8v) for CPUs with
+// AVX-VNNI.
 #ifndef KX_I8_NS
 #define KX_I8_NS i8
 #endif
@@ -48,7 +57,7 @@
 
 namespace KX_I8_NS {
 
-#if defined(KX_I8_VNNI)
+#if defined(KX_I8_VNNI) && !defined(KX_I8_YMM)
 constexpr bool kVnni = true;
 constexpr int kW = 16;  // features per vector
 constexpr int kMR = 4, kNV = 2;
@@ -69,9 +78,16 @@ inline void f_store(float* p, VF v, int n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
 }
 #else
+// 256-bit: AVX2's 16 registers hold the 3 x 2 tile's float and integer accumulators (12) and the
+// broadcast activations; 3 rows made the maddubs tile 1.15x faster than 2 (fewer weight loads
+// and scale products per dot product), 4 would spill.
+#if defined(KX_I8_VNNI)
+constexpr bool kVnni = true;
+#else
 constexpr bool kVnni = false;
+#endif
 constexpr int kW = 8;
-constexpr int kMR = 2, kNV = 2;
+constexpr int kMR = 3, kNV = 2;
 using VI = __m256i;
 using VF = __m256;
 inline VF f_zero() { return _mm256_setzero_ps(); }
@@ -108,70 +124,121 @@ inline VI bcast4(const uint8_t* p) {
   return i_set1(v);
 }
 
-// Activations: rows x K float32 -> int8 per block (as uint8 q + 128 where kOffsetActs), scale
-// d_x, (Q4_1) the block's exact float sum of x, and, where `r` is given, the residual
-// x - d_x q_x (which a second pass quantizes in turn: x ~ d_x q_x + d_r q_r).
-template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
-  const int64_t nb = K / kx::kQBlock;
-  for (int64_t i = 0; i < rows * nb; ++i) {
-    const float* xb = x + i * kx::kQBlock;
-    int8_t* qb = reinterpret_cast<int8_t*>(q + i * kx::kQBlock);
+// AVX-512: one block of 32 activations (2 zmm registers) to int8 at qb (as uint8 q + 128 where
+// `offset`); returns its scale d = max|x| / 127 and, where `res`, leaves the residual x - d q in `v`.
+// AVX2 (below) takes 8 blocks at a time; both compute the same values.
 #if defined(CPU_CAPABILITY_AVX512)
-    const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float id = amax > 0.f ? 127.f / amax : 0.f;
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    if (r) {
-      const __m512 dv = _mm512_set1_ps(amax / 127.f);
-      _mm512_storeu_ps(r + i * kx::kQBlock, _mm512_sub_ps(v0, _mm512_mul_ps(_mm512_cvtepi32_ps(i0), dv)));
-      _mm512_storeu_ps(r + i * kx::kQBlock + 16, _mm512_sub_ps(v1, _mm512_mul_ps(_mm512_cvtepi32_ps(i1), dv)));
-    }
-    __m128i q0 = _mm512_cvtsepi32_epi8(i0);
-    __m128i q1 = _mm512_cvtsepi32_epi8(i1);
-    if (kOffsetActs<F>) {
-      q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
-      q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
-    }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), q0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), q1);
-    if (F == kx::kQ4_1) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(v0, v1));
+inline float quant_block(__m512 (&v)[2], bool offset, uint8_t* qb, bool res) {
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+  const __m512 id = _mm512_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
+  const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[0], id)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[1], id));
+  if (res) {
+    const __m512 dv = _mm512_set1_ps(amax / 127.f);
+    v[0] = _mm512_sub_ps(v[0], _mm512_mul_ps(_mm512_cvtepi32_ps(i0), dv));
+    v[1] = _mm512_sub_ps(v[1], _mm512_mul_ps(_mm512_cvtepi32_ps(i1), dv));
+  }
+  __m128i q0 = _mm512_cvtsepi32_epi8(i0), q1 = _mm512_cvtsepi32_epi8(i1);
+  if (offset) {
+    q0 = _mm_xor_si128(q0, _mm_set1_epi8(char(0x80)));
+    q1 = _mm_xor_si128(q1, _mm_set1_epi8(char(0x80)));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), q0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), q1);
+  return amax / 127.f;
+}
 #else
+// max|x| of a block, in every lane
+inline __m256 block_amax(const __m256 (&v)[4]) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                           _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+  m = _mm256_max_ps(m, _mm256_permute2f128_ps(m, m, 1));
+  m = _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0x4e));
+  return _mm256_max_ps(m, _mm256_shuffle_ps(m, m, 0xb1));
+}
+
+// 127 / max|x| (0 where max|x| is 0) and max|x| / 127 of 8 blocks, one vector division each
+inline void scales8(const float* amax, float* id, float* dv) {
+  const __m256 m = _mm256_load_ps(amax);
+  _mm256_store_ps(id, _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.f), m),
+                                    _mm256_cmp_ps(m, _mm256_setzero_ps(), _CMP_GT_OQ)));
+  _mm256_store_ps(dv, _mm256_div_ps(m, _mm256_set1_ps(127.f)));
+}
+
+// The block in v to int8 at qb with the scale's inverse id (as uint8 q + 128 where `offset`);
+// where `res`, leaves the residual x - dv q in v.
+inline void quant_block(__m256 (&v)[4], __m256 id, __m256 dv, bool offset, uint8_t* qb, bool res) {
+  __m256i iv[4];
+  for (int k = 0; k < 4; ++k) iv[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
+  if (res) {
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv));
+  }
+  __m256i i0 = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+  i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (offset) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
+}
+
+// The blocks [0, n) (n <= 8) of xb: the scales of all n first, then the values (and the residual's
+// likewise, where q2): one vector division per 8 blocks, and no block waits on a scalar division
+// of its own (the per-block form was bound by that chain, 12 ns a block with the residual).
+template <int F>
+void quant_blocks(const float* xb, int n, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2) {
+  alignas(32) float amax[8] = {}, id[8], dv[8], r[8 * kx::kQBlock];
+  for (int j = 0; j < n; ++j) {
     __m256 v[4];
-    const __m256 sign = _mm256_set1_ps(-0.f);
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(xb + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const __m256 id = _mm256_set1_ps(amax > 0.f ? 127.f / amax : 0.f);
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
-    if (r) {
-      const __m256 dv = _mm256_set1_ps(amax / 127.f);
-      const __m256i iv[4] = {i0, i1, i2, i3};
-      for (int k = 0; k < 4; ++k)
-        _mm256_storeu_ps(r + i * kx::kQBlock + 8 * k,
-                         _mm256_sub_ps(v[k], _mm256_mul_ps(_mm256_cvtepi32_ps(iv[k]), dv)));
-    }
-    i0 = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    if (kOffsetActs<F>) i0 = _mm256_xor_si256(i0, _mm256_set1_epi8(char(0x80)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), i0);
-    if (F == kx::kQ4_1) {
-      __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(xb + j * kx::kQBlock + 8 * k);
+    amax[j] = _mm256_cvtss_f32(block_amax(v));
+    if (F == kx::kQ4_1) {  // summed in _mm512_reduce_add_ps's pairs, so every SIMD path gets the same s
+      __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[2]), _mm256_add_ps(v[1], v[3]));
       __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
       t4 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-      s[i] = _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
+      s[j] = _mm_cvtss_f32(_mm_add_ss(t4, _mm_movehdup_ps(t4)));
     }
-#endif
-    d[i] = amax / 127.f;
   }
+  scales8(amax, id, dv);
+  for (int j = 0; j < n; ++j) {
+    __m256 v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(xb + j * kx::kQBlock + 8 * k);
+    quant_block(v, _mm256_set1_ps(id[j]), _mm256_set1_ps(dv[j]), kOffsetActs<F>, q + j * kx::kQBlock, q2);
+    d[j] = dv[j];
+    if (!q2) continue;
+    for (int k = 0; k < 4; ++k) _mm256_store_ps(r + j * kx::kQBlock + 8 * k, v[k]);
+    amax[j] = _mm256_cvtss_f32(block_amax(v));
+  }
+  if (!q2) return;
+  scales8(amax, id, dv);
+  for (int j = 0; j < n; ++j) {
+    __m256 v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_load_ps(r + j * kx::kQBlock + 8 * k);
+    quant_block(v, _mm256_set1_ps(id[j]), _mm256_set1_ps(dv[j]), kOffsetActs<F>, q2 + j * kx::kQBlock, false);
+    d2[j] = dv[j];
+  }
+}
+#endif
+
+// Activations: rows x K float32 -> int8 per block (as uint8 q + 128 where kOffsetActs), scale
+// d_x, (Q4_1) the block's exact float sum of x, and, where `q2` is given, the residual x - d_x q_x
+// quantized in turn (q2, d2: a second pass, x ~ d_x q_x + d_r q_r) from the registers, in the
+// same sweep over x.
+template <int F>
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2) {
+  const int64_t nb = K / kx::kQBlock;
+#if defined(CPU_CAPABILITY_AVX512)
+  for (int64_t i = 0; i < rows * nb; ++i) {
+    const float* xb = x + i * kx::kQBlock;
+    __m512 v[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+    if (F == kx::kQ4_1) s[i] = _mm512_reduce_add_ps(_mm512_add_ps(v[0], v[1]));
+    d[i] = quant_block(v, kOffsetActs<F>, q + i * kx::kQBlock, q2 != nullptr);
+    if (q2) d2[i] = quant_block(v, kOffsetActs<F>, q2 + i * kx::kQBlock, false);
+  }
+#else
+  for (int64_t i = 0; i < rows * nb; i += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, rows * nb - i));
+    quant_blocks<F>(x + i * kx::kQBlock, n, q + i * kx::kQBlock, d + i, s + i, q2 ? q2 + i * kx::kQBlock : nullptr,
+                    d2 + i);
+  }
+#endif
 }
 
 // Features [n0, n1) of the packed weight into `groups` panel groups of kW (zero past n1).
@@ -217,7 +284,9 @@ void repack(const uint8_t* w, int64_t K, int64_t n0, int64_t n1, int64_t groups,
 // One 4-byte group of the block: acc += w . x for every int32 lane.
 template <int F>
 inline VI dot(VI acc, VI w, VI x) {
-#if defined(KX_I8_VNNI)
+#if defined(KX_I8_VNNI) && defined(KX_I8_YMM)
+  return _mm256_dpbusd_avx_epi32(acc, x, w);
+#elif defined(KX_I8_VNNI)
   return _mm512_dpbusd_epi32(acc, x, w);
 #else
   // The empty asm keeps each accumulator one chain: integer adds being associative, GCC 12
@@ -326,12 +395,14 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
   for (int64_t s0 = n0; s0 < n1; s0 += kSub) {
     const int64_t s1 = std::min(s0 + kSub, n1);
     const int64_t groups = ((s1 - s0 + kW - 1) / kW + kNV - 1) / kNV * kNV;
-    panel.resize(static_cast<size_t>(groups * nb * kRec));
-    repack<F>(w, K, s0, s1, groups, panel.data());
+    panel.resize(static_cast<size_t>(groups * nb * kRec + 64));
+    uint8_t* const pan =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+    repack<F>(w, K, s0, s1, groups, pan);
     bias_pad.assign(static_cast<size_t>(groups * kW), 0.f);
     if (bias) std::memcpy(bias_pad.data(), bias + s0, sizeof(float) * (s1 - s0));
     for (int64_t g = 0; g < groups; g += kNV) {
-      const uint8_t* rec = panel.data() + g * nb * kRec;
+      const uint8_t* rec = pan + g * nb * kRec;
       const int64_t ncols = s1 - s0 - g * kW;
       float* yc = y + s0 + g * kW;
       const float* bc = bias_pad.data() + g * kW;
@@ -352,21 +423,29 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 #else
 // Portable: the same arithmetic in plain loops over the GGML blocks (int8 activations, not offset).
 namespace i8 {
+// One block of 32 to int8 at q; returns d = max|x| / 127; where `r`, the residual x - d q there.
+inline float quant_block(const float* xb, uint8_t* q, float* r) {
+  float amax = 0.f;
+  for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float id = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+  for (int j = 0; j < kx::kQBlock; ++j) {
+    const float v = std::nearbyint(xb[j] * id);
+    q[j] = static_cast<uint8_t>(static_cast<int8_t>(v));
+    if (r) r[j] = xb[j] - v * d;
+  }
+  return d;
+}
+
 template <int F>
-void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
+void quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2) {
   const int64_t nb = K / kx::kQBlock;
   for (int64_t i = 0; i < rows * nb; ++i) {
     const float* xb = x + i * kx::kQBlock;
-    float amax = 0.f, sum = 0.f;
-    for (int j = 0; j < kx::kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j])), sum += xb[j];
-    const float id = amax > 0.f ? 127.f / amax : 0.f;
-    d[i] = amax / 127.f;
-    for (int j = 0; j < kx::kQBlock; ++j) {
-      const float v = std::nearbyint(xb[j] * id);
-      q[i * kx::kQBlock + j] = static_cast<uint8_t>(static_cast<int8_t>(v));
-      if (r) r[i * kx::kQBlock + j] = xb[j] - v * d[i];
-    }
+    float sum = 0.f, r[kx::kQBlock];
+    for (int j = 0; j < kx::kQBlock; ++j) sum += xb[j];
     s[i] = sum;
+    d[i] = quant_block(xb, q + i * kx::kQBlock, q2 ? r : nullptr);
+    if (q2) d2[i] = quant_block(r, q2 + i * kx::kQBlock, nullptr);
   }
 }
 
@@ -401,3 +480,4 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
 #endif
 #undef KX_I8_NS
 #undef KX_I8_VNNI
+#undef KX_I8_YMM

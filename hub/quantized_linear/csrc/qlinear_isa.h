@@ -361,37 +361,76 @@ void dequant_q4_1(const uint8_t* w, int64_t K, float* out, int64_t o0, int64_t o
 
 #include "qlinear_int8.h"
 
+// A path whose unit is compiled without VNNI also carries a VNNI variant, compiled for that target
+// alone and taken when the CPU has it and `allow_vnni` (torch_binding.cpp: set_int8_dot, or
+// KERNEL_EXPLORER_NO_VNNI=1, runs the maddubs code on a VNNI machine, so both are tested here):
+// the avx512 path (AVX-512 without BF16) takes AVX512-VNNI (Cascade Lake, Ice Lake), the avx2 path
+// AVX-VNNI's 256-bit vpdpbusd (Alder Lake and later, Zen 5). Activations and GEMM of one call take
+// the same variant (their activation offsets differ): the caller passes one `allow_vnni` to both.
 #if defined(CPU_CAPABILITY_AVX512) && !defined(__AVX512VNNI__)
-// The AVX-512 path without BF16 also carries the VNNI variant (Cascade Lake, Ice Lake: VNNI
-// without BF16), compiled for that target alone and taken when the CPU has it; activations and
-// GEMM of one variant go together (their activation offsets differ).
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
 #define KX_I8_NS i8v
 #define KX_I8_VNNI 1
 #include "qlinear_int8.h"
 #pragma GCC pop_options
-// KERNEL_EXPLORER_NO_VNNI=1 takes the maddubs variant anyway (to test it on a VNNI machine).
-inline bool i8_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512vnni") && !std::getenv("KERNEL_EXPLORER_NO_VNNI");
-  return has;
+#define KX_I8_VARIANT "avx512vnni"
+#define KX_I8_VARIANT_DOT "vpdpbusd-zmm"
+#elif defined(CPU_CAPABILITY_AVX2)
+#pragma GCC push_options
+#pragma GCC target("avxvnni")
+#define KX_I8_NS i8v
+#define KX_I8_VNNI 1
+#define KX_I8_YMM 1
+#include "qlinear_int8.h"
+#pragma GCC pop_options
+#define KX_I8_VARIANT "avxvnni"
+#define KX_I8_VARIANT_DOT "vpdpbusd-ymm"
+#endif
+
+#if defined(KX_I8_VARIANT)
+inline bool i8_vnni(bool allow_vnni) {
+  static const bool has = __builtin_cpu_supports(KX_I8_VARIANT) != 0;
+  return allow_vnni && has;
 }
 template <int F>
-void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r) {
-  return i8_vnni() ? i8v::quant_acts<F>(x, rows, K, q, d, s, r) : i8::quant_acts<F>(x, rows, K, q, d, s, r);
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2,
+                   bool allow_vnni) {
+  if (i8_vnni(allow_vnni)) return i8v::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
+  i8::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
 }
 template <int F>
 void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
-             const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  if (i8_vnni()) return i8v::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+             const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1,
+             bool allow_vnni) {
+  if (i8_vnni(allow_vnni)) return i8v::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
   i8::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
 }
+inline const char* i8_dot(bool allow_vnni) {
+  return i8_vnni(allow_vnni) ? KX_I8_VARIANT_DOT : "vpmaddubsw";
+}
+#else
+template <int F>
+void i8_quant_acts(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2, float* d2,
+                   bool) {
+  i8::quant_acts<F>(x, rows, K, q, d, s, q2, d2);
+}
+template <int F>
+void i8_gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const float* xs, const uint8_t* xq2,
+             const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1, bool) {
+  i8::gemm<F>(w, K, xq, xd, xs, xq2, xd2, M, bias, y, ldy, n0, n1);
+}
+// the one instruction this unit has: VNNI's on the avx512bf16 path, plain C++ on the portable one
+inline const char* i8_dot(bool) {
+#if defined(__AVX512VNNI__)
+  return "vpdpbusd-zmm";
+#else
+  return "scalar";
+#endif
+}
+#endif
 #define KX_I8_QUANT(F) i8_quant_acts<F>
 #define KX_I8_GEMM(F) i8_gemm<F>
-#else
-#define KX_I8_QUANT(F) i8::quant_acts<F>
-#define KX_I8_GEMM(F) i8::gemm<F>
-#endif
 
 // The table's entry: one pass over rows of x (1 to kGemvRows), each specialised on the count so
 // the accumulators stay in registers.
@@ -415,4 +454,5 @@ extern const kx::QLinearTable KX_CAT(kx_qlinear_table_, KX_ISA) = {
     {KX_ISA_NS::dequant_q8_0, KX_ISA_NS::dequant_q4_1},
     {KX_ISA_NS::KX_I8_QUANT(kx::kQ8_0), KX_ISA_NS::KX_I8_QUANT(kx::kQ4_1)},
     {KX_ISA_NS::KX_I8_GEMM(kx::kQ8_0), KX_ISA_NS::KX_I8_GEMM(kx::kQ4_1)},
+    KX_ISA_NS::i8_dot,
 };

@@ -16,15 +16,20 @@ using GemvFn = void (*)(const uint8_t* w, const float* x, const float* xsum, int
 using DequantFn = void (*)(const uint8_t* w, int64_t K, float* out, int64_t o_begin, int64_t o_end);
 
 // The int8 GEMM (qlinear_int8.h). QuantActsFn: `rows` rows of K float32 activations -> per block
-// of 32, int8 values (q, rows x K bytes), the scale (d), for Q4_1 the float sum (s) and, where r
-// is not null, the residual x - d q (rows x K floats).
+// of 32, int8 values (q, rows x K bytes), the scale (d), for Q4_1 the float sum (s) and, where q2
+// is not null, the residual x - d q quantized in turn (q2, d2).
 // GemmI8Fn: y[m * ldy + n] = the block-scaled integer dot products (+ bias[n]) for every m < M
 // and n in [n_begin, n_end), w read from its packed blocks; q2/d2 (or null): the residual's
 // quantized activations, whose products are added (a second pass).
-using QuantActsFn = void (*)(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, float* r);
+// allow_vnni: false runs AVX2's vpmaddubsw where the path also has a VNNI variant (to test and
+// measure it on a VNNI machine); one call passes the same value to both (the variants' activation
+// layouts differ). Int8DotFn: the dot-product instruction the two run with that value.
+using QuantActsFn = void (*)(const float* x, int64_t rows, int64_t K, uint8_t* q, float* d, float* s, uint8_t* q2,
+                             float* d2, bool allow_vnni);
 using GemmI8Fn = void (*)(const uint8_t* w, int64_t K, const uint8_t* q, const float* d, const float* s,
                           const uint8_t* q2, const float* d2, int64_t M, const float* bias, float* y, int64_t ldy,
-                          int64_t n_begin, int64_t n_end);
+                          int64_t n_begin, int64_t n_end, bool allow_vnni);
+using Int8DotFn = const char* (*)(bool allow_vnni);
 
 constexpr int64_t kGemvRows = 4;  // rows of x one GEMV pass serves (the weights are read once per pass)
 
@@ -33,6 +38,7 @@ struct QLinearTable {
   DequantFn dequant[2];
   QuantActsFn quant_acts[2];
   GemmI8Fn gemm_i8[2];
+  Int8DotFn int8_dot;
 };
 
 }  // namespace kx

@@ -17,6 +17,9 @@
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 KX_ISA_TABLE(kx::QLinearTable, kx_qlinear_table)
@@ -45,6 +48,25 @@ std::pair<int64_t, int64_t> packed_shape(const at::Tensor& packed, int format, c
               " packed row holds whole blocks of ", bytes, " bytes, got rows of ", packed.size(1),
               " bytes; pack the weight with quantize_", format_name(format));
   return {packed.size(0), packed.size(1) / bytes * kQBlock};
+}
+
+// Whether the int8 GEMM may take a path's VNNI variant (the avx2 path's AVX-VNNI, the avx512
+// path's AVX512-VNNI) where the CPU has it; false runs AVX2's vpmaddubsw code instead, so that a
+// VNNI machine tests and measures both. KERNEL_EXPLORER_NO_VNNI=1 starts a process with false.
+std::atomic<bool> allow_vnni{std::getenv("KERNEL_EXPLORER_NO_VNNI") == nullptr};
+
+// The int8 GEMM's dot-product instruction on the current path: vpdpbusd-zmm (AVX512-VNNI),
+// vpdpbusd-ymm (AVX-VNNI), vpmaddubsw (AVX2) or scalar (portable).
+std::string int8_dot() { return table().int8_dot(allow_vnni.load()); }
+
+// "maddubs": the AVX2 vpmaddubsw code even where the path has a VNNI variant the CPU runs (the
+// avx512bf16 path has no such code and keeps VNNI); "auto": VNNI where the CPU has it. Returns
+// int8_dot() afterwards.
+std::string set_int8_dot(const std::string& kind) {
+  TORCH_CHECK(kind == "auto" || kind == "maddubs", "set_int8_dot: expected 'auto' (VNNI where the CPU has it) ",
+              "or 'maddubs' (AVX2's vpmaddubsw), got '", kind, "'");
+  allow_vnni = kind == "auto";
+  return int8_dot();
 }
 
 at::Tensor quantize_q8_0(const at::Tensor& weight) { return kx::quantize_weight(weight, kx::kQ8_0, "quantize_q8_0"); }
@@ -143,17 +165,16 @@ void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tens
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
   const bool two = passes >= 2;
   at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kByte));
-  at::Tensor d = at::empty({4, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r, (s_r unused)
-  at::Tensor r = two ? at::empty({M, K}, x.options()) : at::Tensor();
+  at::Tensor d = at::empty({3, M, nb}, at::TensorOptions().dtype(at::kFloat));  // d, s, d_r
   const float* xp = x.data_ptr<float>();
   uint8_t* qp = q.data_ptr<uint8_t>();
   float* dp = d.data_ptr<float>();
-  float* rp = two ? r.data_ptr<float>() : nullptr;
   const int64_t mk = M * K, mb = M * nb;
   const auto quant = table().quant_acts[format];
+  const bool vnni = allow_vnni.load();  // one variant for the activations and the GEMM
   at::parallel_for(0, M, std::max<int64_t>(1, kx::kSerialBelow / K), [&](int64_t b, int64_t e) {
-    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? rp + b * K : nullptr);
-    if (two) quant(rp + b * K, e - b, K, qp + mk + b * K, dp + 2 * mb + b * nb, dp + 3 * mb + b * nb, nullptr);
+    quant(xp + b * K, e - b, K, qp + b * K, dp + b * nb, dp + mb + b * nb, two ? qp + mk + b * K : nullptr,
+          dp + 2 * mb + b * nb, vnni);
   });
   const auto gemm = table().gemm_i8[format];
   float* yp = y.data_ptr<float>();
@@ -161,7 +182,7 @@ void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tens
   const int64_t units = (N + kUnit - 1) / kUnit;
   at::parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
     gemm(w, K, qp, dp, dp + mb, two ? qp + mk : nullptr, dp + 2 * mb, M, bias, yp, N, b * kUnit,
-         std::min(N, e * kUnit));
+         std::min(N, e * kUnit), vnni);
   });
 }
 
@@ -244,6 +265,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
   m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
   m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
+  m.def("int8_dot() -> str", &int8_dot);
+  m.def("set_int8_dot(str kind) -> str", &set_int8_dot);
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
   m.def("reset_isa() -> str", &kx::reset_isa);

@@ -5,8 +5,9 @@ file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by 
 materialising the float weight: a GEMV streaming the blocks for a few rows (decode, float32
 arithmetic), and for many rows (prefill) an int8 GEMM: the activations quantized per block of 32
 to int8 with a float scale, as GGML's Q8 activations are, and integer dot products (AVX512-VNNI,
-or AVX2's maddubs). That is a different numeric path from PyTorch's, not a rounding difference:
-with `int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
+AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`; every one gives the same
+results). That is a different numeric path from PyTorch's, not a rounding difference: with
+`int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
 largest value (error up to about 0.4% of that value; on SmolLM2 a logits KL of 1.9e-3 against
 PyTorch). `int8_passes=2`, the default for float32 activations, quantizes the residual too and
 adds its products in the same sweep (x ~ d q + d_r q_r, about 254 times less error, half the
@@ -125,6 +126,19 @@ def reset_isa() -> str:
     return ops.reset_isa()
 
 
+def int8_dot() -> str:
+    """The int8 GEMM's dot-product instruction on the current path: vpdpbusd-zmm (AVX512-VNNI),
+    vpdpbusd-ymm (AVX-VNNI, the avx2 path where the CPU has it), vpmaddubsw (AVX2) or scalar."""
+    return ops.int8_dot()
+
+
+def set_int8_dot(kind: str) -> str:
+    """'maddubs' runs AVX2's vpmaddubsw code even where the path has a VNNI variant this CPU runs
+    (to test and measure both on one machine; KERNEL_EXPLORER_NO_VNNI=1 starts so), 'auto' takes
+    VNNI where the CPU has it; returns `int8_dot()`."""
+    return ops.set_int8_dot(kind)
+
+
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
 __all__ = [
@@ -132,6 +146,7 @@ __all__ = [
     "BLOCK_BYTES",
     "FORMATS",
     "dequantize",
+    "int8_dot",
     "isa",
     "isa_paths",
     "isa_reason",
@@ -140,5 +155,6 @@ __all__ = [
     "pack_error",
     "quantize",
     "reset_isa",
+    "set_int8_dot",
     "set_isa",
 ]
