@@ -23,7 +23,7 @@ import tempfile
 import time
 
 import torch
-from kernel_ops import interleaved, make_case
+from kernel_ops import choices, interleaved, make_case
 
 from kernel_explorer.measure.stats import median_interval, speedup_interval
 
@@ -38,14 +38,6 @@ OPS = {  # bench/kernel_ops.py's op -> (repository, the op's name in its choices
     "gelu_quick": ("activation", "gelu_quick"),
     "rotary": ("rotary", "rotary"),
 }
-
-
-def choices(module) -> dict[str, str]:
-    """{op at dtype: the candidate it runs} ("silu bfloat16": "avx512bf16 formula"); a repository
-    with one choice for all its ops (or without isa_choices) maps its name to isa()."""
-    if not hasattr(module, "isa_choices"):
-        return {}
-    return {line.split(": ")[0]: line.split(": ")[1].split(" (")[0] for line in module.isa_choices()}
 
 
 def choice_cost(paths: dict[str, str]) -> str:
