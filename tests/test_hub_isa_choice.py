@@ -86,10 +86,11 @@ def test_measured_choice_names_the_other_paths_and_is_cached_per_op(tmp_path: Pa
     assert again == [isa, f"{reason}; measured once on this machine, cached in {file}"]
 
 
-def _plant(file: Path, op: str, path: str, comparisons: str = "planted") -> None:
-    """Replaces op's line in a cache file (what a machine of this key measured)."""
+def _plant(file: Path, op: str, path: str, comparisons: str = "planted", forms: str = "0,0,0,0") -> None:
+    """Replaces op's line in a cache file (what a machine of this key measured): the candidate it
+    runs, the faster form on each path (avx512bf16, avx512, avx2, portable), the comparisons."""
     rows = [line.split("\t") for line in file.read_text().splitlines()]
-    rows = [row for row in rows if row[0] != op] + [[op, path, "0,0,0,0", comparisons, "here (planted)"]]
+    rows = [row for row in rows if row[0] != op] + [[op, path, forms, comparisons, "here (planted)"]]
     file.write_text("".join("\t".join(row) + "\n" for row in rows))
 
 
@@ -121,6 +122,7 @@ def test_two_ops_of_one_repository_run_different_paths_and_the_reason_says_so(tm
     faster = f"1.04x [1.01, 1.06] faster than {majority}"
     _plant(file, "gelu float32", other, f"{faster} | level with x (1.00x [0.9, 1.1])")
     _plant(file, "silu bfloat16", f"{other} formula", f"1.50x [1.40, 1.60] faster than {majority} lookup")
+    _plant(file, "gelu bfloat16", f"{majority} formula", "planted", forms="1,1,1,1")
     isa, reason, *choices = _in_fresh_process("activation", tmp_path, choices=True)
     assert isa == majority
     assert f"; gelu float32 runs {other} (1.04x [1.01, 1.06] faster than {majority})" in reason
@@ -133,7 +135,10 @@ def test_two_ops_of_one_repository_run_different_paths_and_the_reason_says_so(tm
     code = f"m.set_isa({majority!r}); print(*m.isa_choices(), sep='|'); m.reset_isa()"
     pinned, isa_after, reason_after, *_ = _in_fresh_process("activation", tmp_path, code=code, choices=True)
     assert all(line.split(": ")[1].split()[0] == majority for line in pinned.split("|"))
-    assert "silu bfloat16: " + majority + " formula (" not in pinned  # measured only on another path: lookup
+    # a pinned path keeps each op's faster form there where measured: lookup for silu (planted 0),
+    # the formula for gelu (planted 1 on every path)
+    assert f"silu bfloat16: {majority} lookup ({majority}: set by set_isa())" in pinned.split("|")
+    assert f"gelu bfloat16: {majority} formula ({majority}: set by set_isa())" in pinned.split("|")
     assert (isa_after, reason_after) == (isa, reason)
 
 
