@@ -242,3 +242,22 @@ def test_the_measurement_leaves_torchs_threads_and_random_state_alone(tmp_path: 
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
     assert list((tmp_path / "isa-choice").glob("flash_attn-*.txt"))
+
+
+def test_a_large_input_has_its_own_form_where_the_forms_ran_close(tmp_path: Path) -> None:
+    """A 16-bit activation from 4 M elements (its output streams past the cache) measures its own
+    form only where its op's two forms ran close (the order flipped there for GELU-tanh)."""
+    simd = _simd()
+    _in_fresh_process("activation", tmp_path)
+    (file,) = (tmp_path / "isa-choice").glob("activation-*.txt")
+    _plant(file, "silu bfloat16", f"{simd[0]} formula", "planted", forms="1,1,1,1,1.50")
+    _plant(file, "gelu bfloat16", f"{simd[0]} lookup", "planted", forms="0,0,0,0,1.05")
+    rows = [line for line in file.read_text().splitlines() if not line.startswith("gelu bfloat16 large\t")]
+    file.write_text("".join(row + "\n" for row in rows))
+    choices = _in_fresh_process("activation", tmp_path, choices=True)[2:]
+    assert f"silu bfloat16 large: {simd[0]} formula: as silu bfloat16 (its other form 1.50x slower there" in (
+        "\n".join(choices)
+    )
+    (gelu,) = (line for line in choices if line.startswith("gelu bfloat16 large: "))
+    measured = rf"gelu bfloat16 large: {simd[0]} (lookup|formula): .*rounds of gelu bfloat16 large's"
+    assert re.match(measured, gelu)

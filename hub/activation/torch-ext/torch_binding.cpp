@@ -28,9 +28,13 @@ namespace {
 // Each op at each dtype has its own path choice (kx_choice.h), made on its own workload below; a
 // unary op in bfloat16 or float16 also chooses its form: the table lookup below (0) or this path's
 // formula computed (1), the same bits either way.
-const kx::OpChoice& unary_choice(int op, int code);
+// Which form is faster can flip with the size (on one Zen 5 host GELU-tanh's bfloat16 formula beat
+// the lookup by 1.06x at 128 tokens of 11008 and lost by 1.04x from 512, where the output streams
+// past the cache): a 16-bit op from kLargeFrom elements has a size class of its own (kx_choice.h).
+const kx::OpChoice& unary_choice(int op, int code, bool large);
 const kx::OpChoice& gated_choice(int code);
 constexpr int kLookup = 0, kFormula = 1;
+constexpr int64_t kLargeFrom = kx::kStreamFromBytes / 2;
 
 // A unary op on bfloat16 or float16 has only 65,536 inputs. So the first call evaluates this code
 // path's formula (activation_isa.cpp) once on every one of them, and from then on the op is a
@@ -96,7 +100,7 @@ void run_unary(int op, const char* name, at::Tensor& out, const at::Tensor& x) {
   kx::check_out(out, x, name);
   if (x.numel() == 0) return;
   at::Tensor xc = x.contiguous();  // a strided input takes one extra copy, never a wrong result
-  const kx::OpChoice& choice = unary_choice(op, code);
+  const kx::OpChoice& choice = unary_choice(op, code, xc.numel() >= kLargeFrom);
   const kx::ActivationTable& path = table(choice);
   if (code == 0 || kx::current_form(choice) == kFormula) {  // float32: always computed
     path.unary[op][code](xc.data_ptr(), out.data_ptr(), xc.numel());
@@ -170,8 +174,8 @@ at::Tensor silu_and_mul_backward(const at::Tensor& grad, const at::Tensor& x) {
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor g2 = grad.reshape({-1, d});  // an expanded grad (from .sum()) has row stride 0
   if (g2.stride(1) != 1) g2 = g2.contiguous();
-  table(gated_choice(code)).silu_and_mul_backward[code](g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0), dx.data_ptr(),
-                                      x2.size(0), d);
+  table(gated_choice(code)).silu_and_mul_backward[code](g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0),
+                                                        dx.data_ptr(), x2.size(0), d);
   return dx;
 }
 
@@ -186,6 +190,11 @@ template <int Op, int Code>
 void unary_workload() {
   static const at::Tensor x = kx::sample({128, 1536}, at::kFloat, 4.0).to(kx::dtype_of(Code));
   for (int i = 0; i < 2; ++i) unary<Op>(x);
+}
+template <int Op, int Code>
+void large_workload() {  // Llama-7B's intermediate size at 384 tokens: just past kLargeFrom
+  static const at::Tensor x = kx::sample({384, 11008}, at::kFloat, 4.0).to(kx::dtype_of(Code));
+  unary<Op>(x);
 }
 
 constexpr const char* kOpNames[] = {"silu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_quick"};
@@ -207,7 +216,20 @@ const kx::OpChoice unary_slots[kx::kNumUnary][3] = {{KX_UNARY_SLOTS(kx::kSilu)},
                                                     {KX_UNARY_SLOTS(kx::kGeluFast)}, {KX_UNARY_SLOTS(kx::kGeluQuick)}};
 #undef KX_UNARY_SLOTS
 
-const kx::OpChoice& unary_choice(int op, int code) { return unary_slots[op][code]; }
+template <int Op, int Code>
+kx::OpChoice large_slot() {
+  return {"activation", std::string(kOpNames[Op]) + " " + kx::dtype_name(Code) + " large", &large_workload<Op, Code>,
+          unary_slots[Op][Code]};
+}
+#define KX_LARGE_SLOTS(op) large_slot<op, 1>(), large_slot<op, 2>()
+const kx::OpChoice large_slots[kx::kNumUnary][2] = {{KX_LARGE_SLOTS(kx::kSilu)},     {KX_LARGE_SLOTS(kx::kGelu)},
+                                                    {KX_LARGE_SLOTS(kx::kGeluTanh)}, {KX_LARGE_SLOTS(kx::kGeluNew)},
+                                                    {KX_LARGE_SLOTS(kx::kGeluFast)}, {KX_LARGE_SLOTS(kx::kGeluQuick)}};
+#undef KX_LARGE_SLOTS
+
+const kx::OpChoice& unary_choice(int op, int code, bool large) {
+  return large && code != 0 ? large_slots[op][code - 1] : unary_slots[op][code];
+}
 const kx::OpChoice& gated_choice(int code) { return gated_slots[code]; }
 
 }  // namespace

@@ -104,8 +104,15 @@ struct Slot {
   std::vector<std::string> comparisons;  // "1.04x [1.01, 1.06] faster than avx512", one per other candidate
   std::string detail;                    // "here (9 interleaved rounds of ...)"
   int best_form[kIsaCount] = {};         // the faster form on each path (what a pinned path runs)
+  double form_gap = 0;                   // on the winning path, the other form's time / the winner's
   bool cached = false;                   // read from the cache file, not measured in this process
+  int parent = -1;                       // a size class of another op: its path, and a form of its own
 };
+
+// Above this gap between an op's two forms (at its own workload's size), its size classes take
+// the parent's form without measuring: a race that wide does not flip with the size (the closest
+// flip seen: GELU-tanh bfloat16's formula 1.06x faster at 128 tokens, its lookup 1.04x at 512).
+constexpr double kSizeFlipsBelow = 1.25;
 
 struct Repo {
   const char* name = "kernel";
@@ -147,7 +154,15 @@ struct OpChoice {
   int slot;
   OpChoice(const char* repo_name, std::string op, std::function<void()> fn, std::vector<std::string> forms = {})
       : slot(add_slot(repo_name, std::move(op), std::move(fn), std::move(forms))) {}
+  // A size class of `parent` (large inputs): it runs the parent's path, and measures which of the
+  // parent's forms is faster at its own workload's size where the parent found them close.
+  OpChoice(const char* repo_name, std::string op, std::function<void()> fn, const OpChoice& parent)
+      : slot(add_slot(repo_name, std::move(op), std::move(fn), repo().slots[parent.slot]->forms)) {
+    repo().slots[slot]->parent = parent.slot;
+  }
 };
+
+int current_code(int slot);
 
 inline void anchor() {}
 
@@ -215,9 +230,14 @@ inline std::string candidate_name(const Slot& s, int code) {
 // The slot's candidates: every SIMD path this CPU runs (portable only where there is none), in
 // each of its forms.
 inline std::vector<int> candidates(const Slot& s) {
-  const std::vector<int> paths = runnable_isas();
+  std::vector<int> paths = runnable_isas();
   std::vector<int> out;
   const int forms = std::max<int>(1, static_cast<int>(s.forms.size()));
+  if (s.parent >= 0) {  // a size class: the parent's path, in each form
+    const int isa = current_code(s.parent) / kMaxForms;
+    for (int f = 0; f < forms; ++f) out.push_back(isa * kMaxForms + f);
+    return out;
+  }
   for (int i : paths)
     if (i != 3 || paths.size() == 1)
       for (int f = 0; f < forms; ++f) out.push_back(i * kMaxForms + f);
@@ -263,8 +283,11 @@ bool read_cached(Slot& s) {
     for (int code : cands) {
       if (candidate_name(s, code) != f[1]) continue;
       std::vector<std::string> forms = split(f[2], ",");
-      for (int i = 0; i < kIsaCount; ++i)
-        s.best_form[i] = i < static_cast<int>(forms.size()) ? std::clamp(std::atoi(forms[i].c_str()), 0, kMaxForms - 1) : 0;
+      for (int i = 0; i < kIsaCount; ++i) {
+        const int form = i < static_cast<int>(forms.size()) ? std::atoi(forms[i].c_str()) : 0;
+        s.best_form[i] = std::clamp(form, 0, kMaxForms - 1);
+      }
+      s.form_gap = forms.size() > kIsaCount ? std::atof(forms[kIsaCount].c_str()) : 0;
       s.measured = code;
       s.comparisons = split(f[3], " | ");
       s.detail = f[4];
@@ -285,6 +308,7 @@ std::string write_cached(const Slot& s) {
   lines.erase(std::remove_if(lines.begin(), lines.end(), [&](const auto& f) { return f[0] == s.op; }), lines.end());
   std::string forms;
   for (int i = 0; i < kIsaCount; ++i) forms += (i ? "," : "") + std::to_string(s.best_form[i]);
+  forms += "," + std::to_string(s.form_gap);
   lines.push_back({s.op, candidate_name(s, s.measured), forms, join(s.comparisons, " | "), s.detail});
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
@@ -301,9 +325,10 @@ std::string write_cached(const Slot& s) {
 // Times every candidate on the slot's workload: one warm-up call each, then interleaved rounds
 // (the order rotating, so that no path always runs first) until 7 rounds and 10 ms are done, or 15
 // rounds; after 3 rounds a candidate 1.5x slower than the leader even in its best round stops
-// running (a bfloat16 formula that calls Sleef's tanh, 8x slower than its table). Keeps the winner (lowest median), the per-round ratios' range against every other
-// candidate (from 5 rounds on, without the lowest and the highest: a round preempted on a shared
-// machine), and on each path its faster form.
+// running (a bfloat16 formula that calls Sleef's tanh, 8x slower than its table). Keeps the winner
+// (lowest median), the per-round ratios' range against every other candidate (from 5 rounds on,
+// without the lowest and the highest fifth: rounds preempted or slowed by a neighbour on a shared
+// machine), on each path its faster form, and the gap between the forms on the winning path.
 //
 // On one thread: the paths differ in what a core does with each instruction set, and a parallel
 // region's join on a shared, loaded machine waits whole scheduler slices (16 ms for an RMSNorm of
@@ -368,15 +393,22 @@ void measure(Slot& s, const std::vector<int>& cands) {
   for (int i = 0; i < kIsaCount; ++i) {
     double fastest = 0;
     for (size_t j = 0; j < n; ++j)
-      if (cands[j] / kMaxForms == i && (fastest == 0 || med[j] < fastest)) fastest = med[j], s.best_form[i] = cands[j] % kMaxForms;
+      if (cands[j] / kMaxForms == i && (fastest == 0 || med[j] < fastest)) {
+        fastest = med[j];
+        s.best_form[i] = cands[j] % kMaxForms;
+      }
   }
+  s.form_gap = 0;
+  for (size_t j = 0; j < n; ++j)
+    if (j != best && cands[j] / kMaxForms == cands[best] / kMaxForms) s.form_gap = med[j] / med[best];
   s.comparisons.clear();
   for (size_t j = 0; j < n; ++j) {
     if (j == best) continue;
     std::vector<double> ratio(std::min(times[j].size(), times[best].size()));  // the rounds both ran
     for (size_t r = 0; r < ratio.size(); ++r) ratio[r] = times[j][r] / times[best][r];
     std::sort(ratio.begin(), ratio.end());
-    const size_t cut = ratio.size() >= 5 ? 1 : 0;  // one preempted round does not make the range
+    // a round preempted or slowed by a neighbour does not make the range: a fifth of them each side
+    const size_t cut = ratio.size() >= 5 ? ratio.size() / 5 : 0;
     const double lo = ratio[cut], hi = ratio[ratio.size() - 1 - cut];
     std::ostringstream c;
     c.precision(2);
@@ -393,7 +425,7 @@ void measure(Slot& s, const std::vector<int>& cands) {
   d.precision(3);
   d << std::fixed << "here (" << times[best].size() << " interleaved rounds of " << s.op
     << "'s workload on one thread, CPU time, median " << med[best] * 1e3
-    << " ms; the range is the per-round ratios' without the most extreme each side)";
+    << " ms; the range is the per-round ratios' without the most extreme fifth each side)";
   s.detail = d.str();
   s.measured = cands[best];
   s.cached = false;
@@ -447,6 +479,17 @@ int choose(int index) {
     }
     return settle(i * kMaxForms + form, std::string(isa_name(i)) + ": " + who);
   }
+  if (s.parent >= 0) {  // a size class follows its parent unless the parent's forms ran close
+    const int code = current_code(s.parent);
+    const Slot& p = *r.slots[s.parent];
+    if (s.forms.empty() || p.measured < 0 || p.form_gap <= 0 || p.form_gap > kSizeFlipsBelow) {
+      std::ostringstream why;
+      why.precision(2);
+      why << std::fixed << candidate_name(s, code) << ": as " << p.op;
+      if (p.form_gap > 0) why << " (its other form " << p.form_gap << "x slower there: a gap no size flips)";
+      return settle(code, why.str());
+    }
+  }
   const std::vector<int> cands = candidates(s);
   if (cands.size() == 1 || !s.workload) {
     return settle(cands.front(), candidate_name(s, cands.front()) +
@@ -467,7 +510,7 @@ int choose(int index) {
 
 // The running candidate of an op (path index * kMaxForms + form). Inside a parallel region before
 // any choice (a worker cannot time the paths), the widest path runs and nothing is decided.
-inline int current_code(int slot) {
+int current_code(int slot) {
   const int c = repo().slots[slot]->current.load(std::memory_order_acquire);
   if (c >= 0) return c;
   if (at::in_parallel_region()) return runnable_isas().front() * kMaxForms;
@@ -485,8 +528,11 @@ inline int current_isa_index() { return current_isa_index(std::max(repo().whole,
 // The path most ops run (ties: the earliest registered op's), every op's choice made first.
 inline int main_isa() {
   Repo& r = repo();
-  std::vector<int> isa(r.slots.size());
-  for (size_t j = 0; j < isa.size(); ++j) isa[j] = current_isa_index(static_cast<int>(j));
+  std::vector<int> isa;  // the ops' paths (size classes run their op's)
+  for (size_t j = 0; j < r.slots.size(); ++j) {
+    const int code = current_code(static_cast<int>(j));
+    if (r.slots[j]->parent < 0) isa.push_back(code / kMaxForms);
+  }
   int best = isa.front();
   long best_count = 0;
   for (int i : isa) {
@@ -518,7 +564,8 @@ inline std::string isa_reason() {
   const int m = main_isa();
   Repo& r = repo();
   std::lock_guard<std::recursive_mutex> lock(r.mutex);
-  if (r.slots.size() == 1) return r.slots.front()->reason;
+  const long ops = std::count_if(r.slots.begin(), r.slots.end(), [](const Slot* s) { return s->parent < 0; });
+  if (ops == 1) return r.slots.front()->reason;
   const char* who = nullptr;
   if (imposed_isa(who) >= 0) return std::string(isa_name(m)) + ": " + who;
   std::ostringstream out;
@@ -528,15 +575,15 @@ inline std::string isa_reason() {
   for (const Slot* s : r.slots) {
     const int code = s->current.load(std::memory_order_acquire);
     cached = cached || s->cached;
-    if (code / kMaxForms != m) continue;
+    if (code / kMaxForms != m || s->parent >= 0) continue;
     ++same;
     if (!first) first = s;
   }
-  out << isa_name(m) << ": " << same << " of " << r.slots.size() << " ops run it (" << first->op << ": "
+  out << isa_name(m) << ": " << same << " of " << ops << " ops run it (" << first->op << ": "
       << (first->measured >= 0 ? join(first->comparisons, ", ") + " " + first->detail : first->reason) << ")";
   for (const Slot* s : r.slots) {
     const int code = s->current.load(std::memory_order_acquire);
-    if (code / kMaxForms == m) continue;
+    if (code / kMaxForms == m || s->parent >= 0) continue;
     std::vector<std::string> against;
     for (const std::string& c : s->comparisons)
       if (compares_with(c, m)) against.push_back(c);
