@@ -125,6 +125,14 @@ def interleaved(
 
 # bench op -> the op's name in its repository's isa_choices() ("silu bfloat16: avx512bf16 formula: ...")
 CHOICE_NAMES = {"rmsnorm": "rms_norm"}
+LARGE_FROM = 4 * 2**20  # elements: a 16-bit activation's own size class ("gelu bfloat16 large")
+
+
+def choice_key(op: str, dtype_name: str, tokens: int, known: dict[str, str]) -> str:
+    """The name of the choice a cell's kernel call runs under."""
+    key = f"{CHOICE_NAMES.get(op, op)} {dtype_name}"
+    large = f"{key} large"
+    return large if large in known and tokens * INTERMEDIATE >= LARGE_FROM else key
 
 
 def choices(module) -> dict[str, str]:
@@ -232,7 +240,7 @@ def main() -> None:
                         [case.eager, compiled_call, case.kernel, case.kernel_out], clock=clock
                     )
                 repo = "rmsnorm" if op == "rmsnorm" else "rotary" if op == "rotary" else "activation"
-                path = paths[repo].get(f"{CHOICE_NAMES.get(op, op)} {dtype_name}", hub[repo].isa())
+                path = paths[repo].get(choice_key(op, dtype_name, tokens, paths[repo]), hub[repo].isa())
                 med = [statistics.median(t) * 1e6 for t in (t_eager, t_comp, t_kern, t_out)]
                 r_eager_i = speedup_interval([e / k for e, k in zip(t_eager, t_kern, strict=True)])
                 r_eager = r_eager_i.median
