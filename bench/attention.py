@@ -9,8 +9,8 @@ Transformers' flash-attention wrapper calls it (`flash_attn_func` on the transpo
 first); each cell reports medians with 95% intervals, the median per-pair speedup with its
 interval (kernel_explorer.measure.stats), prefill GFLOP/s, and the issue's target. The anchor is
 this machine's float32 matmul GFLOP/s (1024^3), measured in the same run. Every SIMD code path
-this CPU runs gets its own rows (`--isa` picks some), after the path the kernel's dispatch chose
-by measurement and why (hub/common/csrc/kx_choice.h).
+this CPU runs gets its own rows (`--isa` picks some), after the path each case's dispatch chose
+by measurement (per dtype, prefill or decode) and why (hub/common/csrc/kx_choice.h).
 
     python bench/attention.py                      # 2 threads, both dtypes, every path
     python bench/attention.py --threads 1 --dtypes float32
@@ -129,14 +129,17 @@ def main() -> None:
     from kernel_explorer.builder import build_repo
 
     fa = get_local_kernel(build_repo("flash_attn", progress=False).repo_path)
-    chosen = fa.isa()
+    # each dtype, prefill and decode, has its own choice: "attention prefill bfloat16: avx512bf16: ..."
+    chosen = {line.split(": ")[0]: line.split(": ")[1] for line in fa.isa_choices()}
     paths = args.isa or [p for p in fa.isa_paths() if p != "portable"] or ["portable"]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"kernel paths {', '.join(fa.isa_paths())}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {args.clock} clock"
     )
-    print(f"dispatch chose {chosen}: {fa.isa_reason()}")
+    print(f"dispatch: {fa.isa_reason()}")
+    for line in fa.isa_choices():
+        print(f"  {line}")
     print(f"anchor: float32 matmul 1024^3: {matmul_gflops(args.seconds)}")
     print(
         "path        case     q x k       dtype     SDPA median [95%]          kernel median [95%]        "
@@ -146,10 +149,11 @@ def main() -> None:
         fa.set_isa(isa)
         for dtype in (getattr(torch, d) for d in args.dtypes):
             for kind, lq, lk in CASES:
-                mark = "*" if isa == chosen else " "
+                key = f"attention {'decode' if lq == 1 else 'prefill'} {str(dtype)[6:]}"
+                mark = "*" if isa == chosen.get(key) else " "
                 print(f"{isa + mark:<12}" + run_case(fa, kind, lq, lk, dtype, args.seconds), flush=True)
-    fa.set_isa(chosen)
-    print("* the path dispatch chose")
+    fa.reset_isa()
+    print("* the path dispatch chose for that dtype, prefill or decode")
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ Effective bandwidth is compared with this machine's copy bandwidth, measured by 
 
     python bench/kernel_ops.py                 # the full grid (a few minutes)
     python bench/kernel_ops.py --tokens 1 512 --dtypes bfloat16 --ops rmsnorm silu_and_mul
+    python bench/kernel_ops.py --threads 1 --clock cpu   # one thread's CPU time: a loaded machine
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -22,6 +24,8 @@ import torch
 import torch.nn.functional as F
 import transformers.activations as A
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from kernel_explorer.measure.stats import speedup_interval
 
 HIDDEN, INTERMEDIATE, HEADS, HEAD_DIM = 4096, 11008, 32, 128
 TARGET_SECONDS = 0.25  # per implementation per cell
@@ -119,6 +123,26 @@ def interleaved(
     return times
 
 
+# bench op -> the op's name in its repository's isa_choices() ("silu bfloat16: avx512bf16 formula: ...")
+CHOICE_NAMES = {"rmsnorm": "rms_norm"}
+LARGE_FROM = 4 * 2**20  # elements: a 16-bit activation's own size class ("gelu bfloat16 large")
+
+
+def choice_key(op: str, dtype_name: str, tokens: int, known: dict[str, str]) -> str:
+    """The name of the choice a cell's kernel call runs under."""
+    key = f"{CHOICE_NAMES.get(op, op)} {dtype_name}"
+    large = f"{key} large"
+    return large if large in known and tokens * INTERMEDIATE >= LARGE_FROM else key
+
+
+def choices(module) -> dict[str, str]:
+    """{op at dtype: the candidate it runs} ("silu bfloat16": "avx512bf16 formula"), every op of the
+    repository chosen first; {} for a repository with one choice for all its ops."""
+    if not hasattr(module, "isa_choices"):
+        return {}
+    return {line.split(": ")[0]: line.split(": ")[1].split(" (")[0] for line in module.isa_choices()}
+
+
 def copy_bandwidth() -> float:
     """GB/s of a large tensor copy (read + write) with torch's threads: the memory roof here."""
     src = torch.ones(64 * 2**20)  # 256 MiB
@@ -144,6 +168,16 @@ def main() -> None:
     ]
     parser.add_argument("--ops", nargs="+", default=ops, choices=ops)
     parser.add_argument(
+        "--pin",
+        help="every op on one candidate, e.g. 'avx512bf16 lookup' (set_isa), not each op's own choice",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: process CPU time (needs --threads 1): a loaded machine's waits for a core do not count",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         help="torch threads (default: torch's). On a shared 2-core guest, 1 thread keeps a preempted "
@@ -152,15 +186,29 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.clock == "cpu" and torch.get_num_threads() != 1:
+        parser.error("--clock cpu measures one thread's work: add --threads 1")
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
     from kernels import get_local_kernel
 
     from kernel_explorer.builder import build_hub
 
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False)}
+    if args.pin:  # every op on one candidate: the dispatch before per-op choice was "<widest> lookup"
+        for module in hub.values():
+            try:
+                module.set_isa(args.pin)
+            except RuntimeError:  # a repository without forms takes the path alone
+                module.set_isa(args.pin.split()[0])
     roof = copy_bandwidth()
     threads = torch.get_num_threads()
-    print(f"torch {torch.__version__}, {threads} threads, {isa_env.describe(hub['activation'].isa())}")
+    print(
+        f"torch {torch.__version__}, {threads} threads, load {os.getloadavg()[0]:.1f}, "
+        f"{'process CPU time' if args.clock == 'cpu' else 'wall clock'}; "
+        f"{isa_env.describe(hub['activation'].isa())}; each cell's path: the path column"
+    )
+    paths = {name: choices(module) for name, module in hub.items()}
     print(f"copy bandwidth (256 MiB, read+write): {roof:.1f} GB/s")
     # what a call costs before any work: the floor under the one-token cells
     one = torch.ones(1)
@@ -174,7 +222,8 @@ def main() -> None:
     header = (
         f"{'op':<13}{'dtype':<10}{'tokens':>6}  {'eager us':>9}{'compile us':>11}"
         f"{'kernel us':>10}{'out= us':>9}"
-        f"  {'x eager':>8}{'x compile':>10}{'out x eager':>12}{'GB/s':>7}{'% copy':>7}  notes"
+        f"  {'x eager [95%]':>20}{'x compile':>10}{'out x eager':>12}{'GB/s':>7}{'% copy':>7}"
+        f"  {'path':<19}notes"
     )
     print(header)
     print("-" * len(header))
@@ -188,10 +237,13 @@ def main() -> None:
                 case, compiled_call = make_case(op, tokens, dtype, hub, compiled)
                 with torch.inference_mode():
                     t_eager, t_comp, t_kern, t_out = interleaved(
-                        [case.eager, compiled_call, case.kernel, case.kernel_out]
+                        [case.eager, compiled_call, case.kernel, case.kernel_out], clock=clock
                     )
+                repo = "rmsnorm" if op == "rmsnorm" else "rotary" if op == "rotary" else "activation"
+                path = paths[repo].get(choice_key(op, dtype_name, tokens, paths[repo]), hub[repo].isa())
                 med = [statistics.median(t) * 1e6 for t in (t_eager, t_comp, t_kern, t_out)]
-                r_eager = statistics.median(e / k for e, k in zip(t_eager, t_kern, strict=True))
+                r_eager_i = speedup_interval([e / k for e, k in zip(t_eager, t_kern, strict=True)])
+                r_eager = r_eager_i.median
                 r_comp = statistics.median(c / k for c, k in zip(t_comp, t_kern, strict=True))
                 r_out = statistics.median(e / k for e, k in zip(t_eager, t_out, strict=True))
                 gbs = case.nbytes / (med[3] * 1e-6) / 1e9
@@ -208,7 +260,8 @@ def main() -> None:
                 print(
                     f"{op:<13}{dtype_name:<10}{tokens:>6}  {med[0]:>9.1f}{med[1]:>11.1f}"
                     f"{med[2]:>10.1f}{med[3]:>9.1f}"
-                    f"  {r_eager:>7.2f}x{r_comp:>9.2f}x{r_out:>11.2f}x{gbs:>7.1f}{100 * gbs / roof:>6.0f}%  "
+                    f"  {r_eager:>6.2f}x [{r_eager_i.low:.2f}, {r_eager_i.high:.2f}]"
+                    f"{r_comp:>9.2f}x{r_out:>11.2f}x{gbs:>7.1f}{100 * gbs / roof:>6.0f}%  {path:<19}"
                     + "; ".join(notes),
                     flush=True,
                 )

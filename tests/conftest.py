@@ -58,5 +58,5 @@ def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
     for module in hub.values():
         module.set_isa(request.param)
     yield request.param
-    for module in hub.values():
-        module.reset_isa()  # the measured choice again, with its reason
+    for module in hub.values():  # back to each op's own measured path (set_isa pins every op)
+        module.reset_isa()

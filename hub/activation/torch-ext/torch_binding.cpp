@@ -25,21 +25,32 @@ KX_ISA_TABLE(kx::ActivationTable, kx_activation_table)
 
 namespace {
 
+// Each op at each dtype has its own path choice (kx_choice.h), made on its own workload below; a
+// unary op in bfloat16 or float16 also chooses its form: the table lookup below (0) or this path's
+// formula computed (1), the same bits either way.
+// Which form is faster can flip with the size (on one Zen 5 host GELU-tanh's bfloat16 formula beat
+// the lookup by 1.06x at 128 tokens of 11008 and lost by 1.04x from 512, where the output streams
+// past the cache): a 16-bit op from kLargeFrom elements has a size class of its own (kx_choice.h).
+const kx::OpChoice& unary_choice(int op, int code, bool large);
+const kx::OpChoice& gated_choice(int code);
+constexpr int kLookup = 0, kFormula = 1;
+constexpr int64_t kLargeFrom = kx::kStreamFromBytes / 2;
+
 // A unary op on bfloat16 or float16 has only 65,536 inputs. So the first call evaluates this code
 // path's formula (activation_isa.cpp) once on every one of them, and from then on the op is a
 // table lookup: the same bits as the formula, for a load per element instead of 20 to 60 float32
 // operations (NewGELU's bitwise-eager roundings are the most). The table is 128 KiB, one per code
 // path, op and 16-bit dtype, built in tens of microseconds and kept for the process.
-const uint16_t* value_table(int op, int code) {
+const uint16_t* value_table(const kx::ActivationTable& path, int op, int code) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, int>, std::unique_ptr<uint16_t[]>> tables;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<uint16_t[]>& values = tables[{&table(), op, code}];
+  std::unique_ptr<uint16_t[]>& values = tables[{&path, op, code}];
   if (!values) {
     std::vector<uint16_t> every(65536);
     std::iota(every.begin(), every.end(), uint16_t{0});
     values.reset(new uint16_t[65536 + 2]());  // a spare entry: a 32-bit gather of the last one stays inside
-    table().unary[op][code](every.data(), values.get(), 65536);
+    path.unary[op][code](every.data(), values.get(), 65536);
   }
   return values.get();
 }
@@ -89,10 +100,12 @@ void run_unary(int op, const char* name, at::Tensor& out, const at::Tensor& x) {
   kx::check_out(out, x, name);
   if (x.numel() == 0) return;
   at::Tensor xc = x.contiguous();  // a strided input takes one extra copy, never a wrong result
-  if (code == 0) {  // float32: computed; bfloat16 and float16: looked up
-    table().unary[op][code](xc.data_ptr(), out.data_ptr(), xc.numel());
+  const kx::OpChoice& choice = unary_choice(op, code, xc.numel() >= kLargeFrom);
+  const kx::ActivationTable& path = table(choice);
+  if (code == 0 || kx::current_form(choice) == kFormula) {  // float32: always computed
+    path.unary[op][code](xc.data_ptr(), out.data_ptr(), xc.numel());
   } else {
-    lookup16(value_table(op, code), static_cast<const uint16_t*>(xc.data_ptr()),
+    lookup16(value_table(path, op, code), static_cast<const uint16_t*>(xc.data_ptr()),
              static_cast<uint16_t*>(out.data_ptr()), xc.numel());
   }
 }
@@ -128,8 +141,9 @@ void silu_and_mul_out(at::Tensor& out, const at::Tensor& x) {
   if (out.numel() == 0) return;
   at::Tensor xc = x.contiguous();
   int64_t rows = xc.numel() / (2 * d);
-  const uint16_t* silu_table = code == 0 ? nullptr : value_table(kx::kSilu, code);
-  table().silu_and_mul[code](xc.data_ptr(), out.data_ptr(), rows, d, 2 * d, d, silu_table);
+  const kx::ActivationTable& path = table(gated_choice(code));
+  const uint16_t* silu_table = code == 0 ? nullptr : value_table(path, kx::kSilu, code);
+  path.silu_and_mul[code](xc.data_ptr(), out.data_ptr(), rows, d, 2 * d, d, silu_table);
 }
 
 at::Tensor silu_and_mul(const at::Tensor& x) {
@@ -160,22 +174,64 @@ at::Tensor silu_and_mul_backward(const at::Tensor& grad, const at::Tensor& x) {
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor g2 = grad.reshape({-1, d});  // an expanded grad (from .sum()) has row stride 0
   if (g2.stride(1) != 1) g2 = g2.contiguous();
-  table().silu_and_mul_backward[code](g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0), dx.data_ptr(),
-                                      x2.size(0), d);
+  table(gated_choice(code)).silu_and_mul_backward[code](g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0),
+                                                        dx.data_ptr(), x2.size(0), d);
   return dx;
 }
 
-// What the measured dispatch times (kx_choice.h): SmolLM2's SiLU-and-mul at 128 tokens in float32
-// and bfloat16, and a GELU-tanh (the formula, not the bfloat16 lookup, differs between paths).
-void workload() {
-  static const at::Tensor x = kx::sample({128, 3072}, at::kFloat, 4.0), xb = x.to(at::kBFloat16);
-  for (int i = 0; i < 4; ++i) {
-    silu_and_mul(x);
-    silu_and_mul(xb);
-    unary<kx::kGeluTanh>(x);
-  }
+// What the measured dispatch times (kx_choice.h), per op and dtype: SmolLM2's SiLU-and-mul and the
+// unary activations at 128 tokens (intermediate size 1536).
+template <int Code>
+void gated_workload() {
+  static const at::Tensor x = kx::sample({128, 3072}, at::kFloat, 4.0).to(kx::dtype_of(Code));
+  for (int i = 0; i < 2; ++i) silu_and_mul(x);
 }
-const kx::Workload measured("activation", &workload);
+template <int Op, int Code>
+void unary_workload() {
+  static const at::Tensor x = kx::sample({128, 1536}, at::kFloat, 4.0).to(kx::dtype_of(Code));
+  for (int i = 0; i < 2; ++i) unary<Op>(x);
+}
+template <int Op, int Code>
+void large_workload() {  // Llama-7B's intermediate size at 512 tokens (at 384, just past kLargeFrom, the
+  // forms of GELU-tanh bfloat16 ran level, and the lookup won by 1.04x from 512 tokens on)
+  static const at::Tensor x = kx::sample({512, 11008}, at::kFloat, 4.0).to(kx::dtype_of(Code));
+  unary<Op>(x);
+}
+
+constexpr const char* kOpNames[] = {"silu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_quick"};
+
+template <int Op, int Code>
+kx::OpChoice unary_slot() {
+  std::vector<std::string> forms;
+  if (Code != 0) forms = {"lookup", "formula"};
+  return {"activation", std::string(kOpNames[Op]) + " " + kx::dtype_name(Code), &unary_workload<Op, Code>, forms};
+}
+
+// Registered in this order: SiLU-and-mul first (the op SmolLM2 runs), then the unary ops.
+const kx::OpChoice gated_slots[3] = {{"activation", "silu_and_mul float32", &gated_workload<0>},
+                                     {"activation", "silu_and_mul bfloat16", &gated_workload<1>},
+                                     {"activation", "silu_and_mul float16", &gated_workload<2>}};
+#define KX_UNARY_SLOTS(op) unary_slot<op, 0>(), unary_slot<op, 1>(), unary_slot<op, 2>()
+const kx::OpChoice unary_slots[kx::kNumUnary][3] = {{KX_UNARY_SLOTS(kx::kSilu)},     {KX_UNARY_SLOTS(kx::kGelu)},
+                                                    {KX_UNARY_SLOTS(kx::kGeluTanh)}, {KX_UNARY_SLOTS(kx::kGeluNew)},
+                                                    {KX_UNARY_SLOTS(kx::kGeluFast)}, {KX_UNARY_SLOTS(kx::kGeluQuick)}};
+#undef KX_UNARY_SLOTS
+
+template <int Op, int Code>
+kx::OpChoice large_slot() {
+  return {"activation", std::string(kOpNames[Op]) + " " + kx::dtype_name(Code) + " large", &large_workload<Op, Code>,
+          unary_slots[Op][Code]};
+}
+#define KX_LARGE_SLOTS(op) large_slot<op, 1>(), large_slot<op, 2>()
+const kx::OpChoice large_slots[kx::kNumUnary][2] = {{KX_LARGE_SLOTS(kx::kSilu)},     {KX_LARGE_SLOTS(kx::kGelu)},
+                                                    {KX_LARGE_SLOTS(kx::kGeluTanh)}, {KX_LARGE_SLOTS(kx::kGeluNew)},
+                                                    {KX_LARGE_SLOTS(kx::kGeluFast)}, {KX_LARGE_SLOTS(kx::kGeluQuick)}};
+#undef KX_LARGE_SLOTS
+
+const kx::OpChoice& unary_choice(int op, int code, bool large) {
+  return large && code != 0 ? large_slots[op][code - 1] : unary_slots[op][code];
+}
+const kx::OpChoice& gated_choice(int code) { return gated_slots[code]; }
 
 }  // namespace
 
@@ -200,6 +256,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("reset_isa() -> str", &kx::reset_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);
   m.def("isa_paths() -> str[]", &kx::isa_paths);
+  m.def("isa_choices() -> str[]", &kx::isa_choices);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

@@ -34,10 +34,12 @@
 
 namespace kx {
 
-// The path chosen by measurement (kx_choice.h), or forced; one table per ISA unit.
+// The path chosen by measurement (kx_choice.h), or forced; one table per ISA unit. `slot` is an
+// op's own choice (OpChoice::slot); -1 the repository-wide one (Workload).
 template <typename Table>
-inline const Table& pick(const Table& avx512bf16, const Table& avx512, const Table& avx2, const Table& portable) {
-  switch (current_isa_index()) {
+inline const Table& pick(const Table& avx512bf16, const Table& avx512, const Table& avx2, const Table& portable,
+                         int slot = -1) {
+  switch (slot < 0 ? current_isa_index() : current_isa_index(slot)) {
 #if defined(KX_HAVE_AVX512)
     case 0: return avx512bf16;
     case 1: return avx512;
@@ -66,6 +68,16 @@ inline int dtype_code(const at::Tensor& t, const char* op) {
                   "; keep this layer on PyTorch for that dtype");
   }
   return -1;
+}
+
+// The dtype of a storage code, and its name in an op's choice ("silu bfloat16").
+inline at::ScalarType dtype_of(int code) {
+  static const at::ScalarType types[3] = {at::kFloat, at::kBFloat16, at::kHalf};
+  return types[code];
+}
+inline const char* dtype_name(int code) {
+  static const char* names[3] = {"float32", "bfloat16", "float16"};
+  return names[code];
 }
 
 inline void check_out(const at::Tensor& out, const at::Tensor& like, const char* op) {
@@ -199,15 +211,20 @@ inline torch::CppFunction out_form_autograd_kernel() {
 #define KX_CAT(a, b) KX_CAT_(a, b)
 
 // Declares the per-ISA tables `<prefix>_avx512bf16/_avx512/_avx2/_portable` that the ISA units
-// define, and `table()`, the one this CPU runs. Use once, at global scope, in a registration unit.
+// define, `table()`, the one this CPU runs for the repository-wide choice, and `table(op)`, the one
+// an op's own choice (a kx::OpChoice) runs. Use once, at global scope, in a registration unit.
 #if defined(KX_HAVE_AVX512) && defined(KX_HAVE_AVX2)
-#define KX_ISA_TABLE(Type, prefix)                                                                \
-  extern const Type prefix##_avx512bf16, prefix##_avx512, prefix##_avx2, prefix##_portable;      \
-  static const Type& table() {                                                                   \
-    return kx::pick(prefix##_avx512bf16, prefix##_avx512, prefix##_avx2, prefix##_portable);     \
+#define KX_ISA_TABLE(Type, prefix)                                                                      \
+  extern const Type prefix##_avx512bf16, prefix##_avx512, prefix##_avx2, prefix##_portable;            \
+  [[maybe_unused]] static const Type& table() {                                                        \
+    return kx::pick(prefix##_avx512bf16, prefix##_avx512, prefix##_avx2, prefix##_portable);           \
+  }                                                                                                    \
+  [[maybe_unused]] static const Type& table(const kx::OpChoice& op) {                                  \
+    return kx::pick(prefix##_avx512bf16, prefix##_avx512, prefix##_avx2, prefix##_portable, op.slot);  \
   }
 #else
-#define KX_ISA_TABLE(Type, prefix)     \
-  extern const Type prefix##_portable; \
-  static const Type& table() { return prefix##_portable; }
+#define KX_ISA_TABLE(Type, prefix)                                                                  \
+  extern const Type prefix##_portable;                                                             \
+  [[maybe_unused]] static const Type& table() { return prefix##_portable; }                        \
+  [[maybe_unused]] static const Type& table(const kx::OpChoice&) { return prefix##_portable; }
 #endif

@@ -40,6 +40,10 @@ std::vector<int64_t> offsets(const at::Tensor& cu, int64_t total, const char* na
 // Dense: q (batch, seqlen_q, heads, d), k/v (batch, seqlen_k, kv_heads, d), optional seqused_k
 // (batch,) keys per sequence. Varlen: q (total_q, heads, d), k/v (total_k, kv_heads, d) with
 // cu_seqlens_q/k (batch + 1,). lse is (batch, heads, seqlen_q) or (heads, total_q), float32.
+// Each dtype, in prefill and in decode (one query token per sequence), has its own path choice
+// (kx_choice.h), made on its own workload below.
+const kx::OpChoice& op_for(int code, bool decode);
+
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                        const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
                                        const std::optional<at::Tensor>& seqused_k, double scale, bool causal) {
@@ -104,7 +108,8 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   p.lse_tok = 1, p.lse_head = varlen ? q.size(0) : q.size(1);
   p.head_dim = D, p.group = H / Hk, p.scale = static_cast<float>(scale), p.causal = causal;
 
-  const kx::AttnTable& tab = table();
+  const bool decode = varlen ? q.size(0) <= B : q.size(1) == 1;
+  const kx::AttnTable& tab = table(op_for(dc, decode));
   const int64_t nq_block = std::max<int64_t>(1, tab.rows_per_task / p.group);
   // Base tasks (sequence, KV head, query block), then key splits where they are too few to keep
   // every thread busy (decode: one query token against a long cache).
@@ -201,19 +206,29 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   return {out, lse};
 }
 
-// What the measured dispatch times (kx_choice.h): SmolLM2's attention (9 query heads, 3 KV heads,
-// head_dim 64), causal prefill of 512 tokens in float32 and of 256 in bfloat16, and one decode
-// step against 512 cached tokens.
-void workload() {
-  static const at::Tensor q = kx::sample({1, 512, 9, 64}), k = kx::sample({1, 512, 3, 64}, at::kFloat, 2.0),
-                          v = kx::sample({1, 512, 3, 64}, at::kFloat, 0.5);
-  static const at::Tensor qb = q.narrow(1, 0, 256).to(at::kBFloat16), kb = k.narrow(1, 0, 256).to(at::kBFloat16),
-                          vb = v.narrow(1, 0, 256).to(at::kBFloat16), q1 = q.narrow(1, 0, 1).contiguous();
+// What the measured dispatch times (kx_choice.h), per dtype: SmolLM2's attention (9 query heads,
+// 3 KV heads, head_dim 64), a causal prefill of 256 tokens, and 4 decode steps against 512 cached.
+template <int Code>
+void prefill() {
+  static const at::ScalarType t = kx::dtype_of(Code);
+  static const at::Tensor q = kx::sample({1, 256, 9, 64}, t), k = kx::sample({1, 256, 3, 64}, t, 2.0),
+                          v = kx::sample({1, 256, 3, 64}, t, 0.5);
   fwd(q, k, v, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
-  fwd(qb, kb, vb, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
-  for (int i = 0; i < 4; ++i) fwd(q1, k, v, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
 }
-const kx::Workload measured("flash_attn", &workload);
+template <int Code>
+void decode() {
+  static const at::ScalarType t = kx::dtype_of(Code);
+  static const at::Tensor q = kx::sample({1, 1, 9, 64}, t), k = kx::sample({1, 512, 3, 64}, t, 2.0),
+                          v = kx::sample({1, 512, 3, 64}, t, 0.5);
+  for (int i = 0; i < 4; ++i) fwd(q, k, v, std::nullopt, std::nullopt, std::nullopt, 0.125, true);
+}
+const kx::OpChoice by_dtype[3][2] = {
+    {{"flash_attn", "attention prefill float32", &prefill<0>}, {"flash_attn", "attention decode float32", &decode<0>}},
+    {{"flash_attn", "attention prefill bfloat16", &prefill<1>},
+     {"flash_attn", "attention decode bfloat16", &decode<1>}},
+    {{"flash_attn", "attention prefill float16", &prefill<2>},
+     {"flash_attn", "attention decode float16", &decode<2>}}};
+const kx::OpChoice& op_for(int code, bool decode) { return by_dtype[code][decode]; }
 
 }  // namespace
 
@@ -226,6 +241,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("reset_isa() -> str", &kx::reset_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);
   m.def("isa_paths() -> str[]", &kx::isa_paths);
+  m.def("isa_choices() -> str[]", &kx::isa_choices);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) { m.impl("fwd", &fwd); }

@@ -18,6 +18,9 @@ at::ScalarType out_dtype(const at::Tensor& x, const at::Tensor& w) {
   return x.scalar_type() == w.scalar_type() ? x.scalar_type() : at::kFloat;
 }
 
+// Each input dtype has its own path choice (kx_choice.h), made on its own workload below.
+const kx::OpChoice& op_for(int code);
+
 void rms_norm_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps) {
   int xc = kx::dtype_code(x, "rms_norm");
   int wc = kx::dtype_code(weight, "rms_norm (weight)");
@@ -32,7 +35,7 @@ void rms_norm_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& weight
   at::Tensor x2 = x.reshape({-1, hidden});
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor w = weight.contiguous();
-  table().fn[xc][wc](x2.data_ptr(), x2.stride(0), w.data_ptr(), out.data_ptr(), x2.size(0), hidden,
+  table(op_for(xc)).fn[xc][wc](x2.data_ptr(), x2.stride(0), w.data_ptr(), out.data_ptr(), x2.size(0), hidden,
                      static_cast<float>(eps));
 }
 
@@ -74,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
   int64_t chunks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
   at::Tensor partial = weight_grad ? at::zeros({chunks, hidden}, x.options().dtype(at::kFloat)) : at::Tensor();
   float* dw = weight_grad ? partial.data_ptr<float>() : nullptr;
-  auto fn = table().bwd[xc][wc];
+  auto fn = table(op_for(xc)).bwd[xc][wc];
   auto run = [&](int64_t c) {
     fn(g2.data_ptr(), g2.stride(0), x2.data_ptr(), x2.stride(0), w.data_ptr(), dx.data_ptr(),
        dw ? dw + c * hidden : nullptr, c * kRowsPerPartial, std::min(rows, (c + 1) * kRowsPerPartial), hidden,
@@ -89,16 +92,16 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
   return {dx, dweight};
 }
 
-// What the measured dispatch times (kx_choice.h): SmolLM2's RMSNorm at 256 tokens, float32 and bfloat16.
+// What the measured dispatch times (kx_choice.h), per input dtype: SmolLM2's RMSNorm at 256 tokens.
+template <int Code>
 void workload() {
-  static const at::Tensor x = kx::sample({256, 576}), w = kx::sample({576}), xb = x.to(at::kBFloat16),
-                          wb = w.to(at::kBFloat16);
-  for (int i = 0; i < 8; ++i) {
-    rms_norm(x, w, 1e-5);
-    rms_norm(xb, wb, 1e-5);
-  }
+  static const at::Tensor x = kx::sample({256, 576}, kx::dtype_of(Code)), w = kx::sample({576}, kx::dtype_of(Code));
+  for (int i = 0; i < 6; ++i) rms_norm(x, w, 1e-5);
 }
-const kx::Workload measured("rmsnorm", &workload);
+const kx::OpChoice by_dtype[3] = {{"rmsnorm", "rms_norm float32", &workload<0>},
+                                  {"rmsnorm", "rms_norm bfloat16", &workload<1>},
+                                  {"rmsnorm", "rms_norm float16", &workload<2>}};
+const kx::OpChoice& op_for(int code) { return by_dtype[code]; }
 
 }  // namespace
 
@@ -111,6 +114,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("reset_isa() -> str", &kx::reset_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);
   m.def("isa_paths() -> str[]", &kx::isa_paths);
+  m.def("isa_choices() -> str[]", &kx::isa_choices);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

@@ -9,6 +9,9 @@ KX_ISA_TABLE(kx::RotaryTable, kx_rotary_table)
 
 namespace {
 
+// Each dtype has its own path choice (kx_choice.h), made on its own workload below.
+const kx::OpChoice& op_for(int code);
+
 // Rotates x into `out` (contiguous, x's shape and dtype), or into a new tensor when out is undefined.
 at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, int code,
                   at::Tensor out = {}) {
@@ -37,7 +40,7 @@ at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tenso
     for (int t = 0; t < 3; ++t) index.strides[t][dim] = tensors[t]->stride(dim);
   }
   int64_t d = x.size(-1);
-  table().fn[code](x.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(), x.numel() / d, d, index);
+  table(op_for(code)).fn[code](x.data_ptr(), c.data_ptr(), s.data_ptr(), out.data_ptr(), x.numel() / d, d, index);
   return out;
 }
 
@@ -66,18 +69,18 @@ void apply_rotary_out(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q,
   rotate(k, c, s, code, k_out);
 }
 
-// What the measured dispatch times (kx_choice.h): SmolLM2's rotary at 256 tokens, float32 and bfloat16.
+// What the measured dispatch times (kx_choice.h), per dtype: SmolLM2's rotary at 128 tokens.
+template <int Code>
 void workload() {
-  static const at::Tensor q = kx::sample({1, 9, 256, 64}), k = kx::sample({1, 3, 256, 64}),
-                          cos = kx::sample({1, 256, 64}), sin = kx::sample({1, 256, 64}, at::kFloat, 0.5);
-  static const at::Tensor qb = q.to(at::kBFloat16), kb = k.to(at::kBFloat16), cb = cos.to(at::kBFloat16),
-                          sb = sin.to(at::kBFloat16);
-  for (int i = 0; i < 4; ++i) {
-    apply_rotary(q, k, cos, sin, 1);
-    apply_rotary(qb, kb, cb, sb, 1);
-  }
+  static const at::ScalarType t = kx::dtype_of(Code);
+  static const at::Tensor q = kx::sample({1, 9, 128, 64}, t), k = kx::sample({1, 3, 128, 64}, t),
+                          cos = kx::sample({1, 128, 64}, t), sin = kx::sample({1, 128, 64}, t, 0.5);
+  for (int i = 0; i < 4; ++i) apply_rotary(q, k, cos, sin, 1);
 }
-const kx::Workload measured("rotary", &workload);
+const kx::OpChoice by_dtype[3] = {{"rotary", "rotary float32", &workload<0>},
+                                  {"rotary", "rotary bfloat16", &workload<1>},
+                                  {"rotary", "rotary float16", &workload<2>}};
+const kx::OpChoice& op_for(int code) { return by_dtype[code]; }
 
 }  // namespace
 
@@ -91,6 +94,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("reset_isa() -> str", &kx::reset_isa);
   m.def("isa_reason() -> str", &kx::isa_reason);
   m.def("isa_paths() -> str[]", &kx::isa_paths);
+  m.def("isa_choices() -> str[]", &kx::isa_choices);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {

@@ -178,8 +178,9 @@ def flash_attn_with_kvcache(
 
 
 def isa() -> str:
-    """The code path in use (avx512bf16, avx512, avx2 or portable): the fastest this CPU runs,
-    timed once per machine at first use, unless KERNEL_EXPLORER_ISA or `set_isa` chose it."""
+    """The code path most ops run (avx512bf16, avx512, avx2 or portable): each op runs the fastest
+    this CPU runs for it, timed once per machine at its first use, unless KERNEL_EXPLORER_ISA or
+    `set_isa` chose one for all (see `isa_choices`)."""
     return ops.isa()
 
 
@@ -193,8 +194,15 @@ def isa_paths() -> list[str]:
     return list(ops.isa_paths())
 
 
+def isa_choices() -> list[str]:
+    """Each op's own choice, one line per op and dtype ("silu bfloat16: avx512bf16 formula: ..."):
+    every op times the paths (and, where it has several, its forms) on its own workload."""
+    return list(ops.isa_choices())
+
+
 def set_isa(name: str) -> str:
-    """Switch the code path (tests, benchmarks, comparing paths); one of `isa_paths()`."""
+    """Put every op on one code path (tests, benchmarks, comparing paths); one of `isa_paths()`,
+    optionally with a form ("avx512bf16 formula") for the ops that have several."""
     return ops.set_isa(name)
 
 
@@ -214,6 +222,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "isa",
+    "isa_choices",
     "isa_paths",
     "isa_reason",
     "reset_isa",
