@@ -12,11 +12,16 @@ Targets (issue 19): decode >= 2.5x all-PyTorch fp32; prefill >= 1.0x; identical 
 generations on 3 prompts; top-1 agreement >= 0.999.
 
     python bench/quantized_model.py [--pairs 5] [--decode-pairs 3]
+
+An AVX2 host is emulated with `KERNEL_EXPLORER_ISA=avx2` (bench/isa_env.py caps eager PyTorch's
+ISA too), one without AVX-VNNI with `KERNEL_EXPLORER_NO_VNNI=1` as well.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import isa_env  # first: the AVX2 emulation, set before torch is imported
 
 PROMPTS = (
     "What is the capital of France?",
@@ -47,9 +52,14 @@ def main() -> None:
     explorer.extend("LMHead", nn.Linear, "lm_head")
     layers = [name for name in explorer.layers if name not in ("Linear", "LMHead")]
     ids = tokenizer(TEXT * 8, return_tensors="pt").input_ids[:, :128]
-    capability = torch.backends.cpu.get_cpu_capability()
+    from kernels import get_local_kernel
+
+    from kernel_explorer.bundled import bundled_repo_path
+
+    quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
     print(
-        f"ATen CPU capability {capability}, {torch.get_num_threads()} threads; prompt {ids.shape[1]} tokens"
+        f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}; "
+        f"{torch.get_num_threads()} threads; prompt {ids.shape[1]} tokens"
     )
 
     def all_on() -> None:
