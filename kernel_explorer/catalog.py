@@ -343,7 +343,8 @@ class Catalog:
                 raise KernelExplorerError(
                     f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
                 )
-            if len(options) == 1 or candidate not in SOURCES:
+            word = candidate.rsplit("@", 1)[0] if options[0].path else candidate  # "bundled@avx2"
+            if len(options) == 1 or word not in SOURCES:
                 return options[0], None
         found = [(option, self.availability(option, device=device, mode=mode)) for option in options]
         best = first_usable(found)

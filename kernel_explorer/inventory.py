@@ -197,8 +197,8 @@ class Inventory:
                     "kernel": row.kernel_name(now) if now.is_kernel else None,
                     "kernel_id": now.kernel_id,
                     "variant": now.variant,
-                    "code_path": now.code_path[0] or None,
-                    "code_path_reason": now.code_path[1] or None,
+                    "code_path": now.code_path.path or None,
+                    "code_path_reason": now.code_path.why or None,
                     "repository": now.repository,
                     "reason": now.reason,
                 }

@@ -136,13 +136,17 @@ class InventoryRow:
     @property
     def code_paths(self) -> dict[str, str]:
         """Each code path the row's kernels run now, and why ("avx2: 1.9x faster than avx512 here")."""
-        return dict(now.code_path for now in self.running if now.is_kernel and now.code_path[0])
+        return {
+            now.code_path.path: now.code_path.why
+            for now in self.running
+            if now.is_kernel and now.code_path.path
+        }
 
     @property
     def code_path_summary(self) -> str:
         """`code path avx2 (pinned)` for the row's cell, or "" where no kernel that names paths runs."""
         paths = self.code_paths
-        pinned = any(": pinned while " in why for why in paths.values())
+        pinned = any(now.code_path.pinned for now in self.running if now.is_kernel)
         return f"code path {', '.join(paths)}{' (pinned)' if pinned else ''}" if paths else ""
 
     @property

@@ -10,6 +10,7 @@ machine costs its measurement (about 0.1 s), later ones read the cached choice.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from kernel_explorer.switching.code_paths import code_paths, running_path
 
 def kernel_path(repo: str, module: Any) -> KernelPath | None:
     """What `module` (a loaded kernel) says about its code path, or None when it says nothing."""
-    running, why = running_path(module)  # the same words the inventory shows, pins included
+    running, why, _ = astuple(running_path(module))  # the inventory's words, pins included
     if not running:
         return None
     if running == "?":  # a forced path this CPU lacks: the repository's one-line reason

@@ -342,6 +342,7 @@ class Provenance:
     threads: int = 0
     isa: str | None = None  # the kernel's code path (bundled kernels: avx512bf16, avx512, avx2, ...)
     kernel_id: str | None = None
+    candidate: str | None = None  # the label of the candidate switched on ("bundled/x@avx2:Layer")
     variant: str | None = None
     torch: str = ""
     kernels: str = ""

@@ -345,23 +345,25 @@ class ResultLog:
 def _per_kernel(
     grouped: dict[tuple[str, str], dict[str, list[Record]]],
 ) -> Iterator[tuple[str, str, str | None, dict[str, list[Record]]]]:
-    """Each (run, layer) group, split by kernel id (and code path, `kernel_id@avx2`, where one kernel
-    ran several) where one run compared several kernels of a layer (`compare(candidates=...)`);
+    """Each (run, layer) group, split by the candidate that ran where one run compared several
+    kernels of a layer (`compare(candidates=...)`), named by kernel id, with its code path where one
+    kernel ran several (`kernel_id@avx2`) and the candidate's label where that still repeats;
     otherwise whole, with kernel None."""
 
-    def key(r: Record) -> tuple[str, str] | None:
+    def key(r: Record) -> tuple[str, str, str] | None:
         p = r.provenance
-        return (p.kernel_id, p.isa or "") if p is not None and p.kernel_id else None
+        return (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
 
     for (run_id, layer), kinds in grouped.items():
         ids = {key(r) for r in kinds.get("layer_latency", [])} - {None}
         if len(ids) < 2:
             yield run_id, layer, None, kinds
             continue
-        for kid, isa in sorted(ids):  # type: ignore[misc]
-            several = sum(k == kid for k, _ in ids) > 1  # type: ignore[misc]
-            mine = {kind: [r for r in found if key(r) == (kid, isa)] for kind, found in kinds.items()}
-            yield run_id, layer, f"{kid}@{isa}" if several else kid, mine
+        for kid, isa, label in sorted(ids):  # type: ignore[misc]
+            same = [k for k in ids if k[:2] == (kid, isa)]  # type: ignore[index]
+            name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"  # type: ignore[index]
+            mine = {kind: [r for r in found if key(r) == (kid, isa, label)] for kind, found in kinds.items()}
+            yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), mine
 
 
 _SPEEDS = ("speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high")

@@ -39,8 +39,8 @@ def test_a_path_candidate_pins_the_path_while_on_and_off_gives_the_choice_back(
     chosen, reason = activation.isa(), activation.isa_reason()
     expected = logits(explorer.model)
     running = explorer.on("SiLU", candidate=f"bundled@{PINNED}")
-    assert all(now.is_kernel and now.code_path[0] == PINNED for now in running)
-    assert activation.isa() == PINNED and "pinned while bundled/activation@" in running[0].code_path[1]
+    assert all(now.is_kernel and now.code_path.path == PINNED for now in running)
+    assert activation.isa() == PINNED and "pinned while bundled/activation@" in running[0].code_path.why
     torch.testing.assert_close(logits(explorer.model), expected, atol=1e-4, rtol=1e-4)
     row = explorer.inventory().row("SiLU")
     assert row.code_path_summary == f"code path {PINNED} (pinned)"
@@ -55,7 +55,7 @@ def test_a_path_candidate_pins_the_path_while_on_and_off_gives_the_choice_back(
 
 def test_a_plain_candidate_reports_the_path_the_kernel_chose(explorer: Explorer, hub: dict) -> None:
     (now, *_) = explorer.on("RMSNorm")
-    assert now.code_path == (hub["rmsnorm"].isa(), hub["rmsnorm"].isa_reason())
+    assert (now.code_path.path, now.code_path.why) == (hub["rmsnorm"].isa(), hub["rmsnorm"].isa_reason())
     frame = explorer.inventory().to_pandas()
     assert set(frame[frame.layer == "RMSNorm"].code_path) == {hub["rmsnorm"].isa()}
     assert frame[frame.layer == "SiLU"].code_path.isna().all()  # PyTorch runs: no path
@@ -105,7 +105,7 @@ def test_compare_puts_two_paths_of_one_kernel_side_by_side(explorer: Explorer, h
 def test_attention_takes_a_path_too(explorer: Explorer, hub: dict) -> None:
     expected = logits(explorer.model)
     (now, *_) = explorer.on(ATTENTION, candidate=f"bundled@{PINNED}")
-    assert now.is_kernel and now.code_path[0] == PINNED and hub["flash_attn"].isa() == PINNED
+    assert now.is_kernel and now.code_path.path == PINNED and hub["flash_attn"].isa() == PINNED
     assert explorer.inventory().row(ATTENTION).kernel_name(now) == f"bundled/flash_attn@{PINNED}"
     torch.testing.assert_close(logits(explorer.model), expected, atol=1e-4, rtol=1e-4)
     explorer.off(ATTENTION)
@@ -146,8 +146,87 @@ def test_a_kernel_whose_switch_raises_is_refused_in_one_line_with_nothing_pinned
     kernel = StrangerKernel()
     with pytest.raises(KernelExplorerError, match=r"^set_isa\('broken'\) failed: cannot switch to broken$"):
         code_paths.pin(kernel, "broken", "holder", "stranger@broken")
-    assert code_paths.running_path(kernel) == ("fast", "fast: measured")  # nobody holds it
+    assert code_paths.running_path(kernel) == code_paths.RunningPath(
+        "fast", "fast: measured"
+    )  # nobody holds it
     code_paths.pin(kernel, "fast", "holder", "stranger@fast")
-    assert code_paths.running_path(kernel) == ("fast", "fast: pinned while stranger@fast is on")
+    assert code_paths.running_path(kernel).why == "fast: pinned while stranger@fast is on"
     code_paths.unpin("holder")
-    assert code_paths.running_path(kernel) == ("fast", "fast: measured")
+    assert code_paths.running_path(kernel) == code_paths.RunningPath("fast", "fast: measured")
+
+
+def test_bundled_and_bundled_at_its_own_path_are_two_rows(explorer: Explorer, hub: dict) -> None:
+    """The path plain "bundled" runs, named too: the same code, two candidates, two rows (not one
+    row pooling both runs' pairs)."""
+    chosen = hub["activation"].isa()  # what a plain bundled SiLU reports
+    handle = explorer.compare(
+        "SiLU", candidates=["bundled", f"bundled@{chosen}"], pairs=3, calibration_pairs=2
+    )
+    summary = explorer.results.layer_summary()
+    rows = summary[summary.run_id == handle.run_id]
+    kid = hub["activation"].__name__
+    assert sorted(rows.kernel) == sorted(
+        [
+            f"{kid}@{chosen} (bundled/activation:Silu (cpu, any mode))",
+            f"{kid}@{chosen} (bundled/activation@{chosen}:Silu (cpu, any mode))",
+        ]
+    )
+    assert set(rows.pairs) == {3 * len(explorer.switchboard.group("SiLU"))}  # each its own pairs
+
+
+def test_a_pin_another_layer_holds_refuses_in_strict_mode_and_two_explorers_let_go_alike(
+    explorer: Explorer, hub: dict
+) -> None:
+    if len(PATHS) < 2:
+        pytest.skip("this CPU runs one code path")
+    first, second = explorer.switchboard.group("SiLU").instances
+    explorer.on("SiLU", first, candidate=f"bundled@{PATHS[0]}")
+    explorer.switchboard.strict = True
+    with pytest.raises(KernelExplorerError, match="runs one code path at a time"):
+        explorer.on("SiLU", second, candidate=f"bundled@{PATHS[-1]}")
+    assert not explorer.switchboard.running("SiLU", [second])[0].is_kernel  # refused: PyTorch there
+    explorer.switchboard.strict = False
+    other = Explorer(explorer.model, include_transformers=False)  # a second explorer of the model
+    other.off("SiLU")
+    assert "set by set_isa()" not in hub["activation"].isa_reason()  # its off let go of the pin
+
+
+def test_a_users_own_set_isa_comes_back_after_a_pin(explorer: Explorer, hub: dict) -> None:
+    activation = hub["activation"]
+    activation.set_isa(PATHS[0])  # the user's own pin, by hand
+    try:
+        explorer.on("SiLU", candidate=f"bundled@{PINNED}")
+        assert activation.isa() == PINNED
+        explorer.off("SiLU")
+        assert activation.isa() == PATHS[0] and "set by set_isa()" in activation.isa_reason()
+    finally:
+        activation.reset_isa()
+
+
+def test_a_failed_attention_switch_keeps_the_pin_the_model_had(explorer: Explorer, hub: dict) -> None:
+    explorer.on(ATTENTION, candidate=f"bundled@{PINNED}")
+    (refused,) = explorer.on(ATTENTION, candidate="bundled@avx1024")[:1]
+    assert refused.is_kernel and refused.code_path.pinned  # the model still runs the pinned kernel
+    assert hub["flash_attn"].isa() == PINNED
+    assert "no code path 'avx1024'" in explorer.switchboard.doors[ATTENTION].reason
+
+
+class BrokenReporter(StrangerKernel):
+    """A stranger's kernel whose reason and reset raise."""
+
+    def isa_reason(self) -> str:
+        raise RuntimeError("no reason today\nsecond line")
+
+    def reset_isa(self) -> str:
+        raise RuntimeError("cannot reset")
+
+
+def test_a_kernel_whose_reason_or_reset_raises_is_read_and_let_go_of_in_one_line() -> None:
+    from kernel_explorer.switching import code_paths
+
+    kernel = BrokenReporter()
+    assert code_paths.running_path(kernel).why == "fast: its reason could not be read (no reason today)"
+    code_paths.pin(kernel, "fast", "holder", "stranger@fast")
+    with pytest.warns(RuntimeWarning, match=r"stays on code path fast: .*\(cannot reset\)"):
+        code_paths.unpin("holder")
+    assert not code_paths.running_path(kernel).pinned  # let go of all the same

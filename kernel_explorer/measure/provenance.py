@@ -49,8 +49,9 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
         dtype=None if first is None else str(first.dtype).removeprefix("torch."),
         shape=None if first is None else tuple(first.shape),
         threads=torch.get_num_threads(),
-        isa=now.code_path[0] or None,  # the path it runs now (pinned by a `@path` candidate, or chosen)
+        isa=now.code_path.path or None,  # the path it runs now (pinned by a `@path` candidate, or chosen)
         kernel_id=now.kernel_id,
+        candidate=now.candidate or None,
         variant=now.variant,
         torch=torch_version,
         kernels=kernels_version,

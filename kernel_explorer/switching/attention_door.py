@@ -33,7 +33,7 @@ from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir
 from kernel_explorer.layer_groups import ATTENTION, LayerGroup
 from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
-from kernel_explorer.switching.code_paths import pin, running_path, unpin
+from kernel_explorer.switching.code_paths import RunningPath, check_path, pin, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
@@ -153,7 +153,8 @@ class AttentionDoor(AttentionChoices, Door):
             if not found.state.usable:
                 raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")
             self._check_training(chosen, mode)
-            self._pin(chosen)
+            if chosen.path is not None:  # a path the kernel lacks: the model keeps what it runs
+                check_path(self._kernel_module(chosen), chosen.path)
             try:
                 name, trust = self._loadable_name(chosen)
                 door.set_implementation(self.model, name, allow_all_kernels=trust)
@@ -161,6 +162,7 @@ class AttentionDoor(AttentionChoices, Door):
                 reason = explain(error)
                 self.catalog.record_failure(chosen, reason)
                 raise KernelSwitchError(f"{chosen.label} failed to load: {reason}") from error
+            self._pin(chosen)  # once it runs: a failed switch keeps the model's pin as it was
             self._names[name] = chosen
             self._guard(name, chosen)
             verdict = self._probe(chosen, mode, name)
@@ -175,14 +177,19 @@ class AttentionDoor(AttentionChoices, Door):
         self.reason, self.mode = "", mode
         return chosen
 
+    @property
+    def _holder(self) -> tuple[int, str]:
+        """Who holds a pin: the model's attention (every explorer of the model lets go of the same)."""
+        return (id(self.model), ATTENTION)
+
     def _pin(self, chosen: AttentionCandidate) -> None:
         """The code path `chosen` names ("bundled@avx2") pinned in its module while it is on; a path
         the module does not run leaves PyTorch and raises `KernelSwitchError`."""
-        unpin((id(self), ATTENTION))
         if chosen.path is None:
+            unpin(self._holder)
             return
         try:
-            pin(self._kernel_module(chosen), chosen.path, (id(self), ATTENTION), chosen.label)
+            pin(self._kernel_module(chosen), chosen.path, self._holder, chosen.label)
         except KernelSwitchError:
             self.to_pytorch()
             raise
@@ -273,10 +280,18 @@ class AttentionDoor(AttentionChoices, Door):
     def running(self, paths: list[str]) -> list[RunningNow]:
         kernel_id, variant, name, reason = self.now()
         chosen = self._names.get(door.implementation(self.model)) if kernel_id is not None else None
-        code_path = running_path(self._kernel_module(chosen)) if chosen is not None else ("", "")
+        code_path = running_path(self._kernel_module(chosen)) if chosen is not None else RunningPath()
         return [
             RunningNow(
-                ATTENTION, p, kernel_id, variant, name, reason, name=name or "PyTorch", code_path=code_path
+                ATTENTION,
+                p,
+                kernel_id,
+                variant,
+                name,
+                reason,
+                name=name or "PyTorch",
+                code_path=code_path,
+                candidate=chosen.label if chosen is not None else "",
             )
             for p in paths
         ]
@@ -302,9 +317,9 @@ class AttentionDoor(AttentionChoices, Door):
 
         A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
         self.reason = ""
-        unpin((id(self), ATTENTION))
         if door.implementation(self.model) != self.baseline:
             door.set_implementation(self.model, self.baseline)
+        unpin(self._holder)  # last: the kernel's own path back once nothing runs it
 
     def switched(self) -> AttentionCandidate | None:
         """The candidate running now when it is not the baseline (what a snapshot keeps)."""

@@ -1,21 +1,24 @@
 """A kernel's code paths as candidates: "bundled@avx2" is the bundled kernel with its AVX2 path pinned.
 
 A repository built for several instruction sets (the bundled ones: avx512bf16, avx512, avx2,
-portable) runs one path per process, chosen by timing them at first use, and reports it through
-`isa()`, `isa_paths()` and `isa_reason()`. Which path is fastest on a host is a kernel author's
-question the Hub's tools do not answer, so a candidate word may name a path ("bundled@avx2") and
-the explorer compares them like any two candidates, on the model's real inputs.
+portable) chooses among the paths this CPU runs by timing them at first use, and reports the choice
+through `isa()`, `isa_paths()` and `isa_reason()`. Which path is fastest on a host is a kernel
+author's question the Hub's tools do not answer, so a candidate word may name a path
+("bundled@avx2") and the explorer compares them like any two candidates, on the model's real inputs.
 
 The path belongs to the loaded kernel module, not to one layer: while a `@path` candidate is on,
-the module runs that path for every layer it serves (the inventory says so on each of them), and
-`reset_isa()` gives the measured choice back when the last holder goes. Two holders asking one
-module for different paths cannot both be right, so the second is refused with who holds it.
+the module runs that path for every op it serves (the inventory says so on each row), and when the
+last holder lets go the module gets back what it ran before: its measured choice (`reset_isa()`),
+or the path a user had set by hand (`set_isa()`). Two holders asking one module for different
+paths cannot both be right, so the second is refused with who holds it. Every call into the module
+is a stranger's code: what it raises comes back as one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,67 +30,114 @@ from kernel_explorer.errors import KernelSwitchError
 class _Pin:
     module: Any
     path: str
+    before: str | None  # the path a user had set with set_isa() before the first pin; None: measured
     holders: dict[Hashable, str] = field(default_factory=dict)  # holder -> its candidate's label
 
 
 _lock = threading.Lock()
-_pins: dict[int, _Pin] = {}  # id(kernel module) -> its pin; modules stay loaded for the process
+_pins: dict[int, _Pin] = {}  # id(kernel module) -> its pin; a loaded kernel stays for the process
+
+
+def _line(error: BaseException) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def code_paths(module: Any) -> tuple[str, ...]:
-    """The code paths `module` runs on this CPU, widest first; () for a kernel that names none."""
+    """The code paths `module` runs on this CPU, widest first; () for a kernel that names none (or
+    whose `isa_paths()` raises)."""
     paths = getattr(module, "isa_paths", None)
-    return tuple(str(p) for p in paths()) if callable(paths) else ()
+    if not callable(paths):
+        return ()
+    try:
+        return tuple(str(p) for p in paths())
+    except Exception:
+        return ()
+
+
+def check_path(module: Any, path: str) -> None:
+    """Raise `KernelSwitchError` where `module` cannot run `path` (one line, what to do): before a
+    switch, so that a path the kernel lacks leaves the model as it was."""
+    if module is None:
+        raise KernelSwitchError(
+            f"the explorer cannot reach this kernel's module to pin a code path; use it without '@{path}'"
+        )
+    known = code_paths(module)
+    if not known:
+        raise KernelSwitchError(f"the kernel names no code paths (no isa_paths()); use it without '@{path}'")
+    if path not in known:
+        raise KernelSwitchError(f"no code path {path!r} on this CPU; its paths here: {', '.join(known)}")
+
+
+def _set_by_hand(module: Any) -> str | None:
+    """The path a user pinned with `set_isa()` (its reason says so), or None."""
+    with contextlib.suppress(Exception):
+        if "set by set_isa()" in str(module.isa_reason()):
+            return str(module.isa())
+    return None
 
 
 def pin(module: Any, path: str, holder: Hashable, label: str) -> None:
-    """Run `path` in `module` until `holder` lets go (`unpin`); `label` names the holder's candidate
-    in a refusal. Raises `KernelSwitchError` (one line, what to do) for a path `module` does not run
-    here, or one another holder has pinned differently."""
-    known = code_paths(module)
-    if path not in known:
-        if not known:
-            raise KernelSwitchError(
-                f"the kernel names no code paths (it has no isa_paths()); use it without '@{path}'"
-            )
-        raise KernelSwitchError(f"no code path {path!r} on this CPU; its paths here: {', '.join(known)}")
+    """Run `path` in `module` until `holder` lets go (`unpin`); a holder that pins again moves its
+    pin. `label` names the holder's candidate in a refusal. Raises `KernelSwitchError` (one line) for
+    a module without that path here, one another holder pins to another path, or a failing switch."""
+    check_path(module, path)
     with _lock:
         current = _pins.get(id(module))
-        if current is not None and current.path != path and set(current.holders) - {holder}:
-            others = ", ".join(sorted(set(v for k, v in current.holders.items() if k != holder)))
+        others = {k: v for k, v in current.holders.items() if k != holder} if current is not None else {}
+        if current is not None and current.path != path and others:
+            held = ", ".join(sorted(set(others.values())))
             raise KernelSwitchError(
-                f"the kernel runs one code path at a time, and {others} holds it at {current.path}: "
+                f"the kernel runs one code path at a time, and {held} holds it at {current.path}: "
                 "switch that off first"
             )
         if current is None or current.path != path:
+            before = current.before if current is not None else _set_by_hand(module)
             try:
                 module.set_isa(path)
             except Exception as error:  # a stranger's code: one line, and nothing pinned
-                raise KernelSwitchError(f"set_isa({path!r}) failed: {str(error).splitlines()[0]}") from error
-            current = _pins[id(module)] = _Pin(module, path)
+                raise KernelSwitchError(f"set_isa({path!r}) failed: {_line(error)}") from error
+            current = _pins[id(module)] = _Pin(module, path, before)
+        _release(holder, keep=id(module))
         current.holders[holder] = label
 
 
 def unpin(holder: Hashable) -> None:
-    """`holder` lets go of its pin; a module nobody pins any more goes back to its measured path."""
+    """`holder` lets go of its pin; a module nobody pins any more runs what it ran before the first
+    pin. A kernel that cannot go back says so in a warning (its layers are off by then)."""
     with _lock:
-        for key, current in list(_pins.items()):
-            if current.holders.pop(holder, None) is not None and not current.holders:
-                del _pins[key]
-                reset = getattr(current.module, "reset_isa", None)
-                if callable(reset):
-                    reset()
+        _release(holder)
+
+
+def _release(holder: Hashable, keep: int | None = None) -> None:
+    """Drop `holder` from every pin but `keep`'s module; give back the modules left unheld."""
+    for key, current in list(_pins.items()):
+        if key == keep or current.holders.pop(holder, None) is None or current.holders:
+            continue
+        del _pins[key]
+        try:
+            if current.before is not None:
+                current.module.set_isa(current.before)
+            else:
+                current.module.reset_isa()
+        except Exception as error:
+            warnings.warn(
+                f"the kernel stays on code path {current.path}: giving back its own choice failed "
+                f"({_line(error)})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 @contextlib.contextmanager
 def pinned(module: Any, path: str | None, holder: Hashable, label: str) -> Iterator[None]:
     """`path` pinned for the block (nothing when `path` is None): a probe's trial of `repo@path`.
 
-    A path the module does not run raises (the trial's verdict); a module another holder pins to
+    A path the module cannot run raises (the trial's verdict); a module another holder pins to
     another path runs as it is (the paths compute the same; switching on says whose pin it is)."""
-    if path is None or module is None:
+    if path is None:
         yield
         return
+    check_path(module, path)
     try:
         pin(module, path, holder, label)
     except KernelSwitchError:
@@ -101,20 +151,32 @@ def pinned(module: Any, path: str | None, holder: Hashable, label: str) -> Itera
         unpin(holder)
 
 
-def running_path(module: Any) -> tuple[str, str]:
-    """(the path `module` runs now, why) or ("", "") for a kernel that names no paths."""
+@dataclass(frozen=True)
+class RunningPath:
+    """The code path a kernel runs now, why, and whether a `@path` candidate pins it."""
+
+    path: str = ""  # "" for a kernel that names no paths (or PyTorch)
+    why: str = ""
+    pinned: bool = False
+
+
+def running_path(module: Any) -> RunningPath:
+    """What `module` runs now; an empty `RunningPath` for a kernel that names no paths."""
     isa = getattr(module, "isa", None)
     if not callable(isa):
-        return "", ""
+        return RunningPath()
     try:
         path = str(isa())
     except Exception as error:  # a forced path this CPU lacks: the repository's one line
-        return "?", str(error).splitlines()[0]
-    reason = getattr(module, "isa_reason", None)
-    why = str(reason()) if callable(reason) else ""
+        return RunningPath("?", _line(error))
     with _lock:
         current = _pins.get(id(module))
         holders = sorted(set(current.holders.values())) if current is not None else []
     if holders:
-        why = f"{path}: pinned while {', '.join(holders)} is on"
-    return path, why
+        return RunningPath(path, f"{path}: pinned while {', '.join(holders)} is on", pinned=True)
+    reason = getattr(module, "isa_reason", None)
+    try:
+        why = str(reason()) if callable(reason) else ""
+    except Exception as error:
+        why = f"{path}: its reason could not be read ({_line(error)})"
+    return RunningPath(path, why)

@@ -5,10 +5,11 @@ view reports what the model really runs rather than what was asked for."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.layers import bound_function, installed_forward, kernel_origin
+from kernel_explorer.switching.code_paths import RunningPath
 
 if TYPE_CHECKING:
     from torch import nn
@@ -27,7 +28,8 @@ class RunningNow:
     name: str = ""  # a person's name for what runs, when the door knows it (attention: the implementation)
     note: str = ""  # what the kernel did to its module ("changes its module on first use ...")
     layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
-    code_path: tuple[str, str] = ("", "")  # (path, why): "avx2" of a kernel built for several ISAs
+    code_path: RunningPath = field(default_factory=RunningPath)  # "avx2" and why, of a multi-ISA kernel
+    candidate: str = ""  # the label of the candidate switched on, when the door knows it
 
     @property
     def is_kernel(self) -> bool:

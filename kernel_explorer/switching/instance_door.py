@@ -165,6 +165,7 @@ class InstanceDoor(Door):
                 self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place)
         by_target = {id(t): p for p, t in targets.items()}
         failure: str | None = None
+        refused: str | None = None  # a code path another layer pins otherwise (not the kernel's fault)
         with hub_session():
             results = list(kernelize_each(list(targets.values()), entry, mode))
         for target, error in results:
@@ -174,12 +175,14 @@ class InstanceDoor(Door):
                 self._to_pytorch(path)
                 self._reasons[path] = f"{chosen.repo_label} failed to load: {failure}"
                 continue
-            self._install(path, target, chosen, mode, verdict)
+            refused = self._install(path, target, chosen, mode, verdict) or refused
         self.after_switch([p for p in paths if p in self._on])
         if failure is not None:
             board.catalog.record_failure(chosen, failure)
             if board.strict:
                 raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
+        if refused is not None and board.strict:
+            raise KernelSwitchError(f"{chosen.label}: {refused}")
 
     def _memory_refusal(self, verdict: ProbeVerdict, instances: int, allow: bool) -> str:
         """Why a kernel that changes its module is refused here (""; allowed)."""
@@ -197,7 +200,8 @@ class InstanceDoor(Door):
 
     def _install(
         self, path: str, target: nn.Module, chosen: Candidate, mode: Mode, verdict: ProbeVerdict
-    ) -> None:
+    ) -> str | None:
+        """Put the kernel's forward on `path`, wrapped; returns why not, where its code path is refused."""
         forward = installed_forward(target)
         if runs_class_forward(target):  # kernelize kept PyTorch: the kernel does not support this mode
             self._to_pytorch(path)
@@ -205,14 +209,14 @@ class InstanceDoor(Door):
             self.board.catalog.record_unsupported(
                 chosen, mode, f"the kernel does not support {mode_name(mode)}"
             )
-            return
+            return None
         if chosen.path is not None:  # "bundled@avx2": the kernel module runs that path while on
             try:
-                pin(_kernel_package(forward), chosen.path, (id(self), path), chosen.label)
+                pin(_kernel_package(forward), chosen.path, self._holder(path), chosen.label)
             except KernelSwitchError as refused:
                 self._to_pytorch(path)
                 self._reasons[path] = str(refused)
-                return
+                return str(refused)
         self._on[path] = (chosen, mode)
         self._reasons.pop(path, None)
         guard = self._guards[path]
@@ -223,7 +227,7 @@ class InstanceDoor(Door):
             # torch.compile guards a callable object by identity: a wrapper per instance made every
             # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
             # bound forward, as kernels does; in this mode a kernel's error is raised, not fallen back.
-            return
+            return None
 
         def on_error(error: Exception, path: str = path, chosen: Candidate = chosen) -> None:
             self.board.kernel_raised(self.name, path, chosen, error)
@@ -235,6 +239,7 @@ class InstanceDoor(Door):
                 self._pytorch.setdefault(path, class_forward(guard.original()))
 
         set_forward(target, KernelForward(forward, class_forward(target), on_error, after_first=after_first))
+        return None
 
     def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:
         """Back to PyTorch after `chosen` raised on `path`; returns the reason."""
@@ -259,10 +264,14 @@ class InstanceDoor(Door):
         self._notes.pop(path, None)
         self._pytorch.pop(path, None)
         guard = self._guards.pop(path, None)
-        unpin((id(self), path))
         self.release(path)
         if guard is not None:
             guard.restore()
+        unpin(self._holder(path))  # last: the kernel's own path back once nothing runs it
+
+    def _holder(self, path: str) -> tuple[int, str, str]:
+        """Who holds a `@path` pin: the model's instance (every explorer of the model lets go of it)."""
+        return (id(self.board.model), self.name, path)
 
     def off(self, paths: list[str]) -> None:
         for path in paths:
@@ -298,6 +307,7 @@ class InstanceDoor(Door):
                     *described,
                     note=note,
                     layer_class=kernel_class(target),
+                    candidate=self._on[path][0].label if path in self._on else "",
                     code_path=code_path,
                 )
             )

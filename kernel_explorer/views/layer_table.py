@@ -73,7 +73,7 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "runs": row.running_summary,
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]
-                    + [f"code path {why}" for why in row.code_paths.values()]  # which ISA, and why
+                    + [f"code path {why}" for why in row.code_paths.values() if why]  # which ISA, and why
                     + ([row.changes_summary] if row.changes_summary else [])
                 ),
                 "instances": instances,
