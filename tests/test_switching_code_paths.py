@@ -53,16 +53,22 @@ def test_a_path_candidate_pins_the_path_while_on_and_off_gives_the_choice_back(
     assert activation.isa() == chosen and activation.isa_reason().startswith(reason.split(";")[0])
 
 
-def test_a_plain_candidate_reports_the_path_the_kernel_chose(explorer: Explorer, hub: dict) -> None:
+def test_a_plain_candidate_reports_the_path_its_own_op_chose(explorer: Explorer, hub: dict) -> None:
+    """A kernel that chooses op by op: the row reads the op's choice ("rms_norm float32: avx512:
+    ..."), not `isa()` (the path most of the repository's ops run)."""
+    (own,) = [line for line in hub["rmsnorm"].isa_choices() if line.startswith("rms_norm float32: ")]
     (now, *_) = explorer.on("RMSNorm")
-    assert (now.code_path.path, now.code_path.why) == (hub["rmsnorm"].isa(), hub["rmsnorm"].isa_reason())
+    assert (now.code_path.path, now.code_path.why) == (own.split(": ")[1].split()[0], own)
     frame = explorer.inventory().to_pandas()
-    assert set(frame[frame.layer == "RMSNorm"].code_path) == {hub["rmsnorm"].isa()}
+    assert set(frame[frame.layer == "RMSNorm"].code_path) == {now.code_path.path}
     assert frame[frame.layer == "SiLU"].code_path.isna().all()  # PyTorch runs: no path
     from kernel_explorer.views.layer_table import table_rows
 
     (norm,) = [row for row in table_rows(explorer) if row["name"] == "RMSNorm"]
-    assert f"code path {hub['rmsnorm'].isa_reason()}" in norm["runs_title"]  # the widget's hover
+    assert f"code path {own}" in norm["runs_title"]  # the widget's hover
+    silu = [line for line in hub["activation"].isa_choices() if line.startswith("silu float32: ")]
+    (act, *_) = explorer.on("SiLU")
+    assert act.code_path.why == silu[0]  # silu's own line, not silu_and_mul's
 
 
 def test_a_path_the_kernel_lacks_leaves_pytorch_and_says_which_it_has(explorer: Explorer) -> None:
@@ -158,7 +164,8 @@ def test_a_kernel_whose_switch_raises_is_refused_in_one_line_with_nothing_pinned
 def test_bundled_and_bundled_at_its_own_path_are_two_rows(explorer: Explorer, hub: dict) -> None:
     """The path plain "bundled" runs, named too: the same code, two candidates, two rows (not one
     row pooling both runs' pairs)."""
-    chosen = hub["activation"].isa()  # what a plain bundled SiLU reports
+    (own,) = [line for line in hub["activation"].isa_choices() if line.startswith("silu float32: ")]
+    chosen = own.split(": ")[1].split()[0]  # the path a plain bundled SiLU runs (float32 model)
     handle = explorer.compare(
         "SiLU", candidates=["bundled", f"bundled@{chosen}"], pairs=3, calibration_pairs=2
     )

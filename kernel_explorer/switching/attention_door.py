@@ -33,7 +33,14 @@ from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.hub_access import cached_variant_dir
 from kernel_explorer.layer_groups import ATTENTION, LayerGroup
 from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
-from kernel_explorer.switching.code_paths import RunningPath, check_path, pin, running_path, unpin
+from kernel_explorer.switching.code_paths import (
+    RunningPath,
+    check_path,
+    model_dtype,
+    pin,
+    running_path,
+    unpin,
+)
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
@@ -280,7 +287,10 @@ class AttentionDoor(AttentionChoices, Door):
     def running(self, paths: list[str]) -> list[RunningNow]:
         kernel_id, variant, name, reason = self.now()
         chosen = self._names.get(door.implementation(self.model)) if kernel_id is not None else None
-        code_path = running_path(self._kernel_module(chosen)) if chosen is not None else RunningPath()
+        module = self._kernel_module(chosen) if chosen is not None else None
+        code_path = (
+            running_path(module, ATTENTION, model_dtype(self.model)) if module is not None else RunningPath()
+        )
         return [
             RunningNow(
                 ATTENTION,

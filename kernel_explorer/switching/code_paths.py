@@ -17,6 +17,7 @@ is a stranger's code: what it raises comes back as one line.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import warnings
 from collections.abc import Hashable, Iterator
@@ -160,8 +161,45 @@ class RunningPath:
     pinned: bool = False
 
 
-def running_path(module: Any) -> RunningPath:
-    """What `module` runs now; an empty `RunningPath` for a kernel that names no paths."""
+def model_dtype(model: Any) -> str:
+    """ "float32" for a model whose floating-point weights are float32: the dtype its ops run at."""
+    dtypes = (p.dtype for p in model.parameters() if p.is_floating_point())
+    return str(next(dtypes, "")).removeprefix("torch.")
+
+
+def _words(name: str) -> frozenset[str]:
+    """`NewGELU` -> {new, gelu}; `rms_norm` -> {rms, norm}: an op's name and a layer's, comparable."""
+    return frozenset(w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name))
+
+
+def _op_path(module: Any, layer: str, dtype: str) -> RunningPath | None:
+    """The path the op(s) serving `layer` at `dtype` run, from `isa_choices()` where the kernel
+    chooses op by op ("silu float32: avx512: ..."): its `isa()` is only the path most ops run.
+    Matched by name (`Silu` ~ silu, `NewGELU` ~ gelu_new, attention ~ its prefill and decode ops)."""
+    choices = getattr(module, "isa_choices", None)
+    if not (layer and dtype and callable(choices)):
+        return None
+    try:
+        lines = [str(line) for line in choices()]
+    except Exception:
+        return None
+    mine = _words(layer)
+    found: list[tuple[frozenset[str], str, str]] = []  # (op words, path, line)
+    for line in lines:
+        head, _, rest = line.partition(": ")
+        *op, last = head.split() or [""]
+        if last == dtype and op and rest:
+            found.append((_words("_".join(op)), rest.split()[0].rstrip(":"), line))
+    same = [f for f in found if f[0] == mine] or [f for f in found if f[0] <= mine or mine <= f[0]]
+    if not same:
+        return None
+    paths = list(dict.fromkeys(path for _, path, _ in same))
+    return RunningPath(paths[0] if len(paths) == 1 else "/".join(paths), "; ".join(line for *_, line in same))
+
+
+def running_path(module: Any, layer: str = "", dtype: str = "") -> RunningPath:
+    """What `module` runs now for `layer` at `dtype` (the op's own choice where the kernel chooses op
+    by op, else `isa()`); an empty `RunningPath` for a kernel that names no paths."""
     isa = getattr(module, "isa", None)
     if not callable(isa):
         return RunningPath()
@@ -174,6 +212,9 @@ def running_path(module: Any) -> RunningPath:
         holders = sorted(set(current.holders.values())) if current is not None else []
     if holders:
         return RunningPath(path, f"{path}: pinned while {', '.join(holders)} is on", pinned=True)
+    own = _op_path(module, layer, dtype)
+    if own is not None:
+        return own
     reason = getattr(module, "isa_reason", None)
     try:
         why = str(reason()) if callable(reason) else ""

@@ -29,7 +29,7 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.switching.code_paths import pin, pinned, running_path, unpin
+from kernel_explorer.switching.code_paths import model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
@@ -292,6 +292,7 @@ class InstanceDoor(Door):
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         found = []
+        dtype = model_dtype(self.board.model) if paths else ""
         for path in paths:
             target = self.running_target(path)
             described = None if target is None else describe_forward(target)
@@ -299,14 +300,15 @@ class InstanceDoor(Door):
                 found.append(RunningNow(self.name, path, reason=self._reasons.get(path, "")))
                 continue
             note = self._notes.get(path, "")
-            code_path = running_path(_kernel_package(kernel_forward(target)))
+            layer_class = kernel_class(target)
+            code_path = running_path(_kernel_package(kernel_forward(target)), layer_class or self.name, dtype)
             found.append(
                 RunningNow(
                     self.name,
                     path,
                     *described,
                     note=note,
-                    layer_class=kernel_class(target),
+                    layer_class=layer_class,
                     candidate=self._on[path][0].label if path in self._on else "",
                     code_path=code_path,
                 )
