@@ -10,7 +10,6 @@ machine costs its measurement (about 0.1 s), later ones read the cached choice.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,14 @@ from kernel_explorer.switching.code_paths import code_paths, running_path
 
 def kernel_path(repo: str, module: Any) -> KernelPath | None:
     """What `module` (a loaded kernel) says about its code path, or None when it says nothing."""
-    running, why, _ = astuple(running_path(module))  # the inventory's words, pins included
-    if not running:
+    now = running_path(module)  # the inventory's words, pins included
+    if not now.path:
         return None
-    if running == "?":  # a forced path this CPU lacks: the repository's one-line reason
-        return KernelPath(repo, "?", (), why)
-    return KernelPath(repo, running, code_paths(module), why or f"{running}: the path the kernel reports")
+    if now.path == "?":  # a forced path this CPU lacks: the repository's one-line reason
+        return KernelPath(repo, "?", (), now.why)
+    return KernelPath(
+        repo, now.path, code_paths(module), now.why or f"{now.path}: the path the kernel reports"
+    )
 
 
 def bundled_kernel_paths() -> tuple[KernelPath, ...]:

@@ -355,13 +355,13 @@ def _per_kernel(
         return (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
 
     for (run_id, layer), kinds in grouped.items():
-        ids = {key(r) for r in kinds.get("layer_latency", [])} - {None}
+        ids = {k for r in kinds.get("layer_latency", []) if (k := key(r)) is not None}
         if len(ids) < 2:
             yield run_id, layer, None, kinds
             continue
-        for kid, isa, label in sorted(ids):  # type: ignore[misc]
-            same = [k for k in ids if k[:2] == (kid, isa)]  # type: ignore[index]
-            name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"  # type: ignore[index]
+        for kid, isa, label in sorted(ids):
+            same = [k for k in ids if k[:2] == (kid, isa)]
+            name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"
             mine = {kind: [r for r in found if key(r) == (kid, isa, label)] for kind, found in kinds.items()}
             yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), mine
 

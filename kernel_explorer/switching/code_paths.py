@@ -138,7 +138,6 @@ def pinned(module: Any, path: str | None, holder: Hashable, label: str) -> Itera
     if path is None:
         yield
         return
-    check_path(module, path)
     try:
         pin(module, path, holder, label)
     except KernelSwitchError:

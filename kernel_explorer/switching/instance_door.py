@@ -29,7 +29,7 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.availability import Availability, State
 from kernel_explorer.catalog import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.switching.code_paths import model_dtype, pin, pinned, running_path, unpin
+from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
@@ -293,6 +293,7 @@ class InstanceDoor(Door):
     def running(self, paths: list[str]) -> list[RunningNow]:
         found = []
         dtype = model_dtype(self.board.model) if paths else ""
+        paths_of: dict[tuple[int, str], RunningPath] = {}  # per kernel and layer class, not per instance
         for path in paths:
             target = self.running_target(path)
             described = None if target is None else describe_forward(target)
@@ -301,7 +302,11 @@ class InstanceDoor(Door):
                 continue
             note = self._notes.get(path, "")
             layer_class = kernel_class(target)
-            code_path = running_path(_kernel_package(kernel_forward(target)), layer_class or self.name, dtype)
+            module = _kernel_package(kernel_forward(target))
+            key = (id(module), layer_class)
+            if key not in paths_of:  # ~0.1 ms a read (isa_choices parsed): 30 instances share one
+                paths_of[key] = running_path(module, layer_class or self.name, dtype)
+            code_path = paths_of[key]
             found.append(
                 RunningNow(
                     self.name,
