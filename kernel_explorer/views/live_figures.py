@@ -49,7 +49,16 @@ HEIGHT, TOP_MARGIN, LEGEND_ROW = 320, 62, 18  # pixels: a plot, the title and a 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     """One look for every live plot: width follows the page, transparent so the theme shows through."""
     return {
-        "title": {"text": title, "font": {"size": 13}},
+        # at the top of the figure, not in the middle of its top margin: the legend's rows grow
+        # that margin (plots._fit_legend), and a centred title sat among them
+        "title": {
+            "text": title,
+            "font": {"size": 13},
+            "y": 1.0,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 8},
+        },
         "height": HEIGHT,
         "autosize": True,
         "margin": {"t": TOP_MARGIN, "b": 45, "l": 60, "r": 40},  # the title, then the legend, above
