@@ -126,7 +126,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_repo
+    from kernel_explorer.build.builder import build_repo
 
     fa = get_local_kernel(build_repo("flash_attn", progress=False).repo_path)
     # each dtype, prefill and decode, has its own choice: "attention prefill bfloat16: avx512bf16: ..."

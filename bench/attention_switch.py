@@ -30,11 +30,11 @@ def main() -> None:
     import torch
 
     from kernel_explorer import Explorer
-    from kernel_explorer.bundled import BUNDLED_ATTENTION, bundled_repo_path
-    from kernel_explorer.hub_access import local_availability
-    from kernel_explorer.layer_groups import ATTENTION
+    from kernel_explorer.catalog.bundled import BUNDLED_ATTENTION, bundled_repo_path
+    from kernel_explorer.catalog.hub_access import local_availability
+    from kernel_explorer.inspect.layer_groups import ATTENTION
+    from kernel_explorer.loading import load_default_model, tiny_llama
     from kernel_explorer.measure.stats import median_interval
-    from kernel_explorer.models import load_default_model, tiny_llama
 
     model = tiny_llama() if args.tiny else load_default_model(progress=False)[0]
     repo = bundled_repo_path(BUNDLED_ATTENTION)

@@ -30,7 +30,7 @@ def main() -> None:
 
     import kernel_explorer as kx
     from kernel_explorer import Explorer
-    from kernel_explorer._backend.layers import kernel_module
+    from kernel_explorer._backend.layer_forwards import kernel_module
 
     model, tokenizer = kx.load_default_model(progress=False)
     explorer = Explorer(model, tokenizer=tokenizer, include_transformers=False)

@@ -28,8 +28,8 @@ def _rmsnorm_case(dtype: object) -> tuple[object, object, object]:
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from kernel_explorer.catalog import Catalog
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.catalog.candidates import Catalog
+    from kernel_explorer.switching.board import Switchboard
 
     norm = LlamaRMSNorm(4096, eps=LlamaConfig().rms_norm_eps).to(dtype)
     model = torch.nn.Sequential(norm)
@@ -78,7 +78,7 @@ def uncertainty() -> None:
     import torch
 
     from kernel_explorer.measure.capture import CapturedInputs
-    from kernel_explorer.measure.layers import compare_layer
+    from kernel_explorer.measure.layer_comparison import compare_layer
     from kernel_explorer.measure.stats import NO_DIFFERENCE
 
     print("2a. A/A: PyTorch's RMSNorm against itself at 512x4096 fp32, 40 comparisons of 7 pairs each")
@@ -142,7 +142,7 @@ def _runs(values: list[float], unit: str) -> str:
 
 def smollm2() -> None:
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
 
     model, tokenizer = load_default_model(progress=False)
     explorer = Explorer(model, tokenizer=tokenizer)

@@ -104,7 +104,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     built = {b.repo_path.name: b.repo_path for b in build_hub(progress=False)}
     hub = {name: get_local_kernel(path) for name, path in built.items()}

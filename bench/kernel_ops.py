@@ -192,7 +192,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False)}
     if args.pin:  # every op on one candidate: the dispatch before per-op choice was "<widest> lookup"

@@ -65,9 +65,9 @@ def build_identity(isa: str):
     """kx::map1 with an identity function, compiled with the kernels' flags for `isa`."""
     from torch.utils.cpp_extension import load_inline
 
-    from kernel_explorer.bundled import hub_sources
-    from kernel_explorer.compile_steps import COMMON_FLAGS
-    from kernel_explorer.repo_format import read_plan
+    from kernel_explorer.build.compile_steps import COMMON_FLAGS
+    from kernel_explorer.build.repo_format import read_plan
+    from kernel_explorer.catalog.bundled import hub_sources
 
     activation = hub_sources() / "activation"
     common = hub_sources() / "common" / "csrc"
@@ -101,7 +101,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     act = next(get_local_kernel(b.repo_path) for b in build_hub(progress=False) if b.name == "activation")
     act.set_isa(args.isa)

@@ -60,7 +60,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False)}
     isas = args.isas or [hub["activation"].isa(), "avx2"]

@@ -135,7 +135,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_repo
+    from kernel_explorer.build.builder import build_repo
 
     ql = get_local_kernel(build_repo("quantized_linear", progress=False).repo_path)
     dot = ql.set_int8_dot(args.int8_dot)

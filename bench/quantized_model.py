@@ -44,7 +44,7 @@ def main() -> None:
     from torch import nn
 
     from kernel_explorer import Explorer
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
 
     model, tokenizer = load_default_model(progress=False)
     explorer = Explorer(model, tokenizer=tokenizer)
@@ -54,7 +54,7 @@ def main() -> None:
     ids = tokenizer(TEXT * 8, return_tensors="pt").input_ids[:, :128]
     from kernels import get_local_kernel
 
-    from kernel_explorer.bundled import bundled_repo_path
+    from kernel_explorer.catalog.bundled import bundled_repo_path
 
     quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
     print(

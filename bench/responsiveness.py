@@ -24,9 +24,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from kernel_explorer import Explorer
+    from kernel_explorer.loading import load_default_model, tiny_llama
+    from kernel_explorer.measure.records import Record
     from kernel_explorer.measure.stats import median_interval
-    from kernel_explorer.models import load_default_model, tiny_llama
-    from kernel_explorer.records import Record
 
     if args.tiny:
         explorer = Explorer(tiny_llama(), include_transformers=False)

@@ -126,9 +126,9 @@ def build_loops(isa: str):
     """The two loops, with and without eager's roundings, compiled with `isa`'s flags from build.toml."""
     from torch.utils.cpp_extension import load_inline
 
-    from kernel_explorer.bundled import hub_sources
-    from kernel_explorer.compile_steps import COMMON_FLAGS
-    from kernel_explorer.repo_format import read_plan
+    from kernel_explorer.build.compile_steps import COMMON_FLAGS
+    from kernel_explorer.build.repo_format import read_plan
+    from kernel_explorer.catalog.bundled import hub_sources
 
     (section,) = [k for k in read_plan(hub_sources() / "rotary").kernels if k.name == f"rotary_{isa}"]
     cache = Path(os.environ.get("KERNEL_EXPLORER_CACHE", "/tmp/kernel-explorer-cache")) / f"rounding-{isa}"
@@ -155,7 +155,7 @@ def main() -> None:
 
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     wanted = ("rotary", "rmsnorm")
     hub = {b.name: get_local_kernel(b.repo_path) for b in build_hub(progress=False) if b.name in wanted}

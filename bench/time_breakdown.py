@@ -27,7 +27,7 @@ def main() -> None:
     import torch
 
     from kernel_explorer import Explorer
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
     from kernel_explorer.views.breakdown_chart import covered_line
 
     model, tokenizer = load_default_model(progress=False)

@@ -4,9 +4,9 @@ Importing the package is cheap: torch, Transformers and the widget stack load on
 """
 
 from kernel_explorer._backend import quiet
-from kernel_explorer.availability import Availability, State
-from kernel_explorer.builder import BuiltRepo, build_hub
-from kernel_explorer.catalog import Candidate
+from kernel_explorer.build.builder import BuiltRepo, build_hub
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.candidates import Candidate
 from kernel_explorer.errors import (
     CacheDirError,
     DefaultModelMissingError,
@@ -16,14 +16,14 @@ from kernel_explorer.errors import (
     NoUsableKernelError,
 )
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
-from kernel_explorer.inventory import Inventory, InventoryRow
-from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
+from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.versions import Compatibility, check_compatibility
+from kernel_explorer.inventory.table import Inventory, InventoryRow
+from kernel_explorer.loading import load_default_model, load_model, tiny_gpt2, tiny_llama
 from kernel_explorer.measure.capture import CapturedInputs
-from kernel_explorer.measure.runner import RunHandle
-from kernel_explorer.measure.stats import NoisyMachineWarning
-from kernel_explorer.models import load_default_model, load_model, tiny_gpt2, tiny_llama
-from kernel_explorer.records import (
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import (
     LayerDeterminism,
     LayerDivergence,
     LayerLatency,
@@ -34,9 +34,9 @@ from kernel_explorer.records import (
     Record,
     RunEvent,
 )
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.runner import RunHandle
+from kernel_explorer.measure.stats import NoisyMachineWarning
 from kernel_explorer.switching.forwards import RunningNow
-from kernel_explorer.versions import Compatibility, check_compatibility
 
 __version__ = "0.1.0"
 

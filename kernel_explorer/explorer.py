@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import parse_mode
-from kernel_explorer.catalog import Catalog
+from kernel_explorer.catalog.candidates import Catalog
+from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer_measure import Measuring
-from kernel_explorer.extension import adopt
-from kernel_explorer.kernel_config import is_kernel_config, mapping_from_kernel_config
+from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
 from kernel_explorer.measure.runner import Runner
-from kernel_explorer.results import ResultLog
-from kernel_explorer.switchboard import RunningNow, Switchboard
 from kernel_explorer.switching import model_state
+from kernel_explorer.switching.board import RunningNow, Switchboard
+from kernel_explorer.switching.extension import adopt
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog import Candidate
-    from kernel_explorer.hardware import HardwareSnapshot
-    from kernel_explorer.inventory import Inventory
-    from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.catalog.candidates import Candidate
+    from kernel_explorer.inspect.hardware import HardwareSnapshot
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.inventory.table import Inventory
 
 
 class Explorer(Measuring):
@@ -145,8 +145,8 @@ class Explorer(Measuring):
         """The machine, and the code path each built bundled kernel runs on it (and why)."""
         from dataclasses import replace
 
-        from kernel_explorer.hardware import detect_hardware
-        from kernel_explorer.kernel_paths import bundled_kernel_paths
+        from kernel_explorer.inspect.hardware import detect_hardware
+        from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths
 
         return replace(detect_hardware(), kernel_paths=bundled_kernel_paths())
 
@@ -158,14 +158,14 @@ class Explorer(Measuring):
     def add_peer(self, path: str | Path, layers: dict[str, str] | None = None) -> list[Candidate]:
         """Offer a local kernel-builder repository (source or built path) as a candidate of source
         "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
-        from kernel_explorer.peers import peer_mapping
+        from kernel_explorer.catalog.peers import peer_mapping
 
         return self.catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
         from kernel_explorer._backend.locks import read_pins
-        from kernel_explorer.inventory import build_inventory
+        from kernel_explorer.inventory.table import build_inventory
 
         return build_inventory(
             self.model,
@@ -242,7 +242,7 @@ class Explorer(Measuring):
         ...)}`). Bundled kernels for the class join the candidates. Only the chosen instances
         change (see `extension.py`); bad input raises one line and changes nothing.
         """
-        from kernel_explorer.extension import extend
+        from kernel_explorer.switching.extension import extend
 
         group = extend(self.switchboard, name, cls, instances, candidates=candidates)
         self._captured = self._captured_grad = None  # captured again (same inputs) with the new row
@@ -250,7 +250,7 @@ class Explorer(Measuring):
 
     def retract(self, name: str, instances: str | list[str] | None = None) -> list[str]:
         """Undo `extend` (all or some instances): PyTorch, and the instances' own class, again."""
-        from kernel_explorer.extension import retract
+        from kernel_explorer.switching.extension import retract
 
         return retract(self.switchboard, name, instances)
 

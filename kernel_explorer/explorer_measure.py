@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
-from kernel_explorer.measure.layers import CALIBRATION_PAIRS
+from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
@@ -24,8 +24,8 @@ from kernel_explorer.measure.stats import (
 if TYPE_CHECKING:
     from torch import nn
 
-    from kernel_explorer.results import ResultLog
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.switching.board import Switchboard
 
 
 class Measuring:

@@ -46,7 +46,7 @@ def hub(session_cache: Path) -> dict:
     """
     from kernels import get_local_kernel
 
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     # keyed by the hub folder (flash_attn), not build.toml's name (flash-attn: kernels forbids "_")
     return {built.repo_path.name: get_local_kernel(built.repo_path) for built in build_hub(progress=False)}

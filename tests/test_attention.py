@@ -13,9 +13,9 @@ from attention_repos import NO_CONTRACT, write_attention_repo
 
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.layer_groups import ATTENTION
-from kernel_explorer.models import tiny_llama
-from kernel_explorer.results import Record
+from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.loading import tiny_llama
+from kernel_explorer.measure.log import Record
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79, 23, 84]])
 
@@ -266,7 +266,7 @@ def standin(hub: dict, repos: dict[str, Path]):  # type: ignore[no-untyped-def]
 
 
 HUB_CHILD = """
-from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer._backend.modes import parse_mode
 repo = "{repo}"
 e = Explorer(tiny_llama(), include_transformers=False, attention=[repo])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kernels import CUDAProperties, Device, LayerRepository, Mode
 
-from kernel_explorer._backend.layers import kernel_origin
+from kernel_explorer._backend.layer_forwards import kernel_origin
 from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.modes import mode_name, mode_priority, parse_mode
 from kernel_explorer.errors import KernelExplorerError
@@ -69,9 +69,9 @@ def test_private_attributes_read_off_library_objects_exist(hub: dict) -> None:
 
     from kernels import LocalLayerRepository
 
-    from kernel_explorer._backend.functions import kernel_functions
+    from kernel_explorer._backend.function_layers import kernel_functions
     from kernel_explorer._backend.internals import ATTRIBUTES, missing_attributes
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     hub_repo = LayerRepository("org/repo", layer_name="X", version=1)
     local = LocalLayerRepository(repo_path=Path("."), layer_name="X")

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from kernels import Metadata, get_local_kernel
 
-from kernel_explorer.builder import (
+from kernel_explorer.build.builder import (
     BUNDLED_REPOS,
     HUB_SOURCES,
     build_repo,
     build_variant,
     check_build,
 )
-from kernel_explorer.bundled import BUNDLED_ATTENTION
+from kernel_explorer.catalog.bundled import BUNDLED_ATTENTION
 from kernel_explorer.errors import BuildError
-from kernel_explorer.hardware import detect_hardware
+from kernel_explorer.inspect.hardware import detect_hardware
 
 
 def test_variant_is_one_kernels_accepts_here() -> None:
@@ -129,7 +129,7 @@ def test_bundled_repos_are_in_the_standard_format() -> None:
 def test_cached_rebuild_of_the_hub_is_quick(hub: dict) -> None:
     """Nothing changed: every bundled repository is reused, without compiling (the 2 s target is
     checked in bench, not here: timings on this shared machine are no assertions)."""
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     assert all(built.reused for built in build_hub(progress=False))
 
@@ -137,7 +137,7 @@ def test_cached_rebuild_of_the_hub_is_quick(hub: dict) -> None:
 def test_noarch_repo_builds_to_torch_cpu_and_loads(fresh_cache: Path, tmp_path: Path) -> None:
     from kernel_repos import write_noarch_repo
 
-    from kernel_explorer.builder import build_path
+    from kernel_explorer.build.builder import build_path
 
     root = write_noarch_repo(tmp_path / "py-rmsnorm")
     built = build_path(root, progress=False)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from kernels import Mode, kernelize, use_kernel_mapping
 
-from kernel_explorer.bundled import BUNDLED_LAYERS, bundled_mapping
-from kernel_explorer.layer_groups import find_kernel_layers
-from kernel_explorer.models import tiny_gpt2, tiny_llama
+from kernel_explorer.catalog.bundled import BUNDLED_LAYERS, bundled_mapping
+from kernel_explorer.inspect.layer_groups import find_kernel_layers
+from kernel_explorer.loading import tiny_gpt2, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_bfloat16_tiny_llama(mapping: dict) -> None:
 
 @pytest.mark.slow
 def test_smollm2_greedy_answer_is_unchanged(mapping: dict) -> None:
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
 
     model, tokenizer = load_default_model(progress=False)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
@@ -162,7 +162,7 @@ def test_compiled_training_step_with_kernels_matches_pytorch(mapping: dict) -> N
 def test_extension_candidates_are_keyed_by_class_and_wait_for_their_sources() -> None:
     from torch import nn
 
-    from kernel_explorer.bundled import BUNDLED_REPOS, extension_mappings, hub_sources
+    from kernel_explorer.catalog.bundled import BUNDLED_REPOS, extension_mappings, hub_sources
 
     class SameForward(nn.Linear):
         pass

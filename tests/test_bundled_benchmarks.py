@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_explorer.builder import BUNDLED_REPOS, build_repo
+from kernel_explorer.build.builder import BUNDLED_REPOS, build_repo
 
 
 @pytest.mark.parametrize("name", BUNDLED_REPOS)

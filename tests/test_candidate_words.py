@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_explorer.candidate_words import with_code_path
+from kernel_explorer.catalog.words import with_code_path
 
 
 @dataclass(frozen=True)

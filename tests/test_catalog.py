@@ -8,8 +8,8 @@ import pytest
 from kernel_repos import write_repo
 from kernels import CUDAProperties, Device, LayerRepository, LocalLayerRepository, Mode, use_kernel_mapping
 
-from kernel_explorer.availability import State
-from kernel_explorer.catalog import Catalog
+from kernel_explorer.catalog.availability import State
+from kernel_explorer.catalog.candidates import Catalog
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 
 INFERENCE = Mode.INFERENCE

@@ -6,7 +6,7 @@ import pytest
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_gpt2, tiny_llama
+from kernel_explorer.loading import tiny_gpt2, tiny_llama
 
 
 def test_rejects_what_is_not_a_module() -> None:

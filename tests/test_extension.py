@@ -17,11 +17,11 @@ from kernel_repos import write_repo
 from kernels import LocalLayerRepository
 from torch import nn
 
-from kernel_explorer import bundled
+from kernel_explorer.catalog import bundled
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.layer_groups import find_kernel_layers
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.inspect.layer_groups import find_kernel_layers
+from kernel_explorer.loading import tiny_llama
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from kernels.variants import get_variants_local, resolve_variant
 
-from kernel_explorer.hardware import HardwareSnapshot, detect_hardware
+from kernel_explorer.inspect.hardware import HardwareSnapshot, detect_hardware
 
 
 def _torch_tag() -> str:

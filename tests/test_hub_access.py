@@ -24,7 +24,7 @@ import json, sys, time
 from kernels import LayerRepository
 from kernel_explorer.explorer import Explorer
 from kernel_explorer._backend.modes import parse_mode
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 def hub_mapping(repo_id, layer="RMSNorm"):
     return {"RMSNorm": {"cpu": LayerRepository(repo_id, layer_name=layer, version=1)}}
@@ -43,7 +43,7 @@ result = {}
 
 @pytest.fixture(scope="module")
 def standin(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubStandIn]:
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     server = HubStandIn().start()
     server.trusted_orgs.add("kx-trusted")
@@ -171,7 +171,7 @@ def test_faults_1_and_2_a_native_download_still_loads_offline(standin: HubStandI
         except Exception as error:
             result["native_version"] = str(error)
         e = explorer_for("kx-trusted/multi", include_bundled=False)
-        snapshot = __import__("kernel_explorer.hub_access", fromlist=["x"]).cached_variant_dir(
+        snapshot = __import__("kernel_explorer.catalog.hub_access", fromlist=["x"]).cached_variant_dir(
             e.catalog.candidates("RMSNorm")[0].hub).parent.parent
         try:
             get_kernel("kx-trusted/multi", revision=snapshot.name)

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_explorer.bundled import bundled_repo_path
+from kernel_explorer.catalog.bundled import bundled_repo_path
 
 FORMATS = ["q8_0", "q4_1"]
 DTYPES = [torch.float32, torch.bfloat16]
@@ -384,7 +384,7 @@ def test_default_model_weights_pack_to_the_checkpoint_exactly(ql) -> None:
     the very floats PyTorch runs, and the blocks are the file's own where Transformers did not
     reorder the rows (it permutes q_proj / k_proj rows for its rotary layout)."""
     gguf = pytest.importorskip("gguf")
-    from kernel_explorer.models import default_model_gguf, load_default_model
+    from kernel_explorer.loading import default_model_gguf, load_default_model
 
     model, _ = load_default_model(progress=False)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}

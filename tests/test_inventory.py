@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.inventory import Inventory
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.inventory.table import Inventory
+from kernel_explorer.loading import tiny_llama
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_pandas_export(explorer: Explorer) -> None:
 
 @pytest.mark.slow
 def test_smollm2_inventory(hub: dict) -> None:
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
 
     model, _ = load_default_model(progress=False)
     inventory = Explorer(model).inventory()
@@ -103,7 +103,7 @@ def test_smollm2_inventory(hub: dict) -> None:
 
 def test_the_inventory_shows_the_last_measured_speedup_with_its_interval(hub: dict) -> None:
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     explorer = Explorer(tiny_llama(), include_transformers=False)
     assert explorer.inventory().row("RMSNorm").measured_summary == "not measured"
@@ -124,7 +124,7 @@ def test_runs_now_says_why_pytorch_runs_where_a_kernel_was_refused(tmp_path, hub
     from kernels import LocalLayerRepository
 
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     path = write_repo(tmp_path, "kx-no-backward", layers=NO_BACKWARD_RMSNORM)
     mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=path, layer_name="RMSNorm")}}
@@ -164,7 +164,7 @@ def test_a_broken_lock_file_is_one_line(hub: dict, tmp_path: Path) -> None:
 
 
 def test_a_share_profiled_for_a_layer_retracted_since_says_profile_again(explorer: Explorer) -> None:
-    from kernel_explorer.inventory import build_inventory
+    from kernel_explorer.inventory.table import build_inventory
 
     shares = {"Linear (matmul)": 0.5, "Linear": 0.3, "RMSNorm": 0.02}  # "Linear": an extended row, gone
     found = build_inventory(

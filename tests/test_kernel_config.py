@@ -9,7 +9,7 @@ import pytest
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 
 def test_a_local_kernel_config_is_explored_and_transformers_refusal_of_cpu_is_said(hub: dict) -> None:
@@ -35,7 +35,7 @@ def test_hub_entries_per_device_and_bad_entries() -> None:
     from kernels import LayerRepository
     from transformers import KernelConfig
 
-    from kernel_explorer.kernel_config import mapping_from_kernel_config
+    from kernel_explorer.catalog.kernel_config import mapping_from_kernel_config
 
     config = KernelConfig(
         {"SiLU": {"cuda": ("org/act:Silu", {"revision": "v2"})}, "RMSNorm": "org/norm:RMSNorm"}

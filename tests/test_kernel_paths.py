@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 from isa_paths import runnable_isas
 
-from kernel_explorer.bundled import BUNDLED_REPOS
-from kernel_explorer.hardware import KernelPath, detect_hardware
-from kernel_explorer.kernel_paths import bundled_kernel_paths, kernel_path
+from kernel_explorer.catalog.bundled import BUNDLED_REPOS
+from kernel_explorer.inspect.hardware import KernelPath, detect_hardware
+from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths, kernel_path
 
 
 def test_every_built_bundled_repository_reports_its_path_and_why(hub: dict) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from kernel_explorer.layer_groups import find_kernel_layers
-from kernel_explorer.models import tiny_gpt2, tiny_llama
+from kernel_explorer.inspect.layer_groups import find_kernel_layers
+from kernel_explorer.loading import tiny_gpt2, tiny_llama
 
 
 def _by_name(model: nn.Module) -> dict:

@@ -6,8 +6,8 @@ import pytest
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.measure.breakdown import ATTENTION, LINEAR, amdahl
-from kernel_explorer.models import tiny_llama
 
 
 @pytest.fixture

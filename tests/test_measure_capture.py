@@ -7,8 +7,8 @@ import torch
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.measure.capture import model_inputs
-from kernel_explorer.models import tiny_llama
 
 
 @pytest.fixture

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernel_explorer.measure.comparison import KERNEL_OFF, Comparison, not_measurable
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import LayerLatency, LayerVerdict, Record
 from kernel_explorer.measure.stats import (
     FASTER,
     NO_DIFFERENCE,
@@ -13,8 +15,6 @@ from kernel_explorer.measure.stats import (
     noise_floor,
     speedup_interval,
 )
-from kernel_explorer.records import LayerLatency, LayerVerdict, Record
-from kernel_explorer.results import ResultLog
 
 AA = (1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0)
 
@@ -75,7 +75,7 @@ def test_the_verdict_record_and_the_summary_row_read_the_same_comparison() -> No
         [Record("run-1", p, "RMSNorm", "model.norm") for p in _pairs(speedups)]
         + [Record("run-1", verdict, "RMSNorm")]
     )
-    from kernel_explorer.records import LayerCalibration
+    from kernel_explorer.measure.records import LayerCalibration
 
     for ratio in AA:
         log.append(Record("run-1", LayerCalibration(1e-6, 1e-6 / ratio, ratio), "RMSNorm", "model.norm"))

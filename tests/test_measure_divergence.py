@@ -42,7 +42,7 @@ def test_float64_reference_really_computes_in_float64() -> None:
 
 def test_accuracy_verdicts_are_judged_against_float64_not_against_pytorch() -> None:
     from kernel_explorer.measure.divergence import AS_ACCURATE, BITWISE_EQUAL, accuracy_verdict
-    from kernel_explorer.records import LayerDivergence
+    from kernel_explorer.measure.records import LayerDivergence
 
     def found(bitwise: float, kernel_err: float | None, pytorch_err: float | None) -> LayerDivergence:
         return LayerDivergence(

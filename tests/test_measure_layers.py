@@ -7,7 +7,7 @@ import torch
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 
 @pytest.fixture
@@ -64,9 +64,9 @@ def _rmsnorm_board(rows: int, on: bool):  # type: ignore[no-untyped-def]
     """One 4096-wide RMSNorm (the bundled kernel on or off) and a captured input of `rows` rows."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from kernel_explorer.catalog import Catalog
+    from kernel_explorer.catalog.candidates import Catalog
     from kernel_explorer.measure.capture import CapturedInputs
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
     board = Switchboard(torch.nn.Sequential(LlamaRMSNorm(4096)), Catalog(include_transformers=False))
     if on:
@@ -103,7 +103,7 @@ def test_a_verdict_closes_each_layer_with_interval_floor_and_provenance(explorer
 def test_pytorch_against_itself_is_no_difference_in_at_least_38_of_40(hub: dict) -> None:
     """A/A is never called a difference; a run the machine stalled says so instead of a number (on
     a loaded 2-core guest, 4 of 40 here), and that is no claim of a difference either."""
-    from kernel_explorer.measure.layers import compare_layer
+    from kernel_explorer.measure.layer_comparison import compare_layer
     from kernel_explorer.measure.stats import FASTER, SLOWER
 
     board, captured = _rmsnorm_board(16, on=False)  # the "kernel" side is PyTorch: a known-equal pair
@@ -121,7 +121,7 @@ def test_pytorch_against_itself_is_no_difference_in_at_least_38_of_40(hub: dict)
 
 
 def test_adaptive_sampling_stops_on_precision_or_budget_and_says_which(hub: dict) -> None:
-    from kernel_explorer.measure.layers import compare_layer
+    from kernel_explorer.measure.layer_comparison import compare_layer
     from kernel_explorer.measure.stats import FASTER
 
     board, captured = _rmsnorm_board(64, on=True)
@@ -172,7 +172,7 @@ def test_instances_of_different_sizes_are_not_stalls_of_each_other() -> None:
     """Each instance has its own stall watch: a model's lm_head may take 80x its k_proj, which is
     no stall; a pair 100x slower than its own instance's time is. The times here are given, not
     measured (the loop's bookkeeping is what is tested)."""
-    from kernel_explorer.measure.layers import interleaved_series
+    from kernel_explorer.measure.layer_comparison import interleaved_series
     from kernel_explorer.measure.stats import StallWatch, StopRule
 
     base = {"small": 1e-6, "large": 80e-6}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 
 @pytest.fixture

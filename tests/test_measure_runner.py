@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.measure.layers import compare_layer
-from kernel_explorer.models import tiny_llama
-from kernel_explorer.results import Record
+from kernel_explorer.loading import tiny_llama
+from kernel_explorer.measure.layer_comparison import compare_layer
+from kernel_explorer.measure.log import Record
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_switch_mid_run_shows_in_the_next_sample(explorer: Explorer) -> None:
 
 @pytest.mark.slow
 def test_smollm2_background_compare_streams_and_leaves_pytorch(hub: dict) -> None:
-    from kernel_explorer.models import load_default_model
+    from kernel_explorer.loading import load_default_model
 
     model, tokenizer = load_default_model(progress=False)
     explorer = Explorer(model, tokenizer=tokenizer)
@@ -136,9 +136,9 @@ def test_smollm2_background_compare_streams_and_leaves_pytorch(hub: dict) -> Non
 
 
 def test_records_without_provenance_get_the_runs_and_their_own_is_kept() -> None:
+    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.measure.records import ModelThroughput, Provenance
     from kernel_explorer.measure.runner import Runner
-    from kernel_explorer.records import ModelThroughput, Provenance
-    from kernel_explorer.results import ResultLog
 
     own = Provenance(dtype="bfloat16", kernel_id="kernels-community/rmsnorm")
     calls: list[int] = []
@@ -205,7 +205,7 @@ def test_foreground_and_background_compare_agree_on_every_bundled_layer_kind(hub
     machine's noise passes between attempts, the thread's cost (SiLU 2.7x) did not."""
     from torch import nn
 
-    from kernel_explorer.models import tiny_gpt2
+    from kernel_explorer.loading import tiny_gpt2
 
     model = (tiny_llama if family == "llama" else tiny_gpt2)(hidden_size=512)
     explorer = Explorer(model, include_transformers=False)
@@ -256,7 +256,7 @@ atexit.register(after_the_runner_stopped)
 
 import torch
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 # ops long enough (milliseconds) that the run's thread is inside torch's C++ when the script ends
 explorer = Explorer(tiny_llama(hidden_size=1024), include_transformers=False)

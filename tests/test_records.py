@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from kernel_explorer.records import VALUE_TYPES, LayerLatency, Provenance, Record, RunEvent
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import VALUE_TYPES, LayerLatency, Provenance, Record, RunEvent
 
 
 def test_every_kind_is_one_value_class() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from kernel_repos import write_noarch_repo, write_standard_repo
 
-from kernel_explorer import repo_format
-from kernel_explorer.builder import HUB_SOURCES, build_path
+from kernel_explorer.build import repo_format
+from kernel_explorer.build.builder import HUB_SOURCES, build_path
+from kernel_explorer.build.repo_format import missing_features, read_plan
 from kernel_explorer.errors import BuildError
-from kernel_explorer.repo_format import missing_features, read_plan
 
 
 def test_standard_repo_plan_builds_the_cpu_sections_and_skips_cuda(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_explorer.records import LayerDivergence, LayerLatency, Record, RunEvent
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import LayerDivergence, LayerLatency, Record, RunEvent
 
 
 def _log() -> ResultLog:
@@ -67,7 +67,7 @@ def test_pandas_and_summary() -> None:
 
 
 def test_summary_per_run_keeps_pytorch_against_pytorch_apart_and_flags_runs_that_disagree() -> None:
-    from kernel_explorer.records import LayerCalibration
+    from kernel_explorer.measure.records import LayerCalibration
 
     log = ResultLog()
     for run, speedups in (
@@ -111,7 +111,7 @@ def test_export_by_suffix_and_its_errors(tmp_path: Path) -> None:
 def _breakdown_and_verdicts(on: tuple[str, ...]) -> ResultLog:
     """A breakdown (RMSNorm 2%, SiLU 4% of prefill), both layers measured, and a model run with `on`."""
     from kernel_explorer.measure.comparison import Comparison
-    from kernel_explorer.records import LayerVerdict, ModelVerdict, TimeShare
+    from kernel_explorer.measure.records import LayerVerdict, ModelVerdict, TimeShare
 
     records = [
         Record("b", TimeShare("prefill", 16, name, share / 1e3, share / 100, 0.0))

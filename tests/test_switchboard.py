@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
 
@@ -179,7 +179,7 @@ def test_agrees_with_transformers_set_use_kernels(explorer: Explorer) -> None:
     import transformers.models.llama.modeling_llama as llama
     from kernels import register_kernel_mapping, use_kernel_mapping
 
-    from kernel_explorer.bundled import bundled_mapping
+    from kernel_explorer.catalog.bundled import bundled_mapping
 
     production = tiny_llama()
     with use_kernel_mapping({}):  # restores kernels' global mapping after the block

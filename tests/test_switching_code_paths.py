@@ -11,8 +11,8 @@ from isa_paths import runnable_isas
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.layer_groups import ATTENTION
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.loading import tiny_llama
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
 PATHS = runnable_isas()  # widest first; "portable" last, run by every CPU

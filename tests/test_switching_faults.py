@@ -28,8 +28,8 @@ from test_switchboard import assert_untouched, kernels_run_per_instance
 from test_switching_hub_like import RAISING_ON_BATCH_ATTENTION, state_of
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.layer_groups import ATTENTION
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.loading import tiny_llama
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])
 _shared: dict[str, object] = {}

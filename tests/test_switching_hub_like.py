@@ -25,8 +25,8 @@ from hub_like_repos import (
 )
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.layer_groups import ATTENTION
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.switching import instance_door
 
 TOKENS = torch.tensor([[3, 14, 15, 92, 65, 35, 89, 79]])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_explorer.errors import IncompatibleVersionsError
-from kernel_explorer.versions import check_compatibility, require_compatible
+from kernel_explorer.inspect.versions import check_compatibility, require_compatible
 
 
 def test_installed_pair_is_compatible() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.views.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 
 

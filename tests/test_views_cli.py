@@ -106,7 +106,7 @@ def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) 
     import torch
 
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
     from kernel_explorer.views.cli import RUN_TO_RUN, _measure
 
     explorer = Explorer(tiny_llama(), include_transformers=False)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from kernel_explorer.explorer import Explorer
-from kernel_explorer.models import tiny_llama
+from kernel_explorer.loading import tiny_llama
 from kernel_explorer.views.dashboard import Dashboard
 from kernel_explorer.views.layer_table import table_rows
 
@@ -104,7 +104,7 @@ def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
 
 
 def test_badges_are_keyed_on_state_names_with_one_colour_table(dashboard: Dashboard) -> None:
-    from kernel_explorer.availability import State
+    from kernel_explorer.catalog.availability import State
 
     rows = dashboard.table.rows
     assert {row["state_key"] for row in rows} <= {state.key for state in State}
@@ -240,7 +240,7 @@ def test_the_cycle_counter_counts_layers_as_they_are_now(dashboard: Dashboard, t
     from kernels import LocalLayerRepository
     from torch import nn
 
-    from kernel_explorer.records import Record
+    from kernel_explorer.measure.records import Record
 
     done = dashboard.explorer.compare("SiLU", pairs=1)
     verdict = dashboard.explorer.results.records("layer_verdict", done.run_id)[0].values

@@ -15,7 +15,7 @@ def shell() -> Iterator[Any]:
 
     ip = start_ipython()
     ip.run_line_magic("load_ext", "kernel_explorer")
-    ip.run_cell("from kernel_explorer.models import tiny_llama\nmodel = tiny_llama()\nnumber = 3")
+    ip.run_cell("from kernel_explorer.loading import tiny_llama\nmodel = tiny_llama()\nnumber = 3")
     yield ip
     ip.run_line_magic("unload_ext", "kernel_explorer")
 
@@ -151,7 +151,7 @@ def test_explore_then_switch_compare_and_report(
     shell.run_line_magic("kernels", "off RMSNorm")
     shell.run_line_magic("kernels", "reset")
     assert not any(now.is_kernel for now in explorer.running())
-    from kernel_explorer.hardware import HardwareSnapshot
+    from kernel_explorer.inspect.hardware import HardwareSnapshot
 
     assert isinstance(shell.run_line_magic("kernels", "hardware"), HardwareSnapshot)
     dashboard.close()
@@ -297,7 +297,7 @@ def test_explore_a_saved_model_folder_by_its_path(
     shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Item 14: `%kernels explore ./my-model` loads it (from_pretrained, offline), steps shown."""
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     tiny_llama(seed=7).save_pretrained(tmp_path / "my-model")
     monkeypatch.chdir(tmp_path)  # the shell runs in this process: the folder comes back after the test

@@ -36,8 +36,8 @@ def test_speedup_axis_labels_half_and_twice_in_full() -> None:
 
 
 def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> None:
-    from kernel_explorer.records import LayerLatency, Record
-    from kernel_explorer.results import ResultLog
+    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.measure.records import LayerLatency, Record
     from kernel_explorer.views.plots import LivePlots
 
     log = ResultLog()

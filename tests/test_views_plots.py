@@ -6,8 +6,8 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from kernel_explorer.records import LayerLatency, Record, RunEvent
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import LayerLatency, Record, RunEvent
 from kernel_explorer.views.plots import LivePlots
 
 

@@ -23,7 +23,7 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
 
 def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: dict) -> None:
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     explorer = Explorer(tiny_llama(), include_transformers=False)
     explorer.on("RMSNorm")

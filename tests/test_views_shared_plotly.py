@@ -3,7 +3,7 @@ bundle (about 5 MB) in its widget state, sent to the browser and stored by nbcon
 
 from __future__ import annotations
 
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.views.plots import LivePlots
 from kernel_explorer.views.shared_plotly import figure_classes
 

@@ -10,12 +10,13 @@ upgrade breaks one small package, and `internals.missing_internals()` names what
 Modules:
 - `modes`: kernels' `Mode` from and to the names users type; the fallback priority.
 - `mappings`: mapping entries from a user dict, from kernels' registry, from Transformers' defaults.
-- `layers`: `kernelize`'s per-layer step, the kernel a forward belongs to, the model's device;
+- `layer_forwards`: `kernelize`'s per-layer step, the kernel a forward belongs to, the model's device;
   marking a class with a kernel layer name and checking a repository's layer fits it.
 - `repositories`: what a `LayerRepository`-like object points at; building one to load.
 - `hub`: the Hub API, the cache, variant resolution, offline mode and the user-agent workaround.
-- `functions`: the function layers a module holds (`use_kernelized_func`) and what they wrap.
+- `function_layers`: the function layers a module holds (`use_kernelized_func`) and what they wrap.
 - `platform`: the backend and variant strings `kernels` accepts on this machine.
 - `transformers_window`: the kernels version window the installed Transformers accepts.
+- `attention_interface`: Transformers' attention interface, its names, loading a local repository into it.
 - `internals`: the list of every internal name relied on, checked in one test.
 """

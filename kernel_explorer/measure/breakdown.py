@@ -22,15 +22,15 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.measure.capture import run_model
-from kernel_explorer.measure.model import all_pytorch
-from kernel_explorer.records import Record, TimeShare
+from kernel_explorer.measure.model_comparison import all_pytorch
+from kernel_explorer.measure.records import Record, TimeShare
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 # the attention computation is the attention row's category (ATTENTION), so its share and its
 # measured speedup meet in the inventory's Amdahl columns

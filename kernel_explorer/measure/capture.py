@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 DEFAULT_PROMPT = "The capital of France is Paris. Kernels make the same model run faster."
 DEFAULT_MEMORY_CAP = 256 * 2**20

@@ -34,7 +34,7 @@ from kernel_explorer.measure.stats import (
 )
 
 if TYPE_CHECKING:
-    from kernel_explorer.records import GradientDivergence, LayerDivergence, LayerLatency
+    from kernel_explorer.measure.records import GradientDivergence, LayerDivergence, LayerLatency
 
 KERNEL_OFF = "PyTorch against PyTorch (kernel off)"
 UNMEASURABLE_LOW = 0.01  # an interval whose low end reads 0.00x measured the machine, not the kernel

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import CapturedInputs, run_model
-from kernel_explorer.measure.layers import compare_layer
+from kernel_explorer.measure.layer_comparison import compare_layer
+from kernel_explorer.measure.records import ModelThroughput, Record
 from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION
 from kernel_explorer.measure.timing import Clock
-from kernel_explorer.records import ModelThroughput, Record
 
 if TYPE_CHECKING:
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 
 def live_cycles(

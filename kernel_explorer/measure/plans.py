@@ -13,11 +13,11 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 
 if TYPE_CHECKING:
-    from kernel_explorer.catalog import Candidate
+    from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.measure.capture import CapturedInputs
+    from kernel_explorer.measure.records import Record
     from kernel_explorer.measure.runner import Measurement
-    from kernel_explorer.records import Record
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 
 def layer_mode(mode: str) -> str:
@@ -47,8 +47,8 @@ def layer_plan(
     (sources such as "bundled" and "peer", or candidate labels), the comparison runs once per
     matching candidate of each layer, that candidate switched on for it: PyTorch, the bundled kernel
     and a peer side by side in one run."""
-    from kernel_explorer.measure.layers import compare_layer, determinism
-    from kernel_explorer.measure.training import compare_layer_training
+    from kernel_explorer.measure.layer_comparison import compare_layer, determinism
+    from kernel_explorer.measure.layer_training import compare_layer_training
 
     training = layer_mode(mode) == "training"
     compare = compare_layer_training if training else compare_layer
@@ -126,8 +126,8 @@ def model_plan(
     """The model comparison in `mode`: inference (logits and greedy agreement, prefill, decode),
     "training" (a training step per length) or "torch.compile" (compiled prefill per length).
     `floor_so_far(run_id)` is the run's prefill noise floor, which decode borrows."""
-    from kernel_explorer.measure.model import compare_decode, compare_outputs, compare_prefill
-    from kernel_explorer.measure.training_model import compare_compiled, compare_training_step
+    from kernel_explorer.measure.model_comparison import compare_decode, compare_outputs, compare_prefill
+    from kernel_explorer.measure.model_modes import compare_compiled, compare_training_step
 
     chosen = parse_mode(mode)
     sized = {"lengths": lengths, "pairs": pairs, "vocab_size": vocab_size}

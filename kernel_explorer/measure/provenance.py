@@ -7,10 +7,10 @@ import functools
 import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.records import Provenance
+from kernel_explorer.measure.records import Provenance
 
 if TYPE_CHECKING:
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 
 @functools.cache
@@ -18,7 +18,7 @@ def _machine() -> tuple[str, str, str]:
     """(torch version, kernels version, CPU model): fixed for the process."""
     import torch
 
-    from kernel_explorer.hardware import cpu_model
+    from kernel_explorer.inspect.hardware import cpu_model
 
     try:
         kernels = importlib.metadata.version("kernels")

@@ -23,9 +23,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.openmp import release_thread_pool
-from kernel_explorer.records import Provenance, Record, RunEvent
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.records import Provenance, Record, RunEvent
 
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
 

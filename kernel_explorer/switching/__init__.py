@@ -1,10 +1,19 @@
-"""The doors a kernel enters a model by, one module each, behind one protocol (`door.Door`).
+"""Switching kernels on and off in a live model: the board, and one door per way a kernel enters.
 
-- `layers.ModuleDoor`: a class the model marks; `kernelize` replaces each instance's forward.
-- `layers.ExtensionDoor`: a class the model does not mark, named by `Explorer.extend`.
-- `functions.FunctionDoor`: a function layer the model attaches to its modules (rotary).
+- `board.Switchboard`: what every door shares: the selection, the lock, snapshot/restore, events.
+- `door.Door`: the protocol every door answers; `door_classes.door_class` says which door serves a group.
+- `module_door.ModuleDoor`: a class the model marks; `kernelize` replaces each instance's forward.
+- `module_door.ExtensionDoor`: a class the model does not mark, named by `Explorer.extend`
+  (`extension`: the marked subclass and its candidates).
+- `function_door.FunctionDoor`: a function layer the model attaches to its modules (rotary), with
+  `routes` giving each holder its own copy.
 - `attention_door.AttentionDoor`: Transformers' attention interface, model-wide.
+- `instance_door`, `probe`, `guard`, `forwards`, `code_paths`: what per-instance doors share (the
+  trial on a copy, the exact restore, the forward that falls back, a pinned code path).
+- `events`, `model_state`: every explorer of one model hears of each switch and shares one state.
 
 A new door goes in a module here: subclass `Door` (or `InstanceDoor` for a per-instance forward),
-and say in `doors.door_class` which layer groups it serves. The switchboard needs nothing more.
+and say in `door_classes.door_class` which layer groups it serves. The board needs nothing more.
+
+May import `_backend`, `build`, `catalog`, `inspect` and `errors`; never `measure` or `views`.
 """

@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernel_explorer._backend import attention as door
+from kernel_explorer._backend import attention_interface
 from kernel_explorer._backend.hub import is_offline
-from kernel_explorer.catalog import Candidate
+from kernel_explorer.catalog.attention_candidates import AttentionCandidate, AttentionChoices, inference
+from kernel_explorer.catalog.candidates import Candidate
+from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.hub_access import cached_variant_dir
-from kernel_explorer.layer_groups import ATTENTION, LayerGroup
-from kernel_explorer.switching.attention_candidates import AttentionCandidate, AttentionChoices, inference
+from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
 from kernel_explorer.switching.code_paths import (
     RunningPath,
     check_path,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
 
@@ -94,8 +94,10 @@ class AttentionDoor(AttentionChoices, Door):
         self.model = model
         self.catalog = board.catalog
         self.device = board.device
-        self.original = door.implementation(model)
-        self.baseline = self.original if self.original in door.BUILTIN else "sdpa"  # "PyTorch" here
+        self.original = attention_interface.implementation(model)
+        self.baseline = (
+            self.original if self.original in attention_interface.BUILTIN else "sdpa"
+        )  # "PyTorch" here
         self._modules = {path: model.get_submodule(path) for path in paths}
         self._user: list[AttentionCandidate] = []
         self._names: dict[str, AttentionCandidate] = {}  # implementation string -> candidate
@@ -104,14 +106,14 @@ class AttentionDoor(AttentionChoices, Door):
         self._trial = False  # a probe's trial call runs: a kernel's error is the verdict, not a fallback
         self.reason = ""  # why the baseline runs although a kernel was asked for
         self.mode: Any = inference()  # of the last switch (a snapshot keeps it)
-        if door.is_hub_string(self.original):
+        if attention_interface.is_hub_string(self.original):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
 
     @classmethod
     def find(cls, board: Switchboard) -> AttentionDoor | None:
         """The door of the board's model, or None when it has no attention interface (a plain module)."""
         model = board.model
-        if not door.has_attention_interface(model):
+        if not attention_interface.has_attention_interface(model):
             return None
         paths = tuple(
             path
@@ -124,17 +126,17 @@ class AttentionDoor(AttentionChoices, Door):
 
     @staticmethod
     def _is_pytorch(name: str) -> bool:
-        return not (door.is_hub_string(name) or name.startswith("flash_attention"))
+        return not (attention_interface.is_hub_string(name) or name.startswith("flash_attention"))
 
     def _loadable_name(self, chosen: AttentionCandidate) -> tuple[str, bool]:
         """(the string to hand Transformers, whether to allow an untrusted publisher)."""
         if chosen.folder is not None:
-            module = door.load_local(Path(chosen.folder))
-            contract = door.contract_of(module)
+            module = attention_interface.load_local(Path(chosen.folder))
+            contract = attention_interface.contract_of(module)
             if contract is None:
-                contracts = "; ".join(door.CONTRACT)
+                contracts = "; ".join(attention_interface.CONTRACT)
                 raise RuntimeError(f"it exposes none of Transformers' attention contracts ({contracts})")
-            name = door.local_alias(Path(chosen.folder))
+            name = attention_interface.local_alias(Path(chosen.folder))
             self._kernel_ids[name] = getattr(module, "__name__", name)
             return name, False
         ref = chosen.hub
@@ -142,7 +144,7 @@ class AttentionDoor(AttentionChoices, Door):
             return chosen.implementation, False
         cached = cached_variant_dir(ref)
         if is_offline() and cached is not None:  # kernels' offline load fails on partial snapshots
-            door.map_to_folder(ref.repo_id, cached.parent.parent)
+            attention_interface.map_to_folder(ref.repo_id, cached.parent.parent)
         return chosen.implementation, ref.trusts(self.catalog.trust_remote_code)
 
     def switch(self, candidate: Any, *, mode: Mode, strict: bool = False) -> AttentionCandidate | None:
@@ -164,7 +166,7 @@ class AttentionDoor(AttentionChoices, Door):
                 check_path(self._kernel_module(chosen), chosen.path)
             try:
                 name, trust = self._loadable_name(chosen)
-                door.set_implementation(self.model, name, allow_all_kernels=trust)
+                attention_interface.set_implementation(self.model, name, allow_all_kernels=trust)
             except Exception as error:
                 reason = explain(error)
                 self.catalog.record_failure(chosen, reason)
@@ -233,7 +235,7 @@ class AttentionDoor(AttentionChoices, Door):
     def _kernel_module(self, chosen: AttentionCandidate) -> Any | None:
         """The loaded kernel package behind `chosen`, to name the ops its build lacks."""
         try:
-            return door.load_local(Path(chosen.folder)) if chosen.folder is not None else None
+            return attention_interface.load_local(Path(chosen.folder)) if chosen.folder is not None else None
         except Exception:
             return None
 
@@ -255,12 +257,14 @@ class AttentionDoor(AttentionChoices, Door):
                     if self._trial or id(module) not in mine:
                         raise
                     self.board.kernel_raised(ATTENTION, "*", chosen, error)
-                    return door.attention_function(module, self.baseline)(module, *args, **kwargs)
+                    return attention_interface.attention_function(module, self.baseline)(
+                        module, *args, **kwargs
+                    )
 
             guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
             return guarded
 
-        door.wrap_registered(name, wrap)
+        attention_interface.wrap_registered(name, wrap)
         self._calls = {key: call for key, call in self._calls.items() if key[1] != name}
 
     def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:
@@ -286,7 +290,9 @@ class AttentionDoor(AttentionChoices, Door):
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         kernel_id, variant, name, reason = self.now()
-        chosen = self._names.get(door.implementation(self.model)) if kernel_id is not None else None
+        chosen = (
+            self._names.get(attention_interface.implementation(self.model)) if kernel_id is not None else None
+        )
         module = self._kernel_module(chosen) if chosen is not None else None
         code_path = (
             running_path(module, ATTENTION, model_dtype(self.model)) if module is not None else RunningPath()
@@ -316,7 +322,7 @@ class AttentionDoor(AttentionChoices, Door):
 
         if chosen.folder is None or Mode.TRAINING not in mode:
             return
-        if getattr(door.load_local(Path(chosen.folder)), "has_backward", True) is False:
+        if getattr(attention_interface.load_local(Path(chosen.folder)), "has_backward", True) is False:
             why = "the kernel does not support training (has_backward = False)"
             self.catalog.record_unsupported(chosen, mode, why)
             self.to_pytorch()  # as kernelize keeps PyTorch for a layer without backward
@@ -327,13 +333,13 @@ class AttentionDoor(AttentionChoices, Door):
 
         A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
         self.reason = ""
-        if door.implementation(self.model) != self.baseline:
-            door.set_implementation(self.model, self.baseline)
+        if attention_interface.implementation(self.model) != self.baseline:
+            attention_interface.set_implementation(self.model, self.baseline)
         unpin(self._holder)  # last: the kernel's own path back once nothing runs it
 
     def switched(self) -> AttentionCandidate | None:
         """The candidate running now when it is not the baseline (what a snapshot keeps)."""
-        now = door.implementation(self.model)
+        now = attention_interface.implementation(self.model)
         if now == self.baseline:
             return None
         return self._names.get(now) or self._builtin(now)
@@ -343,7 +349,7 @@ class AttentionDoor(AttentionChoices, Door):
     def now(self) -> tuple[str | None, str | None, str, str]:
         """(kernel id or None for PyTorch, variant, implementation's name, reason): what a
         `RunningNow` of every attention module says (attention is model-wide)."""
-        now = door.implementation(self.model)
+        now = attention_interface.implementation(self.model)
         if self._is_pytorch(now):
             return None, None, now, self.reason
         chosen = self._names.get(now)
@@ -353,12 +359,14 @@ class AttentionDoor(AttentionChoices, Door):
         key = (path, name)
         if key not in self._calls:
             module = self._modules[path]
-            self._calls[key] = _call_class()(module, door.attention_function(module, name)).forward
+            self._calls[key] = _call_class()(
+                module, attention_interface.attention_function(module, name)
+            ).forward
         return self._calls[key]
 
     def forwards(self, path: str) -> tuple[Any, Any, bool]:
         """(what `path` runs now, PyTorch's, whether the former is a kernel), as the switchboard's."""
-        now = door.implementation(self.model)
+        now = attention_interface.implementation(self.model)
         return self._call(path, now), self._call(path, self.baseline), not self._is_pytorch(now)
 
     @contextlib.contextmanager
@@ -371,10 +379,12 @@ class AttentionDoor(AttentionChoices, Door):
             if id(module) in paths:
                 keep((ATTENTION, paths[id(module)]), args, kwargs)
 
-        before = door.implementation(self.model)
-        with door.capturing(record, lambda module: door.attention_function(module, self.baseline)) as name:
-            door.set_implementation(self.model, name)
+        before = attention_interface.implementation(self.model)
+        with attention_interface.capturing(
+            record, lambda module: attention_interface.attention_function(module, self.baseline)
+        ) as name:
+            attention_interface.set_implementation(self.model, name)
             try:
                 yield
             finally:
-                door.set_implementation(self.model, before)
+                attention_interface.set_implementation(self.model, before)

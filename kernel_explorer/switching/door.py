@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.availability import Availability
-    from kernel_explorer.catalog import Candidate
-    from kernel_explorer.layer_groups import LayerGroup
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.catalog.availability import Availability
+    from kernel_explorer.catalog.candidates import Candidate
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.switching.board import Switchboard
     from kernel_explorer.switching.forwards import RunningNow
 
 #: the switches that are on: (layer name, instance path) -> (candidate, mode)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import bound_function, installed_forward, kernel_origin
+from kernel_explorer._backend.layer_forwards import bound_function, installed_forward, kernel_origin
 from kernel_explorer.switching.code_paths import RunningPath
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import remove_forward
+from kernel_explorer._backend.layer_forwards import remove_forward
 from kernel_explorer._backend.platform import version_counter
 
 if TYPE_CHECKING:

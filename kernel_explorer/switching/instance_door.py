@@ -15,7 +15,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session
-from kernel_explorer._backend.layers import (
+from kernel_explorer._backend.layer_forwards import (
     bound_function,
     class_forward,
     installed_forward,
@@ -26,8 +26,8 @@ from kernel_explorer._backend.layers import (
     set_forward,
 )
 from kernel_explorer._backend.modes import compiles, mode_name
-from kernel_explorer.availability import Availability, State
-from kernel_explorer.catalog import SOURCES
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.candidates import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, SwitchState
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from kernel_explorer._backend.mappings import MappingEntry
-    from kernel_explorer.catalog import Candidate
+    from kernel_explorer.catalog.candidates import Candidate
 
 
 class InstanceDoor(Door):

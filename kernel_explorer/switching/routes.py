@@ -19,8 +19,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.functions import kernel_functions
-from kernel_explorer._backend.layers import installed_forward, remove_forward, set_forward
+from kernel_explorer._backend.function_layers import kernel_functions
+from kernel_explorer._backend.layer_forwards import installed_forward, remove_forward, set_forward
 
 if TYPE_CHECKING:
     from torch import nn

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernel_explorer.results import ResultLog
+    from kernel_explorer.measure.log import ResultLog
 
 #: notes (why a kernel did not run, a suspicious timing) longer than this are cut in the line
 NOTE_CHARS = 100

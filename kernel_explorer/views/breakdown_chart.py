@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
-    from kernel_explorer.results import ResultLog
+    from kernel_explorer.measure.log import ResultLog
 
 #: what no kernel layer covers, in greys from dark to light (the order they stack in)
 UNCOVERED_COLOURS: dict[str, str] = {

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.records import RunEvent
+from kernel_explorer.measure.records import RunEvent
 from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from kernel_explorer.explorer import Explorer
+    from kernel_explorer.measure.records import Record
     from kernel_explorer.measure.runner import RunHandle
-    from kernel_explorer.records import Record
 
 _EMPTY_NOTE = (
     "Profile one prefill and one decode step on PyTorch to see which share of the model's time "

@@ -29,7 +29,7 @@ def interactive() -> bool:
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
-    from kernel_explorer.hardware import detect_hardware
+    from kernel_explorer.inspect.hardware import detect_hardware
 
     snapshot = detect_hardware()
     print(snapshot.to_json() if args.json else snapshot)
@@ -38,9 +38,9 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The headless main job: hardware, the default model (load timed), its kernelizable layers."""
-    from kernel_explorer.hardware import detect_hardware
-    from kernel_explorer.models import generate_answer, load_default_model
-    from kernel_explorer.versions import require_compatible
+    from kernel_explorer.inspect.hardware import detect_hardware
+    from kernel_explorer.inspect.versions import require_compatible
+    from kernel_explorer.loading import generate_answer, load_default_model
 
     snapshot = detect_hardware()
     print(snapshot)
@@ -64,9 +64,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_explorer(model: Any, tokenizer: Any) -> None:
     """The inventory, every layer on the bundled CPU kernels, then a short measurement of each."""
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import generate_answer
+    from kernel_explorer.loading import generate_answer
 
     start = time.perf_counter()
     build_hub(progress=interactive())
@@ -133,10 +133,10 @@ def _measure(
 
 def _compared_explorer(args: argparse.Namespace) -> Any:
     """The default model's explorer after comparing the named layers (all by default), printed."""
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
     from kernel_explorer.explorer import Explorer
+    from kernel_explorer.loading import load_default_model
     from kernel_explorer.measure.stats import check_sampling
-    from kernel_explorer.models import load_default_model
 
     check_sampling(args.pairs, args.precision, args.budget)  # before minutes of loading
     build_hub(progress=interactive())
@@ -167,7 +167,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
-    from kernel_explorer.builder import build_hub
+    from kernel_explorer.build.builder import build_hub
 
     for built in build_hub(force=args.force, progress=not args.quiet):
         how = "cached" if built.reused else "built"
@@ -176,7 +176,7 @@ def _cmd_build_hub(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from kernel_explorer.builder import build_path
+    from kernel_explorer.build.builder import build_path
 
     built = build_path(args.path, force=args.force, progress=not args.quiet)
     for note in built.notes if built.reused or args.quiet else ():

@@ -173,7 +173,7 @@ class KernelsMagic:
         return self.explorer
 
     def _do_hardware(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer.hardware import detect_hardware
+        from kernel_explorer.inspect.hardware import detect_hardware
 
         return detect_hardware()
 
@@ -203,7 +203,7 @@ class KernelsMagic:
 
     def _do_explore(self, args: argparse.Namespace) -> Any:
         from kernel_explorer._backend.modes import parse_mode
-        from kernel_explorer.builder import build_hub
+        from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.views.dashboard import Dashboard
         from kernel_explorer.views.progress import cell_progress
@@ -216,7 +216,7 @@ class KernelsMagic:
         self.steps = steps
         try:  # whatever fails, the bar goes: no "3/4: capturing..." left above the error line
             if found is None:
-                from kernel_explorer.models import load_model
+                from kernel_explorer.loading import load_model
 
                 steps.next()
                 found = load_model(args.model, dtype=args.dtype, device=args.device)

@@ -19,8 +19,8 @@ from collections import defaultdict
 from typing import Any
 
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.stats import MIN_PAIRS
-from kernel_explorer.records import (
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.records import (
     INFERENCE,
     LayerDivergence,
     LayerLatency,
@@ -29,7 +29,7 @@ from kernel_explorer.records import (
     Record,
     RunEvent,
 )
-from kernel_explorer.results import ResultLog
+from kernel_explorer.measure.stats import MIN_PAIRS
 from kernel_explorer.views.live_figures import LEGEND_ROW, TOP_MARGIN, Series, live_figures
 from kernel_explorer.views.plot_style import (
     UNSURE_COLOUR,

@@ -22,7 +22,7 @@ from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HO
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.results import ResultLog
+    from kernel_explorer.measure.log import ResultLog
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # a real JupyterLab and browser: a few minutes; `
 
 CELLS = [
     "%load_ext kernel_explorer",
-    "from kernel_explorer.models import tiny_llama\nmodel = tiny_llama()",
+    "from kernel_explorer.loading import tiny_llama\nmodel = tiny_llama()",
     "%kernels explore model",
     "import kernel_explorer as kx\nexplorer = kx.Explorer.of(model)\nexplorer.on('SiLU');",
     "print('RMSNORM_ON', sum(now.is_kernel for now in explorer.running('RMSNorm')))",

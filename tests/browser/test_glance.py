@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # a real JupyterLab and browser: minutes; `make t
 
 CELLS = [
     "%load_ext kernel_explorer",
-    "from kernel_explorer.models import tiny_llama\nmodel = tiny_llama()",
+    "from kernel_explorer.loading import tiny_llama\nmodel = tiny_llama()",
     "%kernels explore model",
     "%kernels compare SiLU RMSNorm --pairs 2",
     "%kernels on RMSNorm --candidate nope/nope",

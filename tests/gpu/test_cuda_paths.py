@@ -15,7 +15,7 @@ pytestmark = [
 
 
 def test_hardware_snapshot_sees_the_gpu() -> None:
-    from kernel_explorer.hardware import detect_hardware
+    from kernel_explorer.inspect.hardware import detect_hardware
 
     snapshot = detect_hardware()
     assert snapshot.accelerators, "no accelerator reported"
@@ -39,7 +39,7 @@ def test_cuda_event_clock_agrees_with_torch_benchmark() -> None:
 
 def test_explorer_on_a_cuda_model_measures_and_restores() -> None:
     from kernel_explorer.explorer import Explorer
-    from kernel_explorer.models import tiny_llama
+    from kernel_explorer.loading import tiny_llama
 
     model = tiny_llama().cuda()
     explorer = Explorer(model)

@@ -20,16 +20,16 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import first_tensor, run_model
-from kernel_explorer.measure.model import all_pytorch, kernels_on, model_verdict, token_ids
+from kernel_explorer.measure.layer_training import kernels_in_mode
+from kernel_explorer.measure.model_comparison import all_pytorch, kernels_on, model_verdict, token_ids
+from kernel_explorer.measure.records import ModelPair, Record, TrainingAgreement
 from kernel_explorer.measure.timing import Clock
-from kernel_explorer.measure.training import kernels_in_mode
-from kernel_explorer.records import ModelPair, Record, TrainingAgreement
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 TRAINING_STEP = "training step"
 COMPILED_PREFILL = "compiled prefill"

@@ -36,7 +36,7 @@ from kernel_explorer._backend.repositories import (
     hub_layer_repository,
     local_layer_repository,
 )
-from kernel_explorer.availability import Availability, State
+from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.errors import NoUsableKernelError
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")

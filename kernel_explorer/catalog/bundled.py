@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_explorer._backend.repositories import local_layer_repository
-from kernel_explorer.cache import cache_root
+from kernel_explorer.build.cache import cache_root
 
 # Transformers layer name -> (bundled repository, layer class in its layers.py)
 BUNDLED_LAYERS: dict[str, tuple[str, str]] = {

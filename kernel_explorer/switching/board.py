@@ -24,21 +24,21 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import model_device
+from kernel_explorer._backend.layer_forwards import model_device
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
-from kernel_explorer.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
 from kernel_explorer.switching import events
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
-from kernel_explorer.switching.doors import door_class
+from kernel_explorer.switching.door_classes import door_class
 from kernel_explorer.switching.forwards import RunningNow
 
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog import Candidate, Catalog
+    from kernel_explorer.catalog.candidates import Candidate, Catalog
 
 __all__ = ["RunningNow", "SwitchState", "Switchboard"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kernel_explorer.switching.functions import FunctionDoor
-from kernel_explorer.switching.layers import ExtensionDoor, ModuleDoor
+from kernel_explorer.switching.function_door import FunctionDoor
+from kernel_explorer.switching.module_door import ExtensionDoor, ModuleDoor
 
 if TYPE_CHECKING:
-    from kernel_explorer.layer_groups import LayerGroup
+    from kernel_explorer.inspect.layer_groups import LayerGroup
     from kernel_explorer.switching.door import Door
 
 

@@ -26,7 +26,7 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
 from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
-from kernel_explorer.measure.layers import (
+from kernel_explorer.measure.layer_comparison import (
     CALIBRATION_PAIRS,
     Call,
     calls_for,
@@ -34,6 +34,7 @@ from kernel_explorer.measure.layers import (
     layer_verdict,
 )
 from kernel_explorer.measure.provenance import provenance
+from kernel_explorer.measure.records import TRAINING, GradientDivergence, Record
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -42,12 +43,11 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
-from kernel_explorer.records import TRAINING, GradientDivergence, Record
 
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 Key = tuple[str, str]  # (layer name, instance path)
 

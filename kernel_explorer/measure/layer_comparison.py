@@ -20,15 +20,7 @@ from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.divergence import divergence, float64_reference
 from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.stats import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_PRECISION,
-    StallWatch,
-    StopRule,
-    check_sampling,
-)
-from kernel_explorer.measure.timing import Clock, interleaved_pair
-from kernel_explorer.records import (
+from kernel_explorer.measure.records import (
     INFERENCE,
     GradientDivergence,
     LayerCalibration,
@@ -39,12 +31,20 @@ from kernel_explorer.records import (
     Provenance,
     Record,
 )
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    StallWatch,
+    StopRule,
+    check_sampling,
+)
+from kernel_explorer.measure.timing import Clock, interleaved_pair
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 
 @contextlib.contextmanager

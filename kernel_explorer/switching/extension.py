@@ -25,20 +25,20 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layers import check_layer_fits, mark_layer_class
+from kernel_explorer._backend.layer_forwards import check_layer_fits, mark_layer_class
 from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.repositories import local_path
-from kernel_explorer.bundled import extension_mappings
+from kernel_explorer.catalog.bundled import extension_mappings
+from kernel_explorer.catalog.hub_access import local_availability
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.hub_access import local_availability
 from kernel_explorer.switching import events, model_state
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.layer_groups import LayerGroup
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.switching.board import Switchboard
 
 # (class, layer name) -> its marked subclass: classes, made once per process (not per-model state)
 _MARKED: dict[tuple[type, str], type] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kernel_explorer._backend.functions import kernel_functions, wrapped_function
+from kernel_explorer._backend.function_layers import kernel_functions, wrapped_function
 
 if TYPE_CHECKING:
     from torch import nn

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.cache import writable_cache_dir
+from kernel_explorer.build.cache import writable_cache_dir
 from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError
 
 if TYPE_CHECKING:

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.comparison import Comparison
+from kernel_explorer.measure.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
 from kernel_explorer.measure.timing import Clock
-from kernel_explorer.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
 
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.switching.board import Switchboard
 
 
 @contextlib.contextmanager

@@ -29,11 +29,9 @@ from kernel_explorer._backend.mappings import (
 )
 from kernel_explorer._backend.modes import mode_name, mode_priority
 from kernel_explorer._backend.repositories import local_path
-from kernel_explorer.availability import Availability, State
-from kernel_explorer.bundled import BUILD_HINT, bundled_mapping
-from kernel_explorer.candidate_words import with_code_path
-from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
-from kernel_explorer.hub_access import (
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.bundled import BUILD_HINT, bundled_mapping
+from kernel_explorer.catalog.hub_access import (
     HubReference,
     cached_variant_dir,
     hub_reference,
@@ -41,6 +39,8 @@ from kernel_explorer.hub_access import (
     local_availability,
     query_hub,
 )
+from kernel_explorer.catalog.words import with_code_path
+from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 
 if TYPE_CHECKING:
     from kernels import Mode

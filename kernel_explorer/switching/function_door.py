@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernel_explorer._backend.functions import function_key, kernel_functions
-from kernel_explorer._backend.layers import class_forward, installed_forward
+from kernel_explorer._backend.function_layers import function_key, kernel_functions
+from kernel_explorer._backend.layer_forwards import class_forward, installed_forward
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.switching import routes
 from kernel_explorer.switching.door import Keep, hooks_for_the_block

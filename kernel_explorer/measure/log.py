@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernel_explorer.records import (
+from kernel_explorer.measure.records import (
     INFERENCE,
     TRAINING,
     GradientDivergence,

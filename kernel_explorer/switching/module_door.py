@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernel_explorer._backend.layers import remove_forward
+from kernel_explorer._backend.layer_forwards import remove_forward
 from kernel_explorer.switching.door import Keep, hooks_for_the_block
 from kernel_explorer.switching.instance_door import InstanceDoor
 
@@ -54,12 +54,12 @@ class ExtensionDoor(ModuleDoor):
     """
 
     def after_switch(self, paths: list[str]) -> None:
-        from kernel_explorer.extension import probe
+        from kernel_explorer.switching.extension import probe
 
         probe([self.board.module(path) for path in paths])
 
     def trial_inputs(self, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        from kernel_explorer.extension import probe_inputs
+        from kernel_explorer.switching.extension import probe_inputs
 
         found = super().trial_inputs(path)
         if found is not None:

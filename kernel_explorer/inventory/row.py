@@ -11,15 +11,15 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from kernel_explorer._backend.repositories import local_path
-from kernel_explorer.catalog import first_usable
+from kernel_explorer.catalog.candidates import first_usable
 from kernel_explorer.measure.breakdown import amdahl
 
 if TYPE_CHECKING:
-    from kernel_explorer.availability import Availability
-    from kernel_explorer.catalog import Candidate
-    from kernel_explorer.layer_groups import LayerGroup
-    from kernel_explorer.records import LayerVerdict
-    from kernel_explorer.switchboard import RunningNow
+    from kernel_explorer.catalog.availability import Availability
+    from kernel_explorer.catalog.candidates import Candidate
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.measure.records import LayerVerdict
+    from kernel_explorer.switching.board import RunningNow
 
 
 @dataclass(frozen=True)

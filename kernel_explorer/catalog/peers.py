@@ -84,8 +84,8 @@ def peer_mapping(
     for its `[general.hub] repo-id` decide, then every class whose name matches one of
     `layer_names` (case-insensitive) serves that layer on the cpu.
     """
-    from kernel_explorer.builder import build_path
-    from kernel_explorer.repo_format import read_plan
+    from kernel_explorer.build.builder import build_path
+    from kernel_explorer.build.repo_format import read_plan
 
     built = build_path(path, progress=progress)
     source = Path(path).expanduser().resolve()

@@ -27,11 +27,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_explorer import compile_steps as cc
-from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
-from kernel_explorer.cache import cache_root, writable_cache_dir
+from kernel_explorer.build import compile_steps as cc
+from kernel_explorer.build.cache import cache_root, writable_cache_dir
+from kernel_explorer.build.repo_format import RepoPlan, read_plan, source_files
+from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.errors import BuildError
-from kernel_explorer.repo_format import RepoPlan, read_plan, source_files
 
 __all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path", "build_repo",
            "build_variant", "check_build", "isas_for_this_machine"]  # fmt: skip
@@ -77,7 +77,7 @@ def build_variant() -> str:
 
     kernel-builder names Linux builds with the C++ ABI tag, so the tagged form is preferred.
     """
-    from kernel_explorer.hardware import accepted_variants
+    from kernel_explorer.inspect.hardware import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     arch = [v for v in accepted if not v.startswith("torch-")]
@@ -160,7 +160,7 @@ def build_path(path: str | Path, *, force: bool = False, progress: bool = True) 
 
 
 def _accepted() -> list[str]:
-    from kernel_explorer.hardware import accepted_variants
+    from kernel_explorer.inspect.hardware import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     return list(accepted)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import mode_name
-from kernel_explorer.availability import Availability
-from kernel_explorer.inventory_row import InventoryRow
-from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.catalog.availability import Availability
+from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.inventory.row import InventoryRow
 from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from torch import nn
 
     from kernel_explorer._backend.locks import KernelPin
-    from kernel_explorer.catalog import Candidate, Catalog
-    from kernel_explorer.records import LayerVerdict
-    from kernel_explorer.switchboard import Switchboard
+    from kernel_explorer.catalog.candidates import Candidate, Catalog
+    from kernel_explorer.measure.records import LayerVerdict
+    from kernel_explorer.switching.board import Switchboard
 
 
 # JupyterLab right-aligns table cells and fixes the layout: the candidates ran off a 1280 px page

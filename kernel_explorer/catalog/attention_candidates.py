@@ -7,20 +7,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend import attention as door
+from kernel_explorer._backend import attention_interface
 from kernel_explorer._backend.mappings import MappingEntry
 from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
-from kernel_explorer.availability import Availability, State
-from kernel_explorer.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
-from kernel_explorer.candidate_words import with_code_path
-from kernel_explorer.catalog import Candidate
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
+from kernel_explorer.catalog.candidates import Candidate
+from kernel_explorer.catalog.words import with_code_path
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
-from kernel_explorer.layer_groups import ATTENTION
+from kernel_explorer.inspect.layer_groups import ATTENTION
 
 if TYPE_CHECKING:
     from kernels import Mode
 
-    from kernel_explorer.catalog import Catalog
+    from kernel_explorer.catalog.candidates import Catalog
 
 ACCEPTED = (
     "'eager', 'sdpa' (or another name registered in Transformers' AttentionInterface), "
@@ -74,7 +74,7 @@ class AttentionChoices:
     _names: dict[str, AttentionCandidate]
 
     def _hub_candidate(self, name: str, source: str, devices: tuple[str, ...] = ()) -> AttentionCandidate:
-        repo_id, revision, version, _ = door.parse_hub_string(name)
+        repo_id, revision, version, _ = attention_interface.parse_hub_string(name)
         repository = hub_layer_repository(repo_id, ATTENTION, version=version, revision=revision, trust=False)
         return AttentionCandidate(
             _entry(self.device, repository), source, implementation=name, devices=devices
@@ -82,7 +82,7 @@ class AttentionChoices:
 
     def _local_candidate(self, folder: Path, source: str) -> AttentionCandidate:
         if (Path(folder) / "build.toml").is_file():  # a kernel-builder source: its CPU build (cached)
-            from kernel_explorer.builder import build_path
+            from kernel_explorer.build.builder import build_path
 
             folder = build_path(folder, progress=False).repo_path
         repository = local_layer_repository(Path(folder), ATTENTION)
@@ -97,7 +97,7 @@ class AttentionChoices:
         for item in repositories:
             if isinstance(item, Path):
                 candidate = self._local_candidate(item, "user")
-            elif isinstance(item, str) and door.is_hub_string(item):
+            elif isinstance(item, str) and attention_interface.is_hub_string(item):
                 candidate = self._hub_candidate(item, "user")
             else:
                 raise KernelExplorerError(f"{item!r} is not an attention repository: use {ACCEPTED}.")
@@ -112,10 +112,10 @@ class AttentionChoices:
         found: list[AttentionCandidate] = list(self._user)
         found += [c for c in self._names.values() if c.source == "registered"]
         found.append(self._local_candidate(bundled_repo_path(BUNDLED_ATTENTION), "bundled"))
-        for _, repo, devices in door.flash_fallbacks():
+        for _, repo, devices in attention_interface.flash_fallbacks():
             if all(c.implementation != repo for c in found):
                 found.append(self._hub_candidate(repo, "transformers", devices))
-        found += [self._builtin(name) for name in door.BUILTIN]
+        found += [self._builtin(name) for name in attention_interface.BUILTIN]
         return found
 
     def matching(self, word: str) -> list[AttentionCandidate]:
@@ -159,11 +159,13 @@ class AttentionChoices:
         if isinstance(candidate, Path):
             return self.add(candidate)[0]
         name = str(candidate).strip()
-        name = {n: repo for n, repo, _ in door.flash_fallbacks()}.get(name, name)  # as Transformers maps it
+        name = {n: repo for n, repo, _ in attention_interface.flash_fallbacks()}.get(
+            name, name
+        )  # as Transformers maps it
         for option in self.matching(name):
             return option
-        if name in door.known_implementations():
+        if name in attention_interface.known_implementations():
             return self._builtin(name)
-        if door.is_hub_string(name):
+        if attention_interface.is_hub_string(name):
             return self.add(name)[0]
         raise KernelExplorerError(f"{name!r} is not an attention implementation: use {ACCEPTED}.")

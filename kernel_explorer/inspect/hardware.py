@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_explorer._backend.platform import accepted_of, selected_backend
-from kernel_explorer.versions import Compatibility, check_compatibility
+from kernel_explorer.inspect.versions import Compatibility, check_compatibility
 
 # ISA extensions that decide which code path a CPU kernel can take, in display order.
 _X86_FLAGS = {

@@ -13,8 +13,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from kernel_explorer.bundled import BUNDLED_REPOS, bundled_repo_path
-from kernel_explorer.hardware import KernelPath
+from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path
+from kernel_explorer.inspect.hardware import KernelPath
 from kernel_explorer.switching.code_paths import code_paths, running_path
 
 
