@@ -48,7 +48,7 @@ def main() -> None:
 
     model, _ = load_default_model(progress=False)
     explorer = Explorer(model)
-    instances = sum(len(g) for g in explorer.switchboard.groups.values())
+    instances = sum(len(g) for g in explorer._switchboard.groups.values())
     mapping = bundled_mapping()
 
     first_inventory = _timed(explorer.inventory)  # capture + a trial per ready candidate (cached after)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,10 +17,18 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog.candidates import Catalog
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.explorer_measure import Measuring
+from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
-from kernel_explorer.measure.runner import Runner
+from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.measure.stats import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    NoisyMachineWarning,
+    check_sampling,
+    noise_warning,
+)
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.board import RunningNow, Switchboard
 from kernel_explorer.switching.extension import adopt
@@ -31,13 +39,14 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
+    from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.inspect.hardware import HardwareSnapshot
     from kernel_explorer.inspect.layer_groups import LayerGroup
     from kernel_explorer.inventory.table import Inventory
 
 
-class Explorer(Measuring):
+class Explorer:
     """See, switch and measure the kernels of one model.
 
     Args:
@@ -61,7 +70,8 @@ class Explorer(Measuring):
         ```python
         from kernel_explorer import Explorer, load_default_model
 
-        explorer = Explorer(load_default_model())
+        model, tokenizer = load_default_model()
+        explorer = Explorer(model, tokenizer=tokenizer)
         print(explorer.inventory())
         with explorer.using("RMSNorm"):
             ...  # every RMSNorm runs the kernel here; PyTorch again after
@@ -101,29 +111,29 @@ class Explorer(Measuring):
                 f"got {type(mapping).__name__}."
             )
         self.model = model
-        self.mode = parse_mode(mode)
-        self.catalog = Catalog(
+        self._mode = parse_mode(mode)
+        self._catalog = Catalog(
             mapping,
             include_registered=include_registered,
             include_bundled=include_bundled,
             include_transformers=include_transformers,
             trust_remote_code=trust_remote_code,
         )
-        self.switchboard = Switchboard(model, self.catalog, device=device, strict=strict)
-        adopt(self.switchboard)  # rows an earlier explorer added keep their candidates
+        self._switchboard = Switchboard(model, self._catalog, device=device, strict=strict)
+        adopt(self._switchboard)  # rows an earlier explorer added keep their candidates
         self.project = project  # a folder whose kernels.lock / [tool.kernels] pins the inventory shows
         for path in peers:  # built for this CPU (cached); candidates of source "peer"
             self.add_peer(path)
         self.tokenizer = tokenizer
         self.results = ResultLog()
-        self._runner = Runner(self.results, origin=lambda: model_provenance(self.switchboard))
+        self._runner = Runner(self.results, origin=lambda: model_provenance(self._switchboard))
         self._captured = None  # the layers' captured inputs (see `capture`)
         self._captured_grad = None  # the same with autograd on, for training mode
         self._capture_kwargs: dict[str, Any] | None = None
         # the model's latest explorer, weakly (the explorer holds the model: a strong reference
         # would keep both alive for ever)
         model_state.of(model).explorer = weakref.ref(self)
-        self.switchboard.samples = self._sample
+        self._switchboard.samples = self._sample
         if attention:
             self.attention_candidates(*attention)
 
@@ -153,14 +163,45 @@ class Explorer(Measuring):
     @property
     def layers(self) -> list[str]:
         """Kernel layer names this model has."""
-        return list(self.switchboard.groups)
+        return list(self._switchboard.groups)
+
+    @property
+    def mode(self) -> Mode:
+        """The kernels mode layers switch in (inference, training, torch.compile); set by name too."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str | Mode) -> None:
+        self._mode = parse_mode(mode)
+
+    def group(self, name: str) -> LayerGroup:
+        """The kernel layer group `name`, or a clear error naming the groups this model has."""
+        return self._switchboard.group(name)
+
+    @property
+    def device(self) -> str:
+        """The device type kernels are picked for (where the model's parameters are, unless given)."""
+        return self._switchboard.device
+
+    def candidates(self, name: str | None = None) -> list[Candidate]:
+        """Every candidate the catalog knows for layer `name` (all layers when None), from every source."""
+        return self._catalog.candidates(name)
+
+    def availability(self, candidate: Candidate, *, query_hub: bool = False) -> Availability:
+        """Where `candidate` stands on this explorer's device and mode: one state and its reason."""
+        return self._catalog.availability(candidate, device=self.device, mode=self.mode, query_hub=query_hub)
+
+    def subscribe_switches(self, observer: Callable[[], None]) -> Callable[[], None]:
+        """Call `observer()` after every switch of this model (by any explorer, magic or widget);
+        returns the function that unsubscribes it. What views use to stay in step with the model."""
+        return self._switchboard.subscribe(observer)
 
     def add_peer(self, path: str | Path, layers: dict[str, str] | None = None) -> list[Candidate]:
         """Offer a local kernel-builder repository (source or built path) as a candidate of source
         "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
         from kernel_explorer.catalog.peers import peer_mapping
 
-        return self.catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
+        return self._catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
@@ -169,8 +210,8 @@ class Explorer(Measuring):
 
         return build_inventory(
             self.model,
-            self.catalog,
-            self.switchboard,
+            self._catalog,
+            self._switchboard,
             mode=self.mode,
             query_hub=query_hub,
             measured=self.results.latest_verdicts(),
@@ -184,7 +225,7 @@ class Explorer(Measuring):
 
         Attention is model-wide: `on("attention", candidate=...)` switches every attention module.
         """
-        door = self.switchboard.attention
+        door = self._switchboard.attention
         if door is None:
             raise KernelExplorerError(
                 f"{type(self.model).__name__} has no attention interface (Transformers' "
@@ -208,7 +249,7 @@ class Explorer(Measuring):
         tensors while on, to restore them exactly; `allow_changes=True` switches it even when that
         would hold more than a quarter of the memory available.
         """
-        return self.switchboard.on(
+        return self._switchboard.on(
             name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
         )
 
@@ -219,11 +260,11 @@ class Explorer(Measuring):
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
-        return self.switchboard.off(name, instances)
+        return self._switchboard.off(name, instances)
 
     def reset(self) -> None:
         """Every layer back to PyTorch."""
-        self.switchboard.reset()
+        self._switchboard.reset()
 
     def extend(
         self,
@@ -244,7 +285,7 @@ class Explorer(Measuring):
         """
         from kernel_explorer.switching.extension import extend
 
-        group = extend(self.switchboard, name, cls, instances, candidates=candidates)
+        group = extend(self._switchboard, name, cls, instances, candidates=candidates)
         self._captured = self._captured_grad = None  # captured again (same inputs) with the new row
         return group
 
@@ -252,11 +293,11 @@ class Explorer(Measuring):
         """Undo `extend` (all or some instances): PyTorch, and the instances' own class, again."""
         from kernel_explorer.switching.extension import retract
 
-        return retract(self.switchboard, name, instances)
+        return retract(self._switchboard, name, instances)
 
     def running(self, name: str | None = None) -> list[RunningNow]:
         """What each instance runs now."""
-        return self.switchboard.running(name)
+        return self._switchboard.running(name)
 
     @contextlib.contextmanager
     def using(
@@ -276,11 +317,243 @@ class Explorer(Measuring):
             for name in names or self.layers:
                 running.extend(self.on(name, instances, mode=mode, candidate=candidate))
 
-        with self.switchboard.holding(switch_on):
+        with self._switchboard.holding(switch_on):
             yield running
+
+    def capture(self, inputs: Any = None, *, memory_cap: int = DEFAULT_MEMORY_CAP) -> CapturedInputs:
+        """Run the model once on `inputs` (default: a short prompt) and keep each layer's real inputs."""
+        from kernel_explorer.measure.capture import capture_inputs, model_inputs
+
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        self._captured = capture_inputs(self._switchboard, kwargs, memory_cap=memory_cap)
+        self._captured_grad = None  # training mode recaptures these inputs with autograd on
+        self._capture_kwargs = kwargs
+        return self._captured
+
+    def captured_inputs(self, *, grad: bool = False) -> CapturedInputs:
+        """The layers' captured inputs: the last `capture()`, or a new one on the default prompt.
+
+        With `grad`: captured with autograd on (inputs that required grad are leaves that do), once.
+        """
+        from kernel_explorer.measure.capture import capture_inputs, model_inputs
+
+        if not grad:
+            if self._captured is None and self._capture_kwargs is not None:  # dropped by extend()
+                self._captured = capture_inputs(self._switchboard, self._capture_kwargs)
+            return self._captured if self._captured is not None else self.capture()
+        if self._captured_grad is None:
+            kwargs = self._capture_kwargs or model_inputs(self.model, None, self.tokenizer)
+            self._captured_grad = capture_inputs(self._switchboard, kwargs, grad=True)
+        return self._captured_grad
+
+    def compare(
+        self,
+        *names: str,
+        instances: str | list[str] | None = None,
+        pairs: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        calibration_pairs: int = CALIBRATION_PAIRS,
+        determinism_runs: int = 0,
+        background: bool = False,
+        name: str | None = None,
+        mode: str = "inference",
+        candidates: list[str] | None = None,
+    ) -> RunHandle:
+        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
+
+        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
+        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
+        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
+        we can detect here", accuracy against float64, notes to look twice), then (with
+        `determinism_runs`) repeat-run identity.
+
+        Args:
+            pairs: rounds of latency pairs over the instances; None (default): until the interval's
+                half-width is within `precision` of the median, or `budget_s` seconds per layer.
+            precision: target half-width of the interval, relative (0.05: +-5%).
+            budget_s: the most seconds of latency pairs per layer, whatever else stops it.
+            name: the run's id in every summary (default: run-N).
+            mode: "training": forward+backward pairs with kernels in training mode, and gradients
+                (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
+                measure/training.py.
+            candidates: compare each layer once per candidate matching these sources or labels
+                (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
+                has a row per kernel (its `kernel` column).
+        """
+        from kernel_explorer.measure.plans import layer_plan
+
+        check_sampling(pairs, precision, budget_s)
+        for layer in names:
+            self._switchboard.group(layer)  # unknown names fail here, before anything runs
+        measurements = layer_plan(
+            self._switchboard,
+            lambda grad: self.captured_inputs(grad=grad),
+            list(names or self.layers),
+            mode=mode,
+            determinism_runs=determinism_runs,
+            candidates=candidates,
+            instances=instances,
+            pairs=pairs,
+            precision=precision,
+            budget_s=budget_s,
+            calibration_pairs=calibration_pairs,
+        )
+        handle = self.run(measurements, background=background, name=name)
+        if not background:
+            self._warn_if_noisy(handle.run_id)
+        return handle
+
+    def _warn_if_noisy(self, run_id: str) -> None:
+        """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
+        import warnings
+
+        kinds = ("layer_verdict", "model_verdict")
+        found = [r for kind in kinds for r in self.results.records(kind, run_id)]
+        floors = [r.values.noise_floor for r in found]
+        warning = noise_warning(max(floors, default=0.0))
+        if warning:
+            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
+
+    def compare_model(
+        self,
+        *,
+        inputs: Any = None,
+        lengths: tuple[int, ...] = (128, 512),
+        decode_tokens: int = 32,
+        pairs: int = 7,
+        decode_pairs: int = 3,
+        background: bool = False,
+        name: str | None = None,
+        mode: str = "inference",
+    ) -> RunHandle:
+        """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
+
+        Prefill runs an A/A calibration and `pairs` interleaved pairs per length, decode
+        `decode_pairs` pairs (each a whole generation); each closes with a `ModelVerdict` whose
+        interval says how sure it is (three decode pairs cover the median with 75%, and say so).
+        `mode="training"`: a training step per length instead (loss and gradient agreement, then
+        step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
+        See measure/training_model.py.
+        """
+        from kernel_explorer.measure.capture import check_runnable, model_inputs
+        from kernel_explorer.measure.plans import model_plan
+
+        check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        check_runnable(self.model)
+        kwargs = model_inputs(self.model, inputs, self.tokenizer)
+        measurements = model_plan(
+            self._switchboard,
+            kwargs,
+            mode=mode,
+            lengths=lengths,
+            pairs=pairs,
+            vocab_size=self._vocab_size("compare_model"),
+            decode_tokens=decode_tokens,
+            decode_pairs=decode_pairs,
+            floor_so_far=lambda run_id: max(
+                (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
+            ),
+        )
+        handle = self.run(measurements, background=background, name=name)
+        if not background:
+            self._warn_if_noisy(handle.run_id)
+        return handle
+
+    def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
+        """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and
+        of one decode step, and what no kernel covers (Linear, attention, embedding, the rest).
+
+        Records stream into `explorer.results` (`TimeShare`); `results.breakdown_summary()` adds
+        Amdahl's model speedups from the last measured kernel speedups (run `compare` first, on
+        activations of the same length: `capture(token ids of that length)`; a kernel's speedup
+        depends on the shape, and the default capture is a short prompt).
+        """
+        from kernel_explorer.measure.breakdown import time_breakdown
+        from kernel_explorer.measure.capture import check_runnable
+
+        if not isinstance(tokens, int) or tokens <= 0 or not isinstance(repeats, int) or repeats <= 0:
+            raise KernelExplorerError(
+                f"tokens and repeats must be positive whole numbers, got {tokens!r}, {repeats!r}."
+            )
+        check_runnable(self.model)
+        vocab = self._vocab_size("breakdown")
+        board = self._switchboard
+        return self.run(
+            [
+                lambda run_id: time_breakdown(
+                    board, run_id=run_id, vocab_size=vocab, tokens=tokens, repeats=repeats
+                )
+            ],
+            background=background,
+        )
+
+    def _vocab_size(self, what: str) -> int:
+        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
+        if vocab <= 0:
+            raise KernelExplorerError(f"{what} needs model.config.vocab_size to make prefill inputs.")
+        return vocab
+
+    def run(
+        self, measurements: list[Measurement], *, background: bool = True, name: str | None = None
+    ) -> RunHandle:
+        """Start measurements (generators of records) on the worker thread, or here."""
+        return self._runner.start(measurements, background=background, name=name)
+
+    def run_live(
+        self,
+        *,
+        cycles: int | None = None,
+        precision: float = DEFAULT_PRECISION,
+        budget_s: float = DEFAULT_BUDGET_S,
+        name: str | None = None,
+    ) -> RunHandle:
+        """On the worker thread: `compare` every layer as switched now, cycle after cycle, until cancelled.
+
+        The same measurement and statistics as `compare`, so the two agree within their intervals;
+        nothing is switched by the run, and a switch made while it runs shows in the next pair.
+        This is what the dashboard's Run button starts; it returns at once (inputs are captured on
+        the run's thread when none are yet).
+        """
+        from kernel_explorer.measure.capture import model_inputs
+        from kernel_explorer.measure.live import live_cycles
+
+        check_sampling(None, precision, budget_s)
+        board = self._switchboard
+        return self.run(
+            [
+                lambda run_id: live_cycles(
+                    board,
+                    self.captured_inputs,
+                    lambda: model_inputs(self.model, None, self.tokenizer),
+                    run_id=run_id,
+                    cycles=cycles,
+                    precision=precision,
+                    budget_s=budget_s,
+                )
+            ],
+            background=True,
+            name=name,
+        )
+
+    def report(self, path: str) -> str:
+        """Write every result so far, with the model, machine, date and switch state, to one
+        self-contained HTML file; returns its path. A path that cannot be written: one line."""
+        from kernel_explorer.views.report import ReportContext, write_report
+
+        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
+        context = ReportContext(
+            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.device})",
+            hardware=tuple(self.hardware.rows()),
+            switches=tuple(
+                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
+            ),
+        )
+        return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())
-        total = sum(len(g) for g in self.switchboard.groups.values())
+        total = sum(len(g) for g in self._switchboard.groups.values())
         model = type(self.model).__name__
         return f"<Explorer {model}: {len(self.layers)} kernel layers, {on}/{total} instances on kernels>"

@@ -75,7 +75,7 @@ def test_transformers_wrapper_runs_the_repository_and_off_restores_bitwise(
 
 
 def test_snapshot_holding_and_using_carry_attention(explorer: Explorer, repos: dict[str, Path]) -> None:
-    board = explorer.switchboard
+    board = explorer._switchboard
     before = logits(explorer.model)
     explorer.on(ATTENTION, candidate=repos["good"])
     kernel = explorer.model.config._attn_implementation
@@ -177,7 +177,7 @@ def test_a_model_without_an_attention_interface_has_no_row_and_still_breaks_down
             return self.attn(self.embed(input_ids))
 
     explorer = Explorer(Plain())
-    assert ATTENTION not in explorer.layers and explorer.switchboard.attention is None
+    assert ATTENTION not in explorer.layers and explorer._switchboard.attention is None
     assert all(row.group.name != ATTENTION for row in explorer.inventory().rows)
     with pytest.raises(KernelExplorerError, match="no attention interface"):
         explorer.attention_candidates("org/repo")
@@ -270,7 +270,7 @@ from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer._backend.modes import parse_mode
 repo = "{repo}"
 e = Explorer(tiny_llama(), include_transformers=False, attention=[repo])
-door = e.switchboard.attention
+door = e._switchboard.attention
 (candidate,) = [c for c in door.candidates() if c.label == repo]
 result["state"] = door.availability(candidate, mode=parse_mode("inference"), query_hub=True).state.value
 now = e.on(ATTENTION, candidate=repo)[0]
@@ -318,7 +318,7 @@ def test_a_model_on_eager_comes_back_to_eager_bitwise(hub: dict, repos: dict[str
     explorer = Explorer(model, include_transformers=False, attention=[repos["good"]])
     assert explorer.inventory().row(ATTENTION).running_summary == "eager x2"
     explorer.on(ATTENTION, candidate=repos["good"])
-    _, pytorch, on = explorer.switchboard.forwards(ATTENTION, "model.layers.0.self_attn")
+    _, pytorch, on = explorer._switchboard.forwards(ATTENTION, "model.layers.0.self_attn")
     assert on and pytorch.__self__.function.__name__ == "eager_attention_forward"  # PyTorch is eager here
     torch.testing.assert_close(logits(model), before)
     explorer.reset()

@@ -183,8 +183,8 @@ def test_an_instance_the_kernel_declines_stays_on_pytorch_with_the_reason(hub: d
     assert "declined this instance: in_features=5 is not a multiple of 2" in running["4"].reason
     assert "_kernel_packed" not in model[4].__dict__ and "forward" not in model[4].__dict__
     assert "declined" in explorer.inventory().row("Linear").running_summary
-    chosen = explorer.catalog.candidates("Linear")[0]
-    assert explorer.catalog.availability(chosen, device="cpu", mode=explorer.mode).state.usable
+    chosen = explorer._catalog.candidates("Linear")[0]
+    assert explorer._catalog.availability(chosen, device="cpu", mode=explorer.mode).state.usable
     torch.testing.assert_close(model(x), eager)
     explorer.reset()
     assert torch.equal(model(x), eager)
@@ -203,7 +203,7 @@ def test_strict_mode_raises_for_a_declined_instance(hub: dict, repo: Path) -> No
 def test_bad_input_is_one_line_and_changes_nothing(explorer: Explorer, repo: Path) -> None:
     model = explorer.model
     before, layers = state_of(model), explorer.layers
-    count = len(explorer.catalog.candidates())
+    count = len(explorer._catalog.candidates())
     cases = [
         (("Linear", int), "<class 'int'> is not an nn.Module subclass"),
         (("Linear", nn.Linear, "model.layer.*.mlp.*"), "matches no Linear instance. Nearest: model.layers."),
@@ -226,7 +226,7 @@ def test_bad_input_is_one_line_and_changes_nothing(explorer: Explorer, repo: Pat
     with pytest.raises(KernelExplorerError, match="candidates must be a dict"):
         explorer.extend("Linear", nn.Linear, candidates=[layer(repo, "Linear64")])
     assert state_of(model) == before and explorer.layers == layers
-    assert len(explorer.catalog.candidates()) == count
+    assert len(explorer._catalog.candidates()) == count
     explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*", candidates={"cpu": layer(repo, "Linear64")})
     with pytest.raises(KernelExplorerError, match="you named it 'Linear'"):
         explorer.extend("Dense", nn.Linear, "model.layers.0.mlp.up_proj")
@@ -282,7 +282,7 @@ def test_bundled_candidates_join_under_the_users_name(
     monkeypatch.setattr(bundled, "BUNDLED_REPOS", (*bundled.BUNDLED_REPOS, "tiny-linear"))
     monkeypatch.setattr(bundled, "bundled_repo_path", lambda name: repo.parent / name)
     explorer.extend("Dense", nn.Linear, "model.layers.0.mlp.*")
-    [candidate] = explorer.catalog.candidates("Dense")
+    [candidate] = explorer._catalog.candidates("Dense")
     assert candidate.source == "bundled" and candidate.repository.layer_name == "Linear64"
     assert all(now.is_kernel for now in explorer.on("Dense"))
 
@@ -292,7 +292,7 @@ def test_any_undecorated_class_given_a_repository(explorer: Explorer, tmp_path: 
     model = explorer.model
     eager, before = logits(model), state_of(model)
     explorer.extend("MLP", "LlamaMLP", candidates={"MLP": {"cpu": layer(mlp_repo, "MLP64")}})
-    assert explorer.switchboard.group("MLP").original.endswith("modeling_llama.LlamaMLP")
+    assert explorer._switchboard.group("MLP").original.endswith("modeling_llama.LlamaMLP")
     assert all(now.is_kernel for now in explorer.on("MLP"))
     torch.testing.assert_close(logits(model), eager, rtol=1e-5, atol=1e-5)
     explorer.retract("MLP")
@@ -314,8 +314,8 @@ def test_a_second_explorer_of_the_model_offers_the_row_and_its_candidates(
 ) -> None:
     explorer.extend("Linear", nn.Linear, "model.layers.0.mlp.*", candidates={"cpu": layer(repo, "Linear64")})
     second = Explorer(explorer.model, include_transformers=False)
-    assert second.switchboard.group("Linear").added
-    names = [c.repository.layer_name for c in second.catalog.candidates("Linear")]
+    assert second._switchboard.group("Linear").added
+    names = [c.repository.layer_name for c in second._catalog.candidates("Linear")]
     assert names == ["Linear64", "Q8_0Linear", "Q4_1Linear"]  # the user's first, then the bundled
     assert all(now.is_kernel for now in second.on("Linear"))
     second.reset()

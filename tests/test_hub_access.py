@@ -33,9 +33,9 @@ def explorer_for(repo_id, **kw):
     return Explorer(tiny_llama(), hub_mapping(repo_id), include_transformers=False, **kw)
 
 def state_of(explorer, query_hub=True, wait=None):
-    c = explorer.catalog.candidates("RMSNorm")[0]
+    c = explorer._catalog.candidates("RMSNorm")[0]
     mode = parse_mode("inference")
-    return explorer.catalog.availability(c, device="cpu", mode=mode, query_hub=query_hub, wait=wait)
+    return explorer._catalog.availability(c, device="cpu", mode=mode, query_hub=query_hub, wait=wait)
 
 result = {}
 """
@@ -172,7 +172,7 @@ def test_faults_1_and_2_a_native_download_still_loads_offline(standin: HubStandI
             result["native_version"] = str(error)
         e = explorer_for("kx-trusted/multi", include_bundled=False)
         snapshot = __import__("kernel_explorer.catalog.hub_access", fromlist=["x"]).cached_variant_dir(
-            e.catalog.candidates("RMSNorm")[0].hub).parent.parent
+            e._catalog.candidates("RMSNorm")[0].hub).parent.parent
         try:
             get_kernel("kx-trusted/multi", revision=snapshot.name)
             result["native_commit"] = "loaded"
@@ -221,7 +221,7 @@ def test_corrupt_cache_entry_leaves_pytorch_with_the_reason(standin: HubStandIn,
     result, _ = run_child(
         """
         e = explorer_for("kx-trusted/multi")
-        hub = e.catalog.candidates("RMSNorm")[0]
+        hub = e._catalog.candidates("RMSNorm")[0]
         result["rms"] = [str(r) for r in e.on("RMSNorm", candidate=hub)]
         result["silu"] = [r.is_kernel for r in e.on("SiLU")]
         result["state"] = state_of(e).state.value

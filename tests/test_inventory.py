@@ -168,7 +168,7 @@ def test_a_share_profiled_for_a_layer_retracted_since_says_profile_again(explore
 
     shares = {"Linear (matmul)": 0.5, "Linear": 0.3, "RMSNorm": 0.02}  # "Linear": an extended row, gone
     found = build_inventory(
-        explorer.model, explorer.catalog, explorer.switchboard, mode=explorer.mode, shares=shares
+        explorer.model, explorer._catalog, explorer._switchboard, mode=explorer.mode, shares=shares
     )
     assert dict(found.uncovered) == {
         "Linear (matmul)": 0.5,

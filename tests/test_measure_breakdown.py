@@ -19,9 +19,9 @@ def explorer(hub: dict) -> Explorer:
 
 def test_shares_cover_each_phase_once_and_the_switch_state_comes_back(explorer: Explorer) -> None:
     explorer.on("RMSNorm", "model.norm")
-    before = explorer.switchboard.snapshot()
+    before = explorer._switchboard.snapshot()
     explorer.breakdown(tokens=32)
-    assert explorer.switchboard.snapshot() == before  # profiled on PyTorch, put back after
+    assert explorer._switchboard.snapshot() == before  # profiled on PyTorch, put back after
     shares = [r.values for r in explorer.results.records("time_share")]
     for phase in ("prefill", "decode"):
         found = {v.category: v for v in shares if v.phase == phase}

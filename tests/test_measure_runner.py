@@ -82,7 +82,7 @@ def test_a_failing_measurement_is_reported_and_cleaned_up(explorer: Explorer) ->
     before = _state(explorer)
 
     def broken(run_id: str):  # type: ignore[no-untyped-def]
-        layer = compare_layer(explorer.switchboard, explorer.capture(), "SiLU", run_id=run_id, pairs=50)
+        layer = compare_layer(explorer._switchboard, explorer.capture(), "SiLU", run_id=run_id, pairs=50)
         with contextlib.closing(layer) as records:
             for index, record in enumerate(records):
                 yield record

@@ -115,7 +115,7 @@ def test_training_compare_streams_gradients_pairs_and_a_verdict(explorer: Explor
 
 def test_the_kernels_own_backward_runs_in_the_pairs(explorer: Explorer) -> None:
     """The pairs time the kernel's forward and its fused backward op, not autograd's fallback."""
-    board = explorer.switchboard
+    board = explorer._switchboard
     captured = capture_inputs(board, {"input_ids": TOKENS}, grad=True)
     (path, args, kwargs) = ("model.norm", *captured.for_layer("RMSNorm")["model.norm"][0])
     with kernels_in_mode(board, "training", [("RMSNorm", path)]):
@@ -200,7 +200,7 @@ def test_a_mode_a_comparison_does_not_take_is_one_line(explorer: Explorer, call,
 def test_training_step_agrees_with_pytorch_and_leaves_the_model_as_it_was(explorer: Explorer) -> None:
     for name in explorer.layers:
         explorer.on(name)  # inference mode: the step switches them to training mode for the run
-    before = explorer.switchboard.snapshot()
+    before = explorer._switchboard.snapshot()
     explorer.compare_model(mode="training", lengths=(16, 32), pairs=2)
     agreements = [r.values for r in explorer.results.records("training_agreement")]
     assert [a.tokens for a in agreements] == [16, 32]
@@ -212,7 +212,7 @@ def test_training_step_agrees_with_pytorch_and_leaves_the_model_as_it_was(explor
     assert len(pairs) == 4 and all(r.values.measure == "training step" for r in pairs)
     verdicts = explorer.results.model_summary()
     assert list(verdicts.measure) == ["training step", "training step"] and list(verdicts.tokens) == [16, 32]
-    assert explorer.switchboard.snapshot() == before
+    assert explorer._switchboard.snapshot() == before
     assert all(p.grad is None for p in explorer.model.parameters())
 
 
@@ -238,13 +238,13 @@ def test_compiled_with_kernels_against_compiled_pytorch(explorer: Explorer) -> N
 
     for name in explorer.layers:
         explorer.on(name, mode="torch.compile")
-    before = explorer.switchboard.snapshot()
+    before = explorer._switchboard.snapshot()
     explorer.compare_model(mode="torch.compile", lengths=(16,), pairs=2)
     assert [r.values.measure for r in explorer.results.records("model_pair")] == ["compiled prefill"] * 2
     (verdict,) = explorer.results.model_summary().to_dict("records")
     assert verdict["measure"] == "compiled prefill" and verdict["pairs"] == 2
-    assert explorer.switchboard.snapshot() == before
-    compiled_kernel, compiled_pytorch = compiled_sides(explorer.switchboard)
+    assert explorer._switchboard.snapshot() == before
+    compiled_kernel, compiled_pytorch = compiled_sides(explorer._switchboard)
     with torch.no_grad(), torch.profiler.profile() as kernel_run:  # as compare_model runs them
         kernel_logits = compiled_kernel(input_ids=TOKENS).logits
     with torch.no_grad(), torch.profiler.profile() as pytorch_run:
@@ -264,7 +264,7 @@ def test_a_kernel_that_refused_training_reads_so_in_the_training_inventory(tmp_p
 
     mapping = _mapping(tmp_path, NO_BACKWARD_RMSNORM)
     explorer = Explorer(tiny_llama(), mapping, include_transformers=False, mode="training")
-    (candidate,) = [c for c in explorer.catalog.candidates("RMSNorm") if c.source == "user"]
+    (candidate,) = [c for c in explorer._catalog.candidates("RMSNorm") if c.source == "user"]
     row = next(r for r in explorer.inventory().rows if r.group.name == "RMSNorm")
     assert dict(row.candidates)[candidate].state is State.READY  # not known before trying
     explorer.on("RMSNorm", "model.norm")
@@ -272,6 +272,6 @@ def test_a_kernel_that_refused_training_reads_so_in_the_training_inventory(tmp_p
     row = next(r for r in explorer.inventory().rows if r.group.name == "RMSNorm")
     found = dict(row.candidates)[candidate]
     assert found.state is State.NO_MAPPING and "does not support training" in found.reason
-    inference = explorer.catalog.availability(candidate, device="cpu", mode=parse_mode("inference"))
+    inference = explorer._catalog.availability(candidate, device="cpu", mode=parse_mode("inference"))
     assert inference.state is State.READY
     explorer.reset()

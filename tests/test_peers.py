@@ -55,9 +55,9 @@ def test_peer_runs_on_the_tiny_model_next_to_the_bundled_kernel(
     with torch.no_grad():
         expected = model(inputs).logits
     explorer = Explorer(model, peers=[source])
-    sources = [c.source for c in explorer.catalog.candidates("RMSNorm")]
+    sources = [c.source for c in explorer._catalog.candidates("RMSNorm")]
     assert "bundled" in sources and "peer" in sources
-    peer_candidate = next(c for c in explorer.catalog.candidates("RMSNorm") if c.source == "peer")
+    peer_candidate = next(c for c in explorer._catalog.candidates("RMSNorm") if c.source == "peer")
     running = explorer.on("RMSNorm", candidate=peer_candidate)
     assert running and all(now.kernel_id == built.kernel_id for now in running)
     with torch.no_grad():

@@ -43,7 +43,7 @@ def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[st
     seen: dict[tuple[str, str], set[str]] = {}
     handles = []
     modules = dict(explorer.model.named_modules())
-    for name, group in explorer.switchboard.groups.items():
+    for name, group in explorer._switchboard.groups.items():
         for path in group.instances if group.kind != "attention" else ():  # tests/test_attention.py
             start: dict[str, Counter[str]] = {}
 
@@ -216,7 +216,7 @@ def test_switching_while_another_thread_runs_forward(explorer: Explorer) -> None
     def measure() -> None:
         try:
             while not stop.is_set():
-                with explorer.switchboard.lock:
+                with explorer._switchboard.lock:
                     out = logits(explorer.model)
                 torch.testing.assert_close(out, before)
         except BaseException as error:  # pragma: no cover - reported below
@@ -374,7 +374,7 @@ def test_any_switch_sequence_then_all_off_is_bitwise_the_untouched_model(hub: di
     explorer = _hypothesis_explorer()
     try:
         for switch_on, name, picks in steps:
-            group = explorer.switchboard.groups[name]
+            group = explorer._switchboard.groups[name]
             instances = None if picks is None else [group.instances[i % len(group)] for i in picks]
             explorer.on(name, instances) if switch_on else explorer.off(name, instances)
             assert_reports_match_counts(explorer)
@@ -385,7 +385,7 @@ def test_any_switch_sequence_then_all_off_is_bitwise_the_untouched_model(hub: di
 
 
 def test_holding_puts_back_the_state_before_and_can_leave_others_switches(explorer: Explorer) -> None:
-    board = explorer.switchboard
+    board = explorer._switchboard
     explorer.on("RMSNorm", "model.norm")
     before = board.snapshot()
     with board.holding(board.reset):
@@ -404,13 +404,13 @@ def test_holding_puts_back_the_state_before_and_can_leave_others_switches(explor
 
 def test_every_view_of_a_model_hears_of_each_change_once(explorer: Explorer) -> None:
     heard: list[int] = []
-    unsubscribe = explorer.switchboard.subscribe(lambda: heard.append(1))
+    unsubscribe = explorer._switchboard.subscribe(lambda: heard.append(1))
     other = Explorer(explorer.model, include_transformers=False)  # a second explorer on the same model
     explorer.on("RMSNorm")
     other.off("RMSNorm", "model.norm")
-    before = explorer.switchboard.snapshot()
+    before = explorer._switchboard.snapshot()
     explorer.reset()
-    explorer.switchboard.restore(before)  # switches many instances: one notification
+    explorer._switchboard.restore(before)  # switches many instances: one notification
     assert len(heard) == 4
     unsubscribe()
     explorer.reset()
@@ -461,8 +461,8 @@ def test_a_value_error_declines_that_instance_only_and_off_releases_what_the_ker
         assert not rms["model.norm"].is_kernel
         assert "declined this instance: a negative first weight" in rms["model.norm"].reason
         assert sum(now.is_kernel for now in rms.values()) == 4  # the others keep the kernel
-        candidate = explorer.catalog.candidates("RMSNorm")[0]
-        assert explorer.catalog.availability(candidate, device="cpu", mode=explorer.mode).state.usable
+        candidate = explorer._catalog.candidates("RMSNorm")[0]
+        assert explorer._catalog.availability(candidate, device="cpu", mode=explorer.mode).state.usable
         torch.testing.assert_close(before, logits(explorer.model))
         explorer.reset()
         assert {path: tuple(m.__dict__) for path, m in explorer.model.named_modules()} == keys

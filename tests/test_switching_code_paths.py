@@ -75,7 +75,7 @@ def test_a_path_the_kernel_lacks_leaves_pytorch_and_says_which_it_has(explorer: 
     running = explorer.on("SiLU", candidate="bundled@avx1024")
     assert not any(now.is_kernel for now in running)
     assert f"no code path 'avx1024' on this CPU; its paths here: {', '.join(PATHS)}" in running[0].reason
-    explorer.switchboard.strict = True
+    explorer._switchboard.strict = True
     with pytest.raises(KernelExplorerError, match="no code path 'avx1024'"):
         explorer.on("SiLU", candidate="bundled@avx1024")
 
@@ -83,7 +83,7 @@ def test_a_path_the_kernel_lacks_leaves_pytorch_and_says_which_it_has(explorer: 
 def test_two_layers_cannot_pin_one_kernel_to_two_paths(explorer: Explorer, hub: dict) -> None:
     if len(PATHS) < 2:
         pytest.skip("this CPU runs one code path")
-    first, second = explorer.switchboard.group("SiLU").instances
+    first, second = explorer._switchboard.group("SiLU").instances
     assert explorer.on("SiLU", first, candidate=f"bundled@{PATHS[0]}")[0].is_kernel
     (refused,) = explorer.on("SiLU", second, candidate=f"bundled@{PATHS[-1]}")
     assert not refused.is_kernel
@@ -178,7 +178,7 @@ def test_bundled_and_bundled_at_its_own_path_are_two_rows(explorer: Explorer, hu
             f"{kid}@{chosen} (bundled/activation@{chosen}:Silu (cpu, any mode))",
         ]
     )
-    assert set(rows.pairs) == {3 * len(explorer.switchboard.group("SiLU"))}  # each its own pairs
+    assert set(rows.pairs) == {3 * len(explorer._switchboard.group("SiLU"))}  # each its own pairs
 
 
 def test_a_pin_another_layer_holds_refuses_in_strict_mode_and_two_explorers_let_go_alike(
@@ -186,13 +186,13 @@ def test_a_pin_another_layer_holds_refuses_in_strict_mode_and_two_explorers_let_
 ) -> None:
     if len(PATHS) < 2:
         pytest.skip("this CPU runs one code path")
-    first, second = explorer.switchboard.group("SiLU").instances
+    first, second = explorer._switchboard.group("SiLU").instances
     explorer.on("SiLU", first, candidate=f"bundled@{PATHS[0]}")
-    explorer.switchboard.strict = True
+    explorer._switchboard.strict = True
     with pytest.raises(KernelExplorerError, match="runs one code path at a time"):
         explorer.on("SiLU", second, candidate=f"bundled@{PATHS[-1]}")
-    assert not explorer.switchboard.running("SiLU", [second])[0].is_kernel  # refused: PyTorch there
-    explorer.switchboard.strict = False
+    assert not explorer._switchboard.running("SiLU", [second])[0].is_kernel  # refused: PyTorch there
+    explorer._switchboard.strict = False
     other = Explorer(explorer.model, include_transformers=False)  # a second explorer of the model
     other.off("SiLU")
     assert "set by set_isa()" not in hub["activation"].isa_reason()  # its off let go of the pin
@@ -215,7 +215,7 @@ def test_a_failed_attention_switch_keeps_the_pin_the_model_had(explorer: Explore
     (refused,) = explorer.on(ATTENTION, candidate="bundled@avx1024")[:1]
     assert refused.is_kernel and refused.code_path.pinned  # the model still runs the pinned kernel
     assert hub["flash_attn"].isa() == PINNED
-    assert "no code path 'avx1024'" in explorer.switchboard.doors[ATTENTION].reason
+    assert "no code path 'avx1024'" in explorer._switchboard.doors[ATTENTION].reason
 
 
 class BrokenReporter(StrangerKernel):

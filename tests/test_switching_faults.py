@@ -86,9 +86,9 @@ def _candidate(explorer: Explorer, layer: str, pick: object) -> object:
         options = _shared["attention"]
         return options[pick % len(options)] if isinstance(pick, int) else None  # type: ignore[index]
     if isinstance(pick, int):
-        options = [c for c in explorer.catalog.candidates(layer) if c.device == "cpu"]
+        options = [c for c in explorer._catalog.candidates(layer) if c.device == "cpu"]
         return options[pick % len(options)]
-    known = {c.source for c in explorer.catalog.candidates(layer)}
+    known = {c.source for c in explorer._catalog.candidates(layer)}
     return pick if pick in known else None
 
 
@@ -104,7 +104,7 @@ def _python_kernels_ran(explorer: Explorer) -> dict[tuple[str, str], set[str]]:
         log.clear()
     _logits(explorer.model, TOKENS)
     found: dict[tuple[str, str], set[str]] = {}
-    for name, group in explorer.switchboard.groups.items():
+    for name, group in explorer._switchboard.groups.items():
         for path in group.instances:
             module = explorer.model.get_submodule(path)
             found[(name, path)] = {kernel_id for kernel_id, log in logs.items() if id(module) in log}
@@ -135,7 +135,7 @@ def test_any_switch_sequence_with_faults_keeps_a_whole_model_and_off_is_bitwise(
     explorer = _explorer(tmp_path_factory.mktemp("faults"))
     try:
         for action, layer, pick, picks in steps:
-            group = explorer.switchboard.groups[layer]
+            group = explorer._switchboard.groups[layer]
             instances = None if picks is None else [group.instances[i % len(group)] for i in picks]
             if action == "on":
                 explorer.on(layer, instances, candidate=_candidate(explorer, layer, pick))

@@ -58,7 +58,7 @@ def state_of(module: torch.nn.Module) -> dict[str, tuple[int, torch.dtype, tuple
 
 
 def candidate(explorer: Explorer, layer: str, folder: str) -> object:
-    return next(c for c in explorer.catalog.candidates(layer) if folder in c.repo_label)
+    return next(c for c in explorer._catalog.candidates(layer) if folder in c.repo_label)
 
 
 # -- a layer that repacks its module in place, under a Hub repo-id with a CPU class of its own ------

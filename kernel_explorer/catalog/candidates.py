@@ -45,7 +45,7 @@ from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 if TYPE_CHECKING:
     from kernels import Mode
 
-    from kernel_explorer.switching.probe import ProbeVerdict
+    from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 
 SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "peer", "transformers")
 

@@ -41,7 +41,7 @@ from kernel_explorer.switching.code_paths import (
     running_path,
     unpin,
 )
-from kernel_explorer.switching.door import Door, SwitchState
+from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
 
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
 
@@ -88,12 +87,12 @@ class AttentionDoor(AttentionChoices, Door):
     kind: ClassVar[str] = "attention"
     model_wide: ClassVar[bool] = True
 
-    def __init__(self, board: Switchboard, paths: tuple[str, ...]) -> None:
-        super().__init__(board, LayerGroup(ATTENTION, "attention", MODEL_WIDE, paths))
-        model = board.model
+    def __init__(self, host: DoorHost, paths: tuple[str, ...]) -> None:
+        super().__init__(host, LayerGroup(ATTENTION, "attention", MODEL_WIDE, paths))
+        model = host.model
         self.model = model
-        self.catalog = board.catalog
-        self.device = board.device
+        self.catalog = host.catalog
+        self.device = host.device
         self.original = attention_interface.implementation(model)
         self.baseline = (
             self.original if self.original in attention_interface.BUILTIN else "sdpa"
@@ -110,9 +109,9 @@ class AttentionDoor(AttentionChoices, Door):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
 
     @classmethod
-    def find(cls, board: Switchboard) -> AttentionDoor | None:
-        """The door of the board's model, or None when it has no attention interface (a plain module)."""
-        model = board.model
+    def find(cls, host: DoorHost) -> AttentionDoor | None:
+        """The door of the host's model, or None when it has no attention interface (a plain module)."""
+        model = host.model
         if not attention_interface.has_attention_interface(model):
             return None
         paths = tuple(
@@ -120,7 +119,7 @@ class AttentionDoor(AttentionChoices, Door):
             for path, module in model.named_modules()
             if type(module).__name__.endswith("Attention") and hasattr(module, "config")
         )
-        return cls(board, paths) if paths else None
+        return cls(host, paths) if paths else None
 
     # -- switching ---------------------------------------------------------------------------------
 
@@ -211,13 +210,13 @@ class AttentionDoor(AttentionChoices, Door):
         Cached per candidate and model shape; kept in the catalog, so the row and the default
         choice read "cannot run here" with the reason after a failed trial.
         """
-        return settled(self.board, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
+        return settled(self.host, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
 
     def _try(self, chosen: AttentionCandidate, name: str) -> ProbeVerdict:
         import torch
 
         path = self.group.instances[0]
-        sample = self.board.sample(ATTENTION, path)
+        sample = self.host.sample(ATTENTION, path)
         if sample is None:
             return ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
         args, kwargs = sample
@@ -256,7 +255,7 @@ class AttentionDoor(AttentionChoices, Door):
                 except Exception as error:
                     if self._trial or id(module) not in mine:
                         raise
-                    self.board.kernel_raised(ATTENTION, "*", chosen, error)
+                    self.host.kernel_raised(ATTENTION, "*", chosen, error)
                     return attention_interface.attention_function(module, self.baseline)(
                         module, *args, **kwargs
                     )
@@ -279,7 +278,7 @@ class AttentionDoor(AttentionChoices, Door):
     # -- the door protocol -------------------------------------------------------------------------
 
     def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
-        self.switch(candidate, mode=mode, strict=self.board.strict)
+        self.switch(candidate, mode=mode, strict=self.host.strict)
 
     def off(self, paths: list[str]) -> None:
         self.to_pytorch()

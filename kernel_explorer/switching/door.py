@@ -18,22 +18,44 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
     from kernel_explorer.catalog.availability import Availability
-    from kernel_explorer.catalog.candidates import Candidate
+    from kernel_explorer.catalog.candidates import Candidate, Catalog
     from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.switching.board import Switchboard
     from kernel_explorer.switching.forwards import RunningNow
 
 #: the switches that are on: (layer name, instance path) -> (candidate, mode)
 SwitchState = dict[tuple[str, str], tuple[Any, Any]]
 #: hands one call's (args, kwargs) to a capture, keyed by (layer name, instance path)
 Keep = Callable[[tuple[str, str], tuple[Any, ...], dict[str, Any]], None]
+
+
+class DoorHost(Protocol):
+    """What a door needs from whoever holds it (the board implements it).
+
+    A door never names the board: it reaches the model, the catalog, where kernels run and the
+    captured samples through these few members, so the board can import every door and no door
+    imports the board.
+    """
+
+    model: nn.Module
+    catalog: Catalog
+    device: str
+    strict: bool
+
+    def module(self, path: str) -> nn.Module:
+        """The model's submodule at `path`."""
+
+    def sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """One real call of instance `path` of layer `name` for a probe's trial, or None."""
+
+    def kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
+        """A kernel raised on a forward: the door's layer goes back to PyTorch with the reason."""
 
 
 @contextlib.contextmanager
@@ -56,8 +78,8 @@ class Door(ABC):
     #: whether one switch serves every instance (attention): snapshots keep it as (name, "*")
     model_wide: ClassVar[bool] = False
 
-    def __init__(self, board: Switchboard, group: LayerGroup) -> None:
-        self.board = board
+    def __init__(self, host: DoorHost, group: LayerGroup) -> None:
+        self.host = host
         self.group = group
 
     @property
@@ -100,12 +122,12 @@ class Door(ABC):
 
     def candidates(self) -> list[Candidate]:
         """Every candidate of this layer, in preference order (not probed: a list for an error)."""
-        return self.board.catalog.candidates(self.name)
+        return self.host.catalog.candidates(self.name)
 
     def matching(self, word: str) -> list[Candidate]:
         """The candidates a user's word names ("bundled", a label, "bundled@avx2"): what `compare`'s
         `candidates=` reads."""
-        return self.board.catalog.matching(self.name, word)
+        return self.host.catalog.matching(self.name, word)
 
     def capturing(self, keep: Keep) -> contextlib.AbstractContextManager[None]:
         """For the block, hand each call's inputs of this door's instances to `keep`."""

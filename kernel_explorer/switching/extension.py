@@ -34,7 +34,6 @@ from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.switching import events, model_state
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from kernel_explorer.inspect.layer_groups import LayerGroup
@@ -243,30 +242,3 @@ def adopt(board: Switchboard) -> None:
         if name in board.groups and board.groups[name].added:
             for found, source in added:
                 board.catalog.add(found, source)
-
-
-def probe_inputs(module: nn.Module) -> tuple[torch.Tensor, ...] | None:
-    """A one-row input that `module`'s forward takes, for a trial call; None when not known."""
-    import torch
-    from torch import nn
-
-    weight = getattr(module, "weight", None)
-    if isinstance(module, nn.Linear) and isinstance(weight, torch.Tensor) and not weight.is_meta:
-        return (torch.zeros(1, module.in_features, dtype=weight.dtype, device=weight.device),)
-    return None
-
-
-def probe(modules: Iterable[nn.Module]) -> None:
-    """Call each switched module's forward once on a small input (hooks not run), output dropped.
-
-    A kernel that cannot take an instance (weights it cannot pack) raises `ValueError` here rather
-    than at the first real call, so the instance shows PyTorch and the reason at once; a kernel
-    that packs weights on first use packs them now, outside any timed call.
-    """
-    import torch
-
-    for module in modules:
-        args = probe_inputs(module)
-        if args is not None:
-            with torch.no_grad():
-                module.forward(*args)  # a raise goes through the switchboard's guard: back to PyTorch

@@ -35,20 +35,20 @@ class FunctionDoor(InstanceDoor):
         return found
 
     def target(self, path: str, *, for_switching: bool) -> nn.Module:
-        holder = self.board.module(path)
+        holder = self.host.module(path)
         if for_switching:
             return routes.copy_for(holder, self.key(holder))
         return kernel_functions(holder)[self.key(holder)]
 
     def shared(self, path: str) -> nn.Module:
-        holder = self.board.module(path)
+        holder = self.host.module(path)
         return routes.shared_function(holder, self.key(holder))
 
     def trial_module(self, path: str) -> nn.Module:
         return type(self.shared(path))()  # a fresh function module: nothing of the process's is touched
 
     def release(self, path: str) -> None:
-        holder = self.board.module(path)
+        holder = self.host.module(path)
         routes.detach(holder, self.key(holder))  # the holder's copy goes, and all it cached with it
 
     def running_target(self, path: str) -> nn.Module | None:
@@ -74,7 +74,7 @@ class FunctionDoor(InstanceDoor):
         handles = []
         shared: dict[int, nn.Module] = {}
         for path in self.group.instances:
-            holder = self.board.module(path)
+            holder = self.host.module(path)
 
             def enter(module: Any, args: Any, key: tuple[str, str] = (self.name, path)) -> None:
                 running.__dict__.setdefault("stack", []).append(key)

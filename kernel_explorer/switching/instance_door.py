@@ -30,7 +30,7 @@ from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import SOURCES
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
-from kernel_explorer.switching.door import Door, SwitchState
+from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
     RunningNow,
@@ -56,13 +56,14 @@ if TYPE_CHECKING:
 
     from kernel_explorer._backend.mappings import MappingEntry
     from kernel_explorer.catalog.candidates import Candidate
+    from kernel_explorer.inspect.layer_groups import LayerGroup
 
 
 class InstanceDoor(Door):
     """A door whose kernels replace one target module's forward per instance."""
 
-    def __init__(self, board: Any, group: Any) -> None:
-        super().__init__(board, group)
+    def __init__(self, host: DoorHost, group: LayerGroup) -> None:
+        super().__init__(host, group)
         self._on: dict[str, tuple[Candidate, Mode]] = {}
         self._reasons: dict[str, str] = {}
         self._guards: dict[str, ModuleGuard] = {}
@@ -85,7 +86,7 @@ class InstanceDoor(Door):
 
     def trial_inputs(self, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """One real call of `path` (from the explorer's captured inputs), or None."""
-        return self.board.sample(self.name, path)
+        return self.host.sample(self.name, path)
 
     def after_switch(self, paths: list[str]) -> None:
         """Called once the chosen instances are switched (the extension door tries them at once)."""
@@ -94,7 +95,7 @@ class InstanceDoor(Door):
 
     def probe(self, chosen: Candidate, entry: MappingEntry, mode: Mode) -> ProbeVerdict:
         """Try `chosen` on a copy of the first instance with its real inputs; cached per model shape."""
-        return settled(self.board, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
+        return settled(self.host, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
 
     def _try(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
         import torch
@@ -128,14 +129,14 @@ class InstanceDoor(Door):
     # -- switching ------------------------------------------------------------------------------
 
     def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
-        board = self.board
+        host = self.host
         while True:
             try:
-                chosen, entry = board.catalog.resolve(
-                    self.name, device=board.device, mode=mode, candidate=candidate
+                chosen, entry = host.catalog.resolve(
+                    self.name, device=host.device, mode=mode, candidate=candidate
                 )
             except NoUsableKernelError as error:
-                if board.strict:
+                if host.strict:
                     raise
                 self._fall_back(paths, str(error))
                 return
@@ -143,16 +144,16 @@ class InstanceDoor(Door):
             if not verdict.refused:
                 break
             named = candidate is not None and not (isinstance(candidate, str) and candidate in SOURCES)
-            if named or board.strict:  # the user named it (or wants no silent choice): say why it is off
+            if named or host.strict:  # the user named it (or wants no silent choice): say why it is off
                 reason = f"{chosen.repo_label} {verdict}"
-                if board.strict:
+                if host.strict:
                     raise KernelSwitchError(reason)
                 self._fall_back(paths, reason)
                 return
             # the default choice passes over it: the catalog reads "cannot run here" now
         refusal = self._memory_refusal(verdict, len(paths), allow_changes)
         if refusal:
-            if board.strict:
+            if host.strict:
                 raise KernelSwitchError(f"{chosen.repo_label} {refusal}")
             self._fall_back(paths, f"{chosen.repo_label} {refusal}")
             return
@@ -178,10 +179,10 @@ class InstanceDoor(Door):
             refused = self._install(path, target, chosen, mode, verdict) or refused
         self.after_switch([p for p in paths if p in self._on])
         if failure is not None:
-            board.catalog.record_failure(chosen, failure)
-            if board.strict:
+            host.catalog.record_failure(chosen, failure)
+            if host.strict:
                 raise KernelSwitchError(f"{chosen.label} failed to load: {failure}")
-        if refused is not None and board.strict:
+        if refused is not None and host.strict:
             raise KernelSwitchError(f"{chosen.label}: {refused}")
 
     def _memory_refusal(self, verdict: ProbeVerdict, instances: int, allow: bool) -> str:
@@ -206,7 +207,7 @@ class InstanceDoor(Door):
         if runs_class_forward(target):  # kernelize kept PyTorch: the kernel does not support this mode
             self._to_pytorch(path)
             self._reasons[path] = f"{chosen.repo_label} does not support {mode_name(mode)}"
-            self.board.catalog.record_unsupported(
+            self.host.catalog.record_unsupported(
                 chosen, mode, f"the kernel does not support {mode_name(mode)}"
             )
             return None
@@ -230,7 +231,7 @@ class InstanceDoor(Door):
             return None
 
         def on_error(error: Exception, path: str = path, chosen: Candidate = chosen) -> None:
-            self.board.kernel_raised(self.name, path, chosen, error)
+            self.host.kernel_raised(self.name, path, chosen, error)
 
         def after_first(path: str = path, guard: ModuleGuard = guard) -> None:
             if guard.changes():
@@ -247,7 +248,7 @@ class InstanceDoor(Door):
         what = "declined this instance" if declined else f"raised when run: {type(error).__name__}"
         reason = f"{chosen.repo_label} {what}: {error}".strip().splitlines()[0]
         if not declined:
-            self.board.catalog.record_failure(chosen, reason)
+            self.host.catalog.record_failure(chosen, reason)
         on = [p for p, (c, _) in self._on.items() if c == chosen]
         self._fall_back([path] if declined else on, reason)
         return reason
@@ -271,7 +272,7 @@ class InstanceDoor(Door):
 
     def _holder(self, path: str) -> tuple[int, str, str]:
         """Who holds a `@path` pin: the model's instance (every explorer of the model lets go of it)."""
-        return (id(self.board.model), self.name, path)
+        return (id(self.host.model), self.name, path)
 
     def off(self, paths: list[str]) -> None:
         for path in paths:
@@ -292,7 +293,7 @@ class InstanceDoor(Door):
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         found = []
-        dtype = model_dtype(self.board.model) if paths else ""
+        dtype = model_dtype(self.host.model) if paths else ""
         paths_of: dict[tuple[int, str], RunningPath] = {}  # per kernel and layer class, not per instance
         for path in paths:
             target = self.running_target(path)
@@ -326,11 +327,11 @@ class InstanceDoor(Door):
         return installed_forward(target) or pytorch, pytorch, self.described(path) is not None
 
     def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
-        board = self.board
+        host = self.host
         found = []
-        for candidate in board.catalog.candidates(self.name):
-            availability = board.catalog.availability(
-                candidate, device=board.device, mode=mode, query_hub=query_hub
+        for candidate in host.catalog.candidates(self.name):
+            availability = host.catalog.availability(
+                candidate, device=host.device, mode=mode, query_hub=query_hub
             )
             if availability.state in (State.READY, State.UNVERIFIED):
                 availability = self._probed(candidate, availability, mode)
@@ -339,16 +340,16 @@ class InstanceDoor(Door):
 
     def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
         """A ready candidate's availability once probed on this model (a failure to probe is one line)."""
-        if cached(self.board, candidate, self.name, mode) is not None:  # tried on this model already
-            return self.board.catalog.availability(candidate, device=self.board.device, mode=mode)
+        if cached(self.host, candidate, self.name, mode) is not None:  # tried on this model already
+            return self.host.catalog.availability(candidate, device=self.host.device, mode=mode)
         try:
-            chosen, entry = self.board.catalog.resolve(
-                self.name, device=self.board.device, mode=mode, candidate=candidate
+            chosen, entry = self.host.catalog.resolve(
+                self.name, device=self.host.device, mode=mode, candidate=candidate
             )
             self.probe(chosen, entry, mode)
         except Exception as error:  # a stranger's code: never let it break the inventory
-            self.board.catalog.record_probe(candidate, mode, ProbeVerdict(CANNOT_RUN, explain(error)))
-        return self.board.catalog.availability(candidate, device=self.board.device, mode=mode)
+            self.host.catalog.record_probe(candidate, mode, ProbeVerdict(CANNOT_RUN, explain(error)))
+        return self.host.catalog.availability(candidate, device=self.host.device, mode=mode)
 
 
 def _kernel_package(forward: Any) -> Any | None:

@@ -14,60 +14,41 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.platform import ops_without_kernel
+from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, ProbeVerdict
 
-OK, CANNOT_RUN, UNVERIFIED = "runs here", "cannot run here", "unverified"
+if TYPE_CHECKING:
+    from kernel_explorer.switching.door import DoorHost
 
-
-@dataclass(frozen=True)
-class ProbeVerdict:
-    """What one trial of a candidate on this model found."""
-
-    outcome: str  # OK, CANNOT_RUN or UNVERIFIED
-    reason: str = ""
-    changes: str = ""  # what the kernel did to its module ("changes its module on first use (...)")
-    kept_bytes: int = 0  # per instance: the original tensors kept alive while the kernel holds it
-    in_place: bool = False  # it changed tensors in place: the guard must copy, not alias
-
-    @property
-    def runs(self) -> bool:
-        return self.outcome == OK
-
-    @property
-    def refused(self) -> bool:
-        return self.outcome == CANNOT_RUN
-
-    def __str__(self) -> str:
-        return self.outcome + (f": {self.reason}" if self.reason else "")
+__all__ = ["CANNOT_RUN", "OK", "UNVERIFIED", "ProbeVerdict", "cached", "explain", "settled", "trial_verdict"]
 
 
-def cached(board: Any, candidate: Any, layer: str, mode: Any) -> ProbeVerdict | None:
-    """`candidate`'s verdict on the board's model when it was tried there (by any explorer of the
-    model), also kept in this board's catalog, which the inventory and the default choice read."""
+def cached(host: DoorHost, candidate: Any, layer: str, mode: Any) -> ProbeVerdict | None:
+    """`candidate`'s verdict on the host's model when it was tried there (by any explorer of the
+    model), also kept in this host's catalog, which the inventory and the default choice read."""
     from kernel_explorer.switching import model_state
 
-    verdict = model_state.of(board.model).probes.get((candidate, layer, mode, signature(board.model)))
+    verdict = model_state.of(host.model).probes.get((candidate, layer, mode, signature(host.model)))
     if verdict is not None:
-        board.catalog.record_probe(candidate, mode, verdict)
+        host.catalog.record_probe(candidate, mode, verdict)
     return verdict
 
 
 def settled(
-    board: Any, candidate: Any, layer: str, mode: Any, trial: Callable[[], ProbeVerdict]
+    host: DoorHost, candidate: Any, layer: str, mode: Any, trial: Callable[[], ProbeVerdict]
 ) -> ProbeVerdict:
     """The cached verdict, else `trial()`'s, cached for every explorer of the model and kept in the
     catalog. An unverified one is not cached: tried again once there are inputs to try it on."""
     from kernel_explorer.switching import model_state
 
-    verdict = cached(board, candidate, layer, mode)
+    verdict = cached(host, candidate, layer, mode)
     if verdict is None:
         verdict = trial()
         if verdict.outcome != UNVERIFIED:
-            model_state.of(board.model).probes[(candidate, layer, mode, signature(board.model))] = verdict
-        board.catalog.record_probe(candidate, mode, verdict)
+            model_state.of(host.model).probes[(candidate, layer, mode, signature(host.model))] = verdict
+        host.catalog.record_probe(candidate, mode, verdict)
     return verdict
 
 

@@ -55,7 +55,7 @@ class BreakdownPanel:
         self.button.on_click(lambda _: guard(self.profile))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
         # extend/retract change the kernel layers: the legend says when the breakdown predates them
-        self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
+        self._unsubscribe_switches = explorer.subscribe_switches(self._on_switch)
         self._layers = list(explorer.layers)
         self.redraw()
 

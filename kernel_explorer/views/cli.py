@@ -144,7 +144,7 @@ def _compared_explorer(args: argparse.Namespace) -> Any:
     explorer = Explorer.of(model, tokenizer=tokenizer)
     layers = args.layers or explorer.layers
     for name in layers:
-        explorer.switchboard.group(name)  # an unknown name fails now, with the names there are
+        explorer.group(name)  # an unknown name fails now, with the names there are
     print(f"Comparing {', '.join(layers)} on the default model (captured activations, interleaved pairs)")
     _measure(explorer, layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
     return explorer

@@ -88,7 +88,7 @@ class Dashboard:
         self.run_button.on_click(lambda _: self._guarded(self.run))
         self.stop_button.on_click(lambda _: self._guarded(self.stop))
         self._unsubscribe = explorer.results.subscribe(self._on_record)
-        self._unsubscribe_switches = explorer.switchboard.subscribe(self._on_switch)
+        self._unsubscribe_switches = explorer.subscribe_switches(self._on_switch)
         self._cycle = 0
         self._cycle_layers: set[str] = set()  # layers concluded in this cycle (or the shown run)
         self._starting = False

@@ -97,7 +97,7 @@ class LayerTable(anywidget.AnyWidget):
         self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
         # any switch of the model, from Python, a magic, a run or another view, redraws the rows
-        self._unsubscribe = explorer.switchboard.subscribe(self.refresh)
+        self._unsubscribe = explorer.subscribe_switches(self.refresh)
         self.refresh()
 
     def close(self) -> None:

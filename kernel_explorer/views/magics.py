@@ -202,7 +202,6 @@ class KernelsMagic:
         return model, self.shell.user_ns.get("tokenizer")
 
     def _do_explore(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer._backend.modes import parse_mode
         from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.views.dashboard import Dashboard
@@ -226,7 +225,7 @@ class KernelsMagic:
             steps.next()
             explorer = Explorer.of(model, tokenizer=tokenizer, mode=args.mode or "inference")
             if args.mode is not None:
-                explorer.mode = parse_mode(args.mode)  # asked for explicitly: also on a reused explorer
+                explorer.mode = args.mode  # asked for explicitly: also on a reused explorer
             if explorer.tokenizer is None and tokenizer is not None:
                 explorer.tokenizer = tokenizer
             self.explorer = explorer

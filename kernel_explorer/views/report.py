@@ -21,7 +21,6 @@ from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
 if TYPE_CHECKING:
-    from kernel_explorer.explorer import Explorer
     from kernel_explorer.measure.log import ResultLog
 
 _CSS = """
@@ -229,20 +228,6 @@ def report_path(path: str | Path) -> Path:
             f"cannot write {path}: folder {target.parent} does not exist; create it first"
         )
     return target
-
-
-def write_explorer_report(explorer: Explorer, path: str | Path) -> Path:
-    """The report of an explorer's results, with its model, machine and switch state."""
-    parameters = sum(p.numel() for p in explorer.model.parameters()) / 1e6
-    device = explorer.switchboard.device
-    context = ReportContext(
-        model=f"{type(explorer.model).__name__} ({parameters:.1f}M parameters, {device})",
-        hardware=tuple(explorer.hardware.rows()),
-        switches=tuple(
-            (row.group.name, row.running_summary, row.measured_summary) for row in explorer.inventory().rows
-        ),
-    )
-    return write_report(explorer.results, Path(path), title="kernel_explorer report", context=context)
 
 
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:

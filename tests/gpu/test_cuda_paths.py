@@ -43,9 +43,9 @@ def test_explorer_on_a_cuda_model_measures_and_restores() -> None:
 
     model = tiny_llama().cuda()
     explorer = Explorer(model)
-    assert explorer.switchboard.device == "cuda"
-    bundled = [c for c in explorer.catalog.candidates("RMSNorm") if c.source == "bundled"]
-    found = explorer.catalog.availability(bundled[0], device="cuda", mode=explorer.mode)
+    assert explorer._switchboard.device == "cuda"
+    bundled = [c for c in explorer._catalog.candidates("RMSNorm") if c.source == "bundled"]
+    found = explorer._catalog.availability(bundled[0], device="cuda", mode=explorer.mode)
     assert "mapped for cpu, the model is on cuda" in found.reason
     handle = explorer.compare_model(lengths=(64,), decode_tokens=4, pairs=1)
     assert handle.outcome == "finished", handle.error

@@ -1,0 +1,33 @@
+"""What one trial of a candidate on a model found: the value the probe fills and the catalog keeps.
+
+It lives with the catalog because the catalog ranks candidates by it and the inventory shows it;
+the trial itself (`switching.probe`) runs behind a door.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OK, CANNOT_RUN, UNVERIFIED = "runs here", "cannot run here", "unverified"
+
+
+@dataclass(frozen=True)
+class ProbeVerdict:
+    """What one trial of a candidate on this model found."""
+
+    outcome: str  # OK, CANNOT_RUN or UNVERIFIED
+    reason: str = ""
+    changes: str = ""  # what the kernel did to its module ("changes its module on first use (...)")
+    kept_bytes: int = 0  # per instance: the original tensors kept alive while the kernel holds it
+    in_place: bool = False  # it changed tensors in place: the guard must copy, not alias
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def refused(self) -> bool:
+        return self.outcome == CANNOT_RUN
+
+    def __str__(self) -> str:
+        return self.outcome + (f": {self.reason}" if self.reason else "")
