@@ -59,7 +59,9 @@ class Explorer:
         device: device type to choose kernels for; default: where the model's parameters are.
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
-        include_bundled / include_registered / include_transformers: which other sources to read.
+        include_bundled: read the bundled CPU kernels as a source.
+        include_registered: read the mappings registered with `kernels` as a source.
+        include_transformers: read Transformers' default mapping as a source.
         attention: your attention repositories for the attention row (see `attention_candidates`).
         peers: local kernel-builder repositories (sources or builds) offered next to the bundled
             kernels, as candidates of source "peer" (`add_peer`).
