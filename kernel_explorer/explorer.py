@@ -283,7 +283,7 @@ class Explorer:
         (default: the class named `name`); `instances` paths or glob patterns (default: all);
         `candidates` a kernel per device, as one layer of a mapping (`{"cpu": LocalLayerRepository(
         ...)}`). Bundled kernels for the class join the candidates. Only the chosen instances
-        change (see `extension.py`); bad input raises one line and changes nothing.
+        change (see `switching/extension.py`); bad input raises one line and changes nothing.
         """
         from kernel_explorer.switching.extension import extend
 
@@ -378,7 +378,7 @@ class Explorer:
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
                 (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
-                measure/training.py.
+                measure/layer_training.py.
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
@@ -436,7 +436,7 @@ class Explorer:
         interval says how sure it is (three decode pairs cover the median with 75%, and say so).
         `mode="training"`: a training step per length instead (loss and gradient agreement, then
         step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
-        See measure/training_model.py.
+        See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
         from kernel_explorer.measure.plans import model_plan
