@@ -12,6 +12,8 @@ implementation through `set_attn_implementation`, and a pinned code path through
 from __future__ import annotations
 
 import datetime
+import json
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -19,15 +21,27 @@ if TYPE_CHECKING:
     from kernel_explorer.export.plan import AttentionPlan, ExportPlan, LayerChoice, Repository
 
 
+def _q(text: str) -> str:
+    """A string literal in double quotes, as ruff format writes it (JSON's escapes are Python's)."""
+    return json.dumps(text)
+
+
 def _mode(flags: str) -> str:
     return " | ".join(f"Mode.{flag}" for flag in flags.split("|"))
 
 
-def _repository(repo: Repository) -> str:
+def _repository(repo: Repository, indent: str = "") -> str:
+    """The repository object's constructor call, one argument a line (indented by `indent`)."""
     if repo.hub_id is not None:
-        where = f"version={repo.version}" if repo.version is not None else f"revision={repo.revision!r}"
-        return f"LayerRepository({repo.hub_id!r}, layer_name={repo.layer_class!r}, {where})"
-    return f"LocalLayerRepository(repo_path=Path({repo.folder!r}), layer_name={repo.layer_class!r})"
+        where = (
+            f"version={repo.version}" if repo.version is not None else f"revision={_q(str(repo.revision))}"
+        )
+        call, arguments = "LayerRepository", [_q(repo.hub_id), f"layer_name={_q(repo.layer_class)}", where]
+    else:
+        call = "LocalLayerRepository"
+        arguments = [f"repo_path=Path({_q(str(repo.folder))})", f"layer_name={_q(repo.layer_class)}"]
+    inner = "".join(f"\n{indent}{argument}," for argument in arguments)
+    return f"{call}({inner}\n{indent[:-4]})"
 
 
 def _where(repo: Repository) -> str:
@@ -38,13 +52,22 @@ def _where(repo: Repository) -> str:
     return f"local folder ({repo.source} build on the exporting machine)"
 
 
+def _dict(name: str, items: list[str]) -> list[str]:
+    """`NAME = {...}` with one item a line, or `NAME = {}`: as ruff format writes it."""
+    return [f"{name} = {{", *items, "}"] if items else [f"{name} = {{}}"]
+
+
 def _mapping(choices: list[LayerChoice], indent: str) -> str:
+    if not choices:
+        return "{}"
     lines = ["{"]
     for choice in choices:
         lines += [
-            f"    {choice.layer!r}: {{",
-            f"        DEVICE: {{  # {choice.label}; {_where(choice.repository)}",
-            f"            {_mode(choice.entry_mode)}: {_repository(choice.repository)},",
+            f"    # {choice.label}",
+            f"    # {_where(choice.repository)}",
+            f"    {_q(choice.layer)}: {{",
+            "        DEVICE: {",
+            f"            {_mode(choice.entry_mode)}: {_repository(choice.repository, '                ')},",
             "        },",
             "    },",
         ]
@@ -53,15 +76,15 @@ def _mapping(choices: list[LayerChoice], indent: str) -> str:
 
 
 def _paths(paths: tuple[str, ...], indent: str) -> str:
-    inner = "".join(f"\n{indent}    {p!r}," for p in paths)
+    inner = "".join(f"\n{indent}    {_q(p)}," for p in paths)
     return f"[{inner}\n{indent}]" if paths else "[]"
 
 
 def _loader(repo: Repository) -> str:
     if repo.hub_id is not None:
-        where = f"version={repo.version}" if repo.version is not None else f"revision={repo.revision!r}"
-        return f"get_kernel({repo.hub_id!r}, {where})"
-    return f"get_local_kernel(Path({repo.folder!r}))"
+        where = f"version={repo.version}" if repo.version is not None else f"revision={_q(repo.revision)}"
+        return f"get_kernel({_q(repo.hub_id)}, {where})"
+    return f"get_local_kernel(Path({_q(repo.folder)}))"
 
 
 def _attention_lines(attention: AttentionPlan | None) -> list[str]:
@@ -79,22 +102,22 @@ def _attention_lines(attention: AttentionPlan | None) -> list[str]:
         )
         lines = [
             f"# attention: {attention.label}, a local folder (kernels resolves the name by LOCAL_KERNELS)",
-            f"ATTENTION = {alias!r}",
-            f"ATTENTION_FOLDER = {attention.folder!r}",
+            f"ATTENTION = {_q(alias)}",
+            f"ATTENTION_FOLDER = {_q(attention.folder)}",
         ]
-        loader = f"get_local_kernel(Path({attention.folder!r}))"
+        loader = f"get_local_kernel(Path({_q(attention.folder)}))"
     else:
         what = "a Hub repository" if "/" in attention.implementation else "PyTorch's"
         lines = [
             f"# attention: {what} ({attention.label or attention.implementation})",
-            f"ATTENTION = {attention.implementation!r}",
+            f"ATTENTION = {_q(attention.implementation)}",
             "ATTENTION_FOLDER = None",
         ]
         repo, _, revision = attention.implementation.partition(":")[0].partition("@")
-        loader = f"get_kernel({repo!r}" + (f", revision={revision!r})" if revision else ")")
+        loader = f"get_kernel({_q(repo)}" + (f", revision={_q(revision)})" if revision else ")")
     if attention.code_path is None:
         return [*lines, "ATTENTION_CODE_PATH = None"]
-    return [*lines, f"ATTENTION_CODE_PATH = (lambda: {loader}, {attention.code_path!r})"]
+    return [*lines, f"ATTENTION_CODE_PATH = (lambda: {loader}, {_q(attention.code_path)})"]
 
 
 def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
@@ -119,7 +142,9 @@ def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
         f"\n{textwrap.fill(note, 96, initial_indent='- ', subsequent_indent='  ')}" for note in plan.notes
     )
     lines = [
-        f'"""Kernels chosen in {source} on {today} for {plan.model_class} ({plan.dtype}, {plan.device}).',
+        f'"""Kernels chosen in {source} on {today}, for a freshly loaded model.',
+        "",
+        f"Model: {plan.model_class} ({plan.dtype}, {plan.device}).",
         "",
         "Applies them to a freshly loaded model with Transformers' and `kernels`' public API only:",
         "",
@@ -146,17 +171,10 @@ def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
         "",
         "import torch",
         "from kernels import (",
-        "    LayerRepository,",
-        "    LocalLayerRepository,",
-        "    Mode,",
-        "    get_kernel,",
-        "    get_local_kernel,",
-        "    kernelize,",
-        "    replace_kernel_forward_from_hub,",
-        "    use_kernel_mapping,",
+        _IMPORTS,
         ")",
         "",
-        f"DEVICE = {plan.device!r}",
+        f"DEVICE = {_q(plan.device)}",
         f"DTYPE = torch.{plan.dtype}",
         f"MODE = {_mode(mode)}",
         "",
@@ -168,17 +186,13 @@ def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
         "# layers the model does not mark (the explorer's `extend`): these instances get a subclass of their",
         "# own class that carries the layer name (marking the class itself would make every instance of it,",
         "# in every model of the process, a kernel layer)",
-        "EXTENDED = {",
-        *(f"    {e.layer!r}: {_paths(e.instances, '    ')}," for e in plan.extensions),
-        "}",
+        *_dict("EXTENDED", [f"    {_q(e.layer)}: {_paths(e.instances, '    ')}," for e in plan.extensions]),
         "",
         "# instances of a mapped layer that ran PyTorch in the explorer: put back after kernelize",
-        "PYTORCH = {",
-        *(f"    {name!r}: {_paths(paths, '    ')}," for name, paths in pytorch.items()),
-        "}",
+        *_dict("PYTORCH", [f"    {_q(name)}: {_paths(paths, '    ')}," for name, paths in pytorch.items()]),
         "",
         "# instances that ran another candidate or mode than their layer's entry above: one by one",
-        "PER_INSTANCE = [",
+        "PER_INSTANCE = [" if per_instance else "PER_INSTANCE = []",
     ]
     for choice, paths in per_instance:
         lines += [
@@ -188,15 +202,34 @@ def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
             f"        {_paths(paths, '        ')},",
             "    ),",
         ]
-    lines += ["]", ""]
+    lines += ["]", ""] if per_instance else [""]
     lines += ["# code paths pinned in the explorer (the kernel's own set_isa; unpinned kernels choose here)"]
-    lines += ["CODE_PATHS = ["]
-    lines += [f"    (lambda: {_loader(repo)}, {path!r})," for repo, path in sorted(pins, key=str)]
-    lines += ["]", ""]
+    lines += ["CODE_PATHS = [" if pins else "CODE_PATHS = []"]
+    lines += [f"    (lambda: {_loader(repo)}, {_q(path)})," for repo, path in sorted(pins, key=str)]
+    lines += ["]", ""] if pins else [""]
     lines += _attention_lines(plan.attention)
     lines += ["", ""]
     lines += _FUNCTIONS.splitlines()
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    body = text.split(_IMPORTS, 1)[1]
+    used = [name for name in _KERNELS_NAMES if re.search(rf"\b{name}\b", body)]
+    if "Path(" not in body:
+        text = text.replace("from pathlib import Path\n", "")
+    return text.replace(_IMPORTS, "\n".join(f"    {name}," for name in used))
+
+
+#: what the module may take from kernels (only those it uses are imported)
+_KERNELS_NAMES = (
+    "LayerRepository",
+    "LocalLayerRepository",
+    "Mode",
+    "get_kernel",
+    "get_local_kernel",
+    "kernelize",
+    "replace_kernel_forward_from_hub",
+    "use_kernel_mapping",
+)
+_IMPORTS = "    # kernels-imports"
 
 
 _FUNCTIONS = '''\
@@ -258,7 +291,8 @@ def switched(model: torch.nn.Module) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path, module in model.named_modules():
         name = getattr(type(module), "kernel_layer_name", None)
-        if name is not None and "forward" in vars(module):
+        forward = vars(module).get("forward")  # kernelize sets it on the instance (PyTorch's, too)
+        if name is not None and getattr(forward, "__func__", None) not in (None, type(module).forward):
             found.setdefault(str(name), []).append(path)
     return found
 
