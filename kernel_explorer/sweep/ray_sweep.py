@@ -186,9 +186,7 @@ def run_sweep(
                 f"no alive node of the cluster at {address} carries {', '.join(resources) or 'any resource'}"
             )
         say(f"Sweep: {len(models)} model(s) on {len(nodes)} node(s): {', '.join(n.name for n in nodes)}")
-        remote = ray.remote(compare_on_node).options(
-            num_cpus=cpus_per_task, num_gpus=gpus, max_retries=0, retry_exceptions=False
-        )
+        remote = ray.remote(compare_on_node)
         merged = log if log is not None else ResultLog()
         outcomes: list[TaskOutcome] = []
         pending: dict[Any, tuple[Node, str, float]] = {}
@@ -211,7 +209,13 @@ def run_sweep(
                     precision=precision,
                     budget_s=budget_s,
                 )
-                ref = remote.options(scheduling_strategy=strategy).remote(arguments, node.name)
+                ref = remote.options(
+                    num_cpus=cpus_per_task,
+                    num_gpus=gpus,
+                    max_retries=0,
+                    retry_exceptions=False,
+                    scheduling_strategy=strategy,
+                ).remote(arguments, node.name)
                 pending[ref] = (node, model, time.perf_counter())
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
