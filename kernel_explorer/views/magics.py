@@ -365,7 +365,6 @@ class KernelsMagic:
         print(f"report written to {path}")
         return None
 
-
     def _do_export(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
         path = explorer.export(args.path)
