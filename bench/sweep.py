@@ -2,7 +2,8 @@
 
 Runs the same `kernel-explorer compare --model FOLDER --layers RMSNorm --pairs N --out ...` twice
 ways on this machine: directly (a subprocess, as a job would) and as a sweep task on a one-node
-local Ray cluster (`ray.init(num_cpus=1)`), several times each, interleaved. A sweep task's own
+Ray cluster here (`sweep.local_cluster`: `ray start --head`, one CPU), several times each,
+interleaved. A sweep task's own
 compare time is measured inside the task; what it adds is the task's time at the driver (submit to
 log written and merged) minus that. Needs the [ray] extra.
 
@@ -43,9 +44,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     args = parser.parse_args()
 
-    import ray
-
     from kernel_explorer.build.builder import build_hub
+    from kernel_explorer.sweep.local_cluster import local_cluster
     from kernel_explorer.sweep.ray_sweep import compare_arguments, run_sweep
 
     build_hub(progress=False)
@@ -59,14 +59,13 @@ def main() -> None:
             tiny_llama().save_pretrained(model)
         arguments = compare_arguments(model, layers=["RMSNorm"], pairs=args.pairs)
         start = time.perf_counter()
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        print(f"one-node local Ray cluster started in {time.perf_counter() - start:.1f} s (paid once)")
         rows = []
-        try:
+        with local_cluster(root / "ray", labels=()) as (address, _):
+            print(f"one-node Ray cluster started in {time.perf_counter() - start:.1f} s (paid once)")
             for i in range(args.repeats):
                 plain = direct(arguments, root / f"direct-{i}.jsonl")
                 found = run_sweep(
-                    "local",
+                    address,
                     [model],
                     out=root / f"sweep-{i}",
                     layers=["RMSNorm"],
@@ -84,8 +83,6 @@ def main() -> None:
                     f"at the driver {outcome.task_s:.2f} s, added {outcome.overhead_s:.2f} s "
                     f"(log {size / 1e3:.0f} kB)"
                 )
-        finally:
-            ray.shutdown()
     added = [r[3] for r in rows]
     plain = [r[0] for r in rows]
     print(
