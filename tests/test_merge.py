@@ -51,7 +51,7 @@ def test_two_machines_merge_into_one_table_with_a_machine_column(tmp_path: Path)
     assert len(wide) == 1  # one layer, one model, one kernel build: one row, a column per machine
     cells = {c: wide.iloc[0][c] for c in wide.columns if c.startswith("box-")}
     assert cells[f"box-a: {ZEN4}"].startswith("3.00x") and cells[f"box-b: {ZEN3}"].startswith("1.50x")
-    assert revision_notes(merged) == []
+    assert revision_notes(merged.records()) == []
 
 
 def test_different_models_and_kernel_builds_are_not_pooled_and_said_so(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_different_models_and_kernel_builds_are_not_pooled_and_said_so(tmp_path:
     merged = ResultLog.load(a, b)
     wide = merged.machine_table(wide=True)
     assert len(wide) == 2  # two rows: the revisions differ, so the machines are not side by side
-    notes = revision_notes(merged)
+    notes = revision_notes(merged.records())
     assert any("2 model revisions" in n and "kept apart" in n for n in notes)
     assert any(n.startswith("RMSNorm: 2 kernel builds") for n in notes)
 
@@ -123,7 +123,7 @@ def test_kernels_benchmark_json_loads_as_that_tools_protocol(tmp_path: Path) -> 
     assert record.values.protocol.startswith("kernels benchmark: the kernel alone")
     assert record.provenance is not None and record.provenance.kernel_id == "abc123"
     assert len(merged.layer_summary()) == 1  # never mixed into the explorer's verdicts
-    assert any("kernels benchmark files" in n for n in revision_notes(merged))
+    assert any("kernels benchmark files" in n for n in revision_notes(merged.records()))
     again = ResultLog.from_jsonl(merged.to_jsonl(tmp_path / "all.jsonl"))
     assert again.records("kernels_benchmark") == merged.records("kernels_benchmark")
 

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import attention_interface
 from kernel_explorer._backend.repositories import hub_coordinates, local_path
 from kernel_explorer.inspect.layer_groups import ATTENTION
 
@@ -126,7 +127,7 @@ def _attention(board: Switchboard) -> AttentionPlan | None:
     if door is None:
         return None
     now = door.switched()
-    implementation = str(board.model.config._attn_implementation)
+    implementation = attention_interface.implementation(board.model)
     if now is None or getattr(now, "pytorch", False):
         return AttentionPlan(implementation)
     folder = getattr(now, "folder", None)

@@ -318,7 +318,7 @@ class ResultLog:
         """Each machine's latest run of each layer side by side (see `measure.merge.machine_table`)."""
         from kernel_explorer.measure.merge import machine_table
 
-        return machine_table(self, wide=wide)
+        return machine_table(self.layer_summary(), self.records(), wide=wide)
 
     @classmethod
     def load(cls, *paths: str | Path) -> ResultLog:

@@ -24,8 +24,6 @@ from kernel_explorer.measure.records import KernelsBenchmark, Provenance, Record
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernel_explorer.measure.log import ResultLog
-
 #: what a record from before machines were named is filed under
 UNKNOWN_HOST = "unnamed machine"
 BENCHMARK_HOST = "kernels benchmark"
@@ -166,22 +164,24 @@ def load_records(paths: Iterable[str | Path]) -> list[Record]:
 # -- the machines side by side -------------------------------------------------------------------
 
 
-def machine_table(log: ResultLog, *, wide: bool = False) -> pd.DataFrame:
+def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = False) -> pd.DataFrame:
     """Each machine's latest measured run of each layer, side by side.
 
     Long form (default): one row per (layer, kernel build, model, machine) with the speedup, its
     interval and the verdict of that machine's latest run of it (runs are never pooled: each
     interval holds for its own run). `wide=True`: one row per layer, kernel and model, one column
     per machine ("1.52x [1.41, 1.60] faster"). Rows of different model revisions or kernel
-    builds are never put in one row: `revision_notes(log)` says where they differ.
+    builds are never put in one row: `revision_notes(records)` says where they differ.
     """
     import pandas as pd
 
-    summary = log.layer_summary()
     if summary.empty or "speedup_median" not in summary.columns:
         return pd.DataFrame(columns=["layer", "machine"])
-    summary = with_machines(summary, log.records())
-    kernels = _run_kernels(log)
+    summary = with_machines(summary, records)
+    kernels = _run_kernels(records)
+    ends: dict[str, float] = {}
+    for r in records:
+        ends[r.run_id] = max(ends.get(r.run_id, 0.0), r.time)
     summary["kernel_build"] = [
         kernels.get((str(run), str(layer)), "")
         for run, layer in zip(summary["run_id"], summary["layer"], strict=True)
@@ -189,7 +189,7 @@ def machine_table(log: ResultLog, *, wide: bool = False) -> pd.DataFrame:
     if "kernel" not in summary.columns:
         summary["kernel"] = ""
     summary["kernel"] = summary["kernel"].fillna("")
-    summary["order"] = [_run_time(log, str(run)) for run in summary["run_id"]]
+    summary["order"] = [ends.get(str(run), 0.0) for run in summary["run_id"]]
     keys = ["layer", "kernel", "kernel_build", "model", "machine"]
     latest = summary.sort_values("order").groupby(keys, dropna=False, sort=False).tail(1)
     columns = [
@@ -221,39 +221,40 @@ def _cell(row: Any) -> str:
     return f"{row.speedup_median:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}] {row.verdict}"
 
 
-def _run_time(log: ResultLog, run_id: str) -> float:
-    return max((r.time for r in log.records(run_id=run_id)), default=0.0)
-
-
-def _run_kernels(log: ResultLog) -> dict[tuple[str, str], str]:
+def _run_kernels(records: list[Record]) -> dict[tuple[str, str], str]:
     """(run, layer) -> the kernel build(s) its pairs ran (kernel ids): what a kernel revision is here."""
     found: dict[tuple[str, str], set[str]] = {}
-    for r in log.records("layer_latency"):
-        if r.provenance is not None and r.provenance.kernel_id and r.layer is not None:
+    for r in records:
+        if (
+            r.kind == "layer_latency"
+            and r.provenance is not None
+            and r.provenance.kernel_id
+            and r.layer is not None
+        ):
             found.setdefault((r.run_id, r.layer), set()).add(r.provenance.kernel_id)
     return {key: ", ".join(sorted(ids)) for key, ids in found.items()}
 
 
-def revision_notes(log: ResultLog) -> list[str]:
+def revision_notes(records: list[Record]) -> list[str]:
     """Lines saying where merged logs measured different models or kernel builds (kept apart)."""
     notes = []
     models: dict[str, set[str]] = {}
-    for entry in run_machines(log.records()).values():
+    machines = run_machines(records)
+    for entry in machines.values():
         if entry["model"]:
             models.setdefault(entry["model"], set()).add(entry["machine"])
     if len(models) > 1:
         listed = "; ".join(f"{model} on {', '.join(sorted(m))}" for model, m in sorted(models.items()))
         notes.append(f"{len(models)} model revisions in these logs ({listed}): their rows are kept apart")
     builds: dict[str, dict[str, set[str]]] = {}
-    machines = run_machines(log.records())
-    for (run, layer), build in _run_kernels(log).items():
+    for (run, layer), build in _run_kernels(records).items():
         machine = machines.get(run, {}).get("machine", UNKNOWN_HOST)
         builds.setdefault(layer, {}).setdefault(build, set()).add(machine)
     for layer, found in sorted(builds.items()):
         if len(found) > 1:
             listed = "; ".join(f"{b} on {', '.join(sorted(m))}" for b, m in sorted(found.items()))
             notes.append(f"{layer}: {len(found)} kernel builds ({listed}): their rows are kept apart")
-    if log.records("kernels_benchmark"):
+    if any(r.kind == "kernels_benchmark" for r in records):
         notes.append(
             "kernels benchmark files: that tool's protocol (the kernel alone, mean and std on synthetic "
             "inputs), listed apart from the explorer's interleaved pairs on real activations"

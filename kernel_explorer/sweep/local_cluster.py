@@ -71,7 +71,7 @@ def _listening(address: str) -> bool:
 
 
 def _wait_for_nodes(
-    address: str, count: int, nodes: list[tuple[subprocess.Popen, Path]], timeout: float = 180.0
+    address: str, count: int, nodes: list[tuple[subprocess.Popen, Path]], timeout: float = 300.0
 ) -> None:
     """Until `count` nodes are alive; a node process that exits raises its log's last line."""
     import ray

@@ -198,7 +198,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(table.to_string(index=False))
     from kernel_explorer.measure.merge import revision_notes
 
-    for note in revision_notes(result.log):
+    for note in revision_notes(result.log.records()):
         print(f"note: {note}")
     return 1 if result.failed else 0
 

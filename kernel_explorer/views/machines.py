@@ -60,7 +60,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
             hovertemplate="%{x}<br>%{y:.2f}x: %{customdata[0]}<br>run %{customdata[1]}<extra></extra>",
         )
     )
-    notes = [n for n in revision_notes(log) if n.startswith(f"{layer}:") or "model revisions" in n]
+    notes = [n for n in revision_notes(log.records()) if n.startswith(f"{layer}:") or "model revisions" in n]
     title = f"{layer}: speedup per machine, with its 95% interval (each machine's latest run)"
     fig.update_layout(
         title={"text": title + "".join(f"<br><sub>{n}</sub>" for n in notes)},
@@ -94,7 +94,7 @@ def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
         "<p>Each machine's latest run of each layer, a column per machine: the median speedup, its 95% "
         "interval and the verdict of that run (runs are never pooled). Rows of different model revisions "
         "or kernel builds stay apart.</p>",
-        *(f"<p class='warning'>{html.escape(note)}</p>" for note in revision_notes(log)),
+        *(f"<p class='warning'>{html.escape(note)}</p>" for note in revision_notes(log.records())),
     ]
     table = log.machine_table(wide=True)
     if not table.empty:
