@@ -190,6 +190,10 @@ def test_pins_for_kernels_lock_and_bad_paths(tmp_path: Path, hub: dict) -> None:
         "M", "cpu", "float32", (LayerPlan("RMSNorm", "module", (hub_choice,), (), 1),), (), None
     )
     assert pin_lines(plan)[:2] == ["[tool.kernels.dependencies]", '"org/rms" = 2']
+    from kernel_explorer.export.script import render
+
+    text = render(plan)  # the module names it by id and version, and asks for no trust it was not given
+    assert '"org/rms",\n' in text and "version=2," in text and "trust_remote_code" not in text
 
     with pytest.raises(KernelExplorerError, match=r"ending in \.py"):
         explorer.export(tmp_path / "x.txt")

@@ -33,6 +33,7 @@ class Repository:
     version: int | None = None
     revision: str | None = None
     folder: str | None = None  # a local build: only valid on the machine that exported
+    trusted: bool = False  # the user opted in to this repository's code (trust_remote_code)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,10 @@ def _repository(candidate: Any) -> Repository:
     layer_class = str(getattr(repo, "layer_name", candidate.layer_name))
     hub = hub_coordinates(repo)
     if hub is not None:
-        return Repository(layer_class, candidate.source, hub.repo_id, hub.version, hub.revision)
+        trusted = hub.trust_remote_code is True or hub.repo_id in (hub.trust_remote_code or ())
+        return Repository(
+            layer_class, candidate.source, hub.repo_id, hub.version, hub.revision, trusted=trusted
+        )
     folder = local_path(repo)
     return Repository(layer_class, candidate.source, folder=None if folder is None else str(folder.resolve()))
 

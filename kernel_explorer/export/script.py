@@ -37,6 +37,8 @@ def _repository(repo: Repository, indent: str = "") -> str:
             f"version={repo.version}" if repo.version is not None else f"revision={_q(str(repo.revision))}"
         )
         call, arguments = "LayerRepository", [_q(repo.hub_id), f"layer_name={_q(repo.layer_class)}", where]
+        if repo.trusted:  # opted in in the explorer: without it, kernels refuses an unverified publisher
+            arguments.append("trust_remote_code=True")
     else:
         call = "LocalLayerRepository"
         arguments = [f"repo_path=Path({_q(str(repo.folder))})", f"layer_name={_q(repo.layer_class)}"]
