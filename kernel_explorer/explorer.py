@@ -554,6 +554,41 @@ class Explorer:
         )
         return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
 
+    def export(self, path: str | Path) -> Path:
+        """Write one Python module that applies what is switched on now to a freshly loaded model.
+
+        The module uses only Transformers' and `kernels`' public API (it never imports
+        kernel_explorer): the mapping with repository ids and versions (or local folders, said so),
+        `kernelize`, the classes `extend` marked, the attention implementation and pinned code
+        paths; `apply(model)` and `python PATH MODEL_FOLDER`. What a mapping cannot express (a
+        choice for some instances only) is a comment naming the instances and what the module does.
+        Returns the path; a path that cannot be written raises one line.
+        """
+        from kernel_explorer.export.plan import export_plan
+        from kernel_explorer.export.script import render
+
+        target = Path(path).expanduser()
+        if target.suffix != ".py":
+            raise KernelExplorerError(
+                f"export writes a Python module: give a path ending in .py, not {target}"
+            )
+        if not target.parent.is_dir():
+            raise KernelExplorerError(f"cannot write {target}: the folder {target.parent} does not exist")
+        text = render(export_plan(self._switchboard))
+        try:
+            target.write_text(text)
+        except OSError as error:
+            raise KernelExplorerError(f"cannot write {target}: {error.strerror}") from None
+        return target
+
+    def export_pins(self, project: str | Path) -> Path:
+        """Write the Hub kernels switched on now as `[tool.kernels.dependencies]` in `project`'s
+        pyproject.toml (for `kernels lock`); local builds are listed as comments. Returns the file."""
+        from kernel_explorer.export.pins import write_pins
+        from kernel_explorer.export.plan import export_plan
+
+        return write_pins(export_plan(self._switchboard), project)
+
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())
         total = sum(len(g) for g in self._switchboard.groups.values())

@@ -27,6 +27,7 @@ def test_every_kind_is_one_value_class() -> None:
         "gradient_divergence",
         "training_agreement",
         "model_pair",
+        "kernels_benchmark",
         "run",
     }
     assert all(cls.kind == kind for kind, cls in VALUE_TYPES.items())

@@ -182,7 +182,9 @@ class ResultLog:
                 row |= {"stopped_by": verdicts[-1].stopped_by, "notes": "; ".join(verdicts[-1].notes)}
             rows.append(row)
         _mark_runs_that_disagree(rows)
-        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
+        return self._on_machines(
+            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
+        )
 
     def latest_verdicts(self) -> dict[str, LayerVerdict]:
         """The last verdict per layer name measured on a kernel (what the inventory shows as measured).
@@ -268,7 +270,9 @@ class ResultLog:
                     row["predicted_from_layers"] = float(last["model_speedup_predicted"])
                     row["predicted_with"] = str(last["category"])
                 rows.append(row)
-        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
+        return self._on_machines(
+            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
+        )
 
     def training_summary(self) -> pd.DataFrame:
         """Per run and layer compared in training mode: the forward+backward speedup with its
@@ -301,7 +305,29 @@ class ResultLog:
                     "pytorch_err64": found.pytorch_err64,
                 }
             rows.append(row | {"kernel_on": v.kernel_on, "notes": "; ".join(v.notes)})
-        return pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
+        return self._on_machines(
+            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
+        )
+
+    def _on_machines(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A summary with each run's machine (`machine`, `host`, `hardware`) and `model` columns."""
+        from kernel_explorer.measure.merge import with_machines
+
+        return with_machines(frame, self.records())
+
+    def machine_table(self, *, wide: bool = False) -> pd.DataFrame:
+        """Each machine's latest run of each layer side by side (see `measure.merge.machine_table`)."""
+        from kernel_explorer.measure.merge import machine_table
+
+        return machine_table(self.layer_summary(), self.records(), wide=wide)
+
+    @classmethod
+    def load(cls, *paths: str | Path) -> ResultLog:
+        """One log from the logs of several machines (`.jsonl`) and `kernels benchmark` JSON files;
+        run ids two files share become `host:run-1`. A file that is neither: one line."""
+        from kernel_explorer.measure.merge import load_records
+
+        return cls(load_records(paths))
 
     def export(self, path: str | Path, kind: str | None = None) -> Path:
         """Every record (or one kind) as a table file, by suffix: .csv, .parquet or .jsonl.

@@ -298,6 +298,31 @@ class RunEvent:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class KernelsBenchmark:
+    """One workload of a `kernels benchmark` JSON file: that tool's protocol, not the explorer's.
+
+    The kernel alone, timed `iterations` times after warm-up on the benchmark script's synthetic
+    inputs: mean and spread of its own times. No interleaved PyTorch pairs on the model's real
+    activations, no A/A floor, no raw samples: it reads beside a `LayerVerdict`, never as one.
+    """
+
+    kind: ClassVar[str] = "kernels_benchmark"
+    workload: str
+    mean_s: float
+    std_s: float
+    min_s: float
+    max_s: float
+    iterations: int
+    q1_s: float | None = None
+    q3_s: float | None = None
+    outliers: int = 0
+    verified: bool | None = None  # the script's verify against its reference (None: none)
+    kernel_commit: str = ""
+    script: str = ""
+    protocol: str = "kernels benchmark: the kernel alone, mean and std of its calls, synthetic inputs"
+
+
 Values = (
     LayerLatency
     | LayerCalibration
@@ -314,6 +339,7 @@ Values = (
     | TrainingAgreement
     | ModelPair
     | RunEvent
+    | KernelsBenchmark
 )
 
 #: kind name -> value class
@@ -335,6 +361,7 @@ VALUE_TYPES: dict[str, type[Values]] = {
         TrainingAgreement,
         ModelPair,
         RunEvent,
+        KernelsBenchmark,
     )
 }
 
@@ -361,6 +388,9 @@ class Provenance:
     torch: str = ""
     kernels: str = ""
     machine: str = ""  # CPU model (and accelerator, where one is used)
+    host: str = ""  # the machine's name: its hostname, or the name a sweep gives its node
+    hardware: str = ""  # its identity: CPU or GPU model, ISA or compute capability, torch build
+    model: str = ""  # the model's identity: class and a fingerprint of its config and weights
 
 
 @dataclass(frozen=True)

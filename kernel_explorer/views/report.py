@@ -233,6 +233,8 @@ def report_path(path: str | Path) -> Path:
 
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:
     """Write the report; works offline (plotly.js is embedded once). Bad paths: one line, no file."""
+    from kernel_explorer.views.machines import machine_section
+
     path = report_path(path)
     context = context or ReportContext()
     parts = [f"<h1>{html.escape(title)}</h1>"]
@@ -265,6 +267,8 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
         if warning:
             parts.append(f"<p class='warning'>{html.escape(warning)}</p>")
         parts.append(_summary_table(summary))
+    machine_parts, machine_figures = machine_section(log)  # logs of several machines (views/machines.py)
+    parts += machine_parts
     models = log.model_summary()
     if not models.empty:
         parts += ["<h2>Model</h2>", models.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
@@ -282,7 +286,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     if not agreement.empty:
         shown = agreement.drop(columns=["kind", "layer", "instance", "time"])
         parts += ["<h2>Model outputs against all-PyTorch</h2>", shown.to_html(index=False)]
-    for index, fig in enumerate(figures(log)):
+    for index, fig in enumerate([*figures(log), *machine_figures]):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = "\n".join(parts)
     try:
