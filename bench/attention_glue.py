@@ -21,6 +21,7 @@ dtype cast up), kernel (direct) against Transformers' sdpa.
 
     python bench/attention_glue.py                          # 1 thread, CPU time, 16 and 128 tokens
     python bench/attention_glue.py --threads 2 --clock wall --tokens 16 128 512
+    KERNEL_EXPLORER_ISA=avx2 python bench/attention_glue.py  # an AVX2 host, emulated (bench/isa_env.py)
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import argparse
 import functools
 import os
 import time
+
+import isa_env  # first: the AVX2 emulation (KERNEL_EXPLORER_ISA=avx2), set before torch is imported
 
 TEXT = (
     "The history of computing is a story of abstraction: each generation of engineers built tools "
@@ -97,6 +100,7 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
+    print(isa_env.describe(fa.isa()))
     for line in fa.isa_choices():
         print(f"  {line}")
     header = f"{'tokens':>6} {'dtype':9} {'what':28} {'median us [95%]':>26}  {'sdpa / it [95%]':>24}"
