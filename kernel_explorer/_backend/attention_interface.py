@@ -168,6 +168,28 @@ def attention_function(module: nn.Module, name: str) -> Callable[..., Any]:
     return ALL_ATTENTION_FUNCTIONS[name]
 
 
+def causal_mask(query: Any, key: Any, sliding_window: int | None = None) -> Any:
+    """The additive mask a causal decoder gives its eager attention when the call carries none.
+
+    The explorer captures attention calls under an implementation name of its own, for which
+    Transformers builds no mask (`masking_utils` returns the mask as it is for names it does not
+    know): sdpa makes that causal itself (`is_causal`), eager does not, and computes full attention.
+    This is the mask Transformers' `causal_mask_function` / `sliding_window_overlay` give eager:
+    key j is seen by query i when j <= i + (keys - queries), and, with a window, j > i + (keys -
+    queries) - sliding_window.
+    """
+    import torch
+
+    lq, lk = query.shape[-2], key.shape[-2]
+    rows = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
+    cols = torch.arange(lk, device=query.device)[None, :]
+    keep = cols <= rows
+    if sliding_window:
+        keep &= cols > rows - int(sliding_window)
+    mask = torch.zeros(lq, lk, dtype=query.dtype, device=query.device)
+    return mask.masked_fill(~keep, torch.finfo(query.dtype).min)[None, None]
+
+
 _capturing: contextvars.ContextVar[tuple[Callable[..., Any], Callable[..., Any]] | None] = (
     contextvars.ContextVar("kernel_explorer_capture", default=None)
 )

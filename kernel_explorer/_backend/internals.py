@@ -35,6 +35,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_FALLBACK"),
     ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_DEVICES"),
     ("transformers", "transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"),
+    ("transformers", "transformers.utils.generic", "is_flash_attention_requested"),  # attention_features
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
 )
