@@ -205,13 +205,20 @@ def _capturing_attention(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def capturing(
-    record: Callable[..., Any], delegate: Callable[[nn.Module], Callable[..., Any]]
+    record: Callable[..., Any], delegate: Callable[[nn.Module], Callable[..., Any]], mask_like: str = "sdpa"
 ) -> Iterator[str]:
     """For the block, the name of an attention implementation (registered in Transformers' interface)
-    that hands each call to `record(module, args, kwargs)` and then runs `delegate(module)`."""
+    that hands each call to `record(module, args, kwargs)` and then runs `delegate(module)`.
+
+    The name gets `mask_like`'s mask function too: for a name it does not know, Transformers builds
+    no mask at all, and an eager attention called without one attends to every key (DeepSeek-V4's
+    compressed layers also lose the block mask they append)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(_CAPTURE, _capturing_attention)
+    if mask_like in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys():
+        AttentionMaskInterface.register(_CAPTURE, ALL_MASK_ATTENTION_FUNCTIONS[mask_like])
     token = _capturing.set((record, delegate))
     try:
         yield _CAPTURE

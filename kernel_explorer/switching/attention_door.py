@@ -71,20 +71,20 @@ def _call_class() -> type:
     class AttentionCall(nn.Module):
         """One attention module's call of one attention function: what a measurement times."""
 
-        def __init__(self, attention: nn.Module, function: Callable[..., Any], eager: bool = False) -> None:
+        def __init__(self, attention: nn.Module, function: Callable[..., Any], kind: str = "") -> None:
             super().__init__()
             self.attention = attention
             self.function = function
-            self.eager = eager  # a captured call without a mask gets the causal one the model gives eager
+            self.kind = kind  # "eager", "flash" (a kernel) or "" (sdpa, ...): how it reads a mask
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
-            if (
-                self.eager
-                and len(args) >= 4
-                and args[3] is None
-                and getattr(self.attention, "is_causal", True)
-            ):
-                mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
+            if len(args) >= 4:
+                mask = args[3]
+                if self.kind == "eager" and mask is None and getattr(self.attention, "is_causal", True):
+                    # a call captured without a mask: the causal one the model gives eager
+                    mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
+                elif self.kind == "flash" and getattr(mask, "dim", lambda: 0)() == 4:
+                    mask = None  # captures are unpadded: a flash kernel's mask there is None
                 args = (*args[:3], mask, *args[4:])
             return self.function(self.attention, *args, **kwargs)[0]
 
@@ -254,13 +254,36 @@ class AttentionDoor(AttentionChoices, Door):
         return settled(self.host, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
 
     def _try(self, chosen: AttentionCandidate, name: str) -> ProbeVerdict:
+        """One trial per kind of attention module (its class, layer type, window and key length):
+        DeepSeek-V4's compressed-attention layers append compressed keys behind a mask a flash
+        kernel never sees, which a trial on its first, sliding-window layer would not show."""
+        verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+        seen: set[tuple[Any, ...]] = set()
+        for path in self.group.instances:
+            sample = self.host.sample(ATTENTION, path)
+            if sample is None:
+                continue
+            args, kwargs = sample
+            module = self._modules[path]
+            kind = (
+                type(module),
+                getattr(module, "layer_type", None),
+                kwargs.get("sliding_window"),
+                tuple(getattr(args[1], "shape", ())) if len(args) > 1 else (),
+            )
+            if kind in seen:
+                continue
+            seen.add(kind)
+            verdict = self._try_one(chosen, name, path, args, kwargs)
+            if not verdict.runs:
+                return verdict
+        return verdict
+
+    def _try_one(
+        self, chosen: AttentionCandidate, name: str, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ProbeVerdict:
         import torch
 
-        path = self.group.instances[0]
-        sample = self.host.sample(ATTENTION, path)
-        if sample is None:
-            return ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
-        args, kwargs = sample
         self._trial = True
         try:
             with torch.no_grad():
@@ -409,7 +432,9 @@ class AttentionDoor(AttentionChoices, Door):
         if key not in self._calls:
             module = self._modules[path]
             self._calls[key] = _call_class()(
-                module, attention_interface.attention_function(module, name), eager=name == "eager"
+                module,
+                attention_interface.attention_function(module, name),
+                "eager" if name == "eager" else ("" if self._is_pytorch(name) else "flash"),
             ).forward
         return self._calls[key]
 
@@ -430,7 +455,9 @@ class AttentionDoor(AttentionChoices, Door):
 
         before = attention_interface.implementation(self.model)
         with attention_interface.capturing(
-            record, lambda module: attention_interface.attention_function(module, self.baseline)
+            record,
+            lambda module: attention_interface.attention_function(module, self.baseline),
+            mask_like=self.baseline,
         ) as name:
             attention_interface.set_implementation(self.model, name)
             try:

@@ -154,7 +154,7 @@ class InstanceDoor(Door):
             except NoUsableKernelError as error:
                 if host.strict:
                     raise
-                self._fall_back(paths, str(error))
+                self._fall_back(paths, one_line(str(error)))  # the row's reason: one line
                 return
             verdict = self.probe(chosen, entry, mode)
             named = names_one(candidate)
@@ -374,6 +374,12 @@ class InstanceDoor(Door):
         except Exception as error:  # a stranger's code: never let it break the inventory
             self.host.catalog.record_probe(candidate, mode, ProbeVerdict(CANNOT_RUN, explain(error)))
         return self.host.catalog.availability(candidate, device=self.host.device, mode=mode)
+
+
+def one_line(text: str) -> str:
+    """A multi-line answer ("No kernel ... can run here:\n  candidate: why") as the one line a row shows."""
+    head, *rest = text.strip().splitlines() or [""]
+    return " ".join([head, "; ".join(line.strip() for line in rest)]).strip()
 
 
 def _kernel_package(forward: Any) -> Any | None:
