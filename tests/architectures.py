@@ -80,6 +80,14 @@ SIZES: dict[str, Any] = {
     "rope_head_dim": 8,
     "kv_channels": 16,
 }
+# default None, yet read as a size (head_dim derived when None is not derived everywhere)
+SIZED_WHEN_NONE = (
+    "head_dim",
+    "num_experts_per_tok",
+    "n_routed_experts",
+    "num_experts",
+    "moe_intermediate_size",
+)
 TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id")
 
 
@@ -132,11 +140,27 @@ def _shrunk(config: Any) -> dict[str, Any]:
     layers = values.get("num_hidden_layers") or values.get("n_layer") or values.get("num_layers")
     out: dict[str, Any] = {}
     for key, size in SIZES.items():
-        if key not in values or values[key] is None or isinstance(values[key], (list, dict)):
+        if key not in values or isinstance(values[key], (list, dict)):
             continue
-        if key == "num_key_value_heads":
+        if values[key] is None and key not in SIZED_WHEN_NONE:  # None means "not used" (q_lora_rank)
             continue
         out[key] = size
+    if "qk_rope_head_dim" in out and "head_dim" in values:  # MLA: rotary runs on the rope part only
+        out["head_dim"] = out["qk_rope_head_dim"]
+    expand = values.get("mamba_expand", values.get("expand"))
+    for heads, head_dim in (("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim")):
+        if (
+            isinstance(expand, int) and heads in values and head_dim in values
+        ):  # heads x dim = expand x hidden
+            out[head_dim] = 16
+            out[heads] = expand * out.get("hidden_size", 64) // 16
+    if (
+        isinstance(expand, int)
+        and "num_heads" in values
+        and "head_dim" in values
+        and "mamba" in str(values.get("model_type"))
+    ):
+        out["num_heads"] = expand * out.get("hidden_size", 64) // out["head_dim"]
     if "num_key_value_heads" in values and values["num_key_value_heads"] is not None:
         out["num_key_value_heads"] = 1 if values["num_key_value_heads"] == 1 else 2
     if isinstance(layers, int):

@@ -48,6 +48,7 @@ from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
+    OK,
     UNVERIFIED,
     ProbeVerdict,
     describe_call,
@@ -277,7 +278,34 @@ class AttentionDoor(AttentionChoices, Door):
             verdict = self._try_one(chosen, name, path, args, kwargs)
             if not verdict.runs:
                 return verdict
-        return verdict
+        return self._try_model(chosen) if verdict.runs else verdict
+
+    def _try_model(self, chosen: AttentionCandidate) -> ProbeVerdict:
+        """One forward of the whole model on a few tokens with the kernel: a model's own code may
+        fail around a flash kernel (HY-V4's attention indexes the 4-D mask a flash implementation
+        does not build), where no fallback of the attention function can answer."""
+        import inspect
+
+        import torch
+
+        vocab = getattr(self.model.config, "vocab_size", None)
+        forward = getattr(self.model, "forward", None)
+        if (
+            not isinstance(vocab, int)
+            or forward is None
+            or "input_ids" not in inspect.signature(forward).parameters
+        ):
+            return ProbeVerdict(OK)
+        tokens = torch.arange(1, 9, device=next(self.model.parameters()).device).remainder(vocab)[None]
+        self._trial = True
+        try:
+            with torch.no_grad():
+                self.model(input_ids=tokens)
+        except Exception as error:
+            return ProbeVerdict(CANNOT_RUN, f"the model's own attention code fails with it: {explain(error)}")
+        finally:
+            self._trial = False
+        return ProbeVerdict(OK)
 
     def _try_one(
         self, chosen: AttentionCandidate, name: str, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
