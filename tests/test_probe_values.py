@@ -333,3 +333,17 @@ def test_an_explicit_peer_that_cannot_load_reads_as_such_in_the_inventory(hub: d
 
     row = next(r for r in table_rows(explorer) if r["name"] == "RMSNorm")
     assert any("needs `" in given["reason"] for given in row["given"])
+
+
+def test_a_tensor_the_flash_glue_never_reads_is_a_dropped_feature() -> None:
+    from kernel_explorer._backend.attention_features import feature_gaps, unread_tensors
+
+    bias = torch.zeros(1, 4, 3, 3)  # Inkling passes relative-position logits as `position_bias`
+    captured = {"position_bias": bias, "s_aux": torch.zeros(4), "scaling": 0.25, "sliding_window": None}
+    assert unread_tensors(captured) == ["position_bias"]
+    dropped, refused = feature_gaps({}, {"s_aux"}, "bundled/flash_attn", ["position_bias"])
+    assert dropped == (
+        "this model's attention passes `position_bias`; Transformers' flash glue gives it to no kernel: "
+        "bundled/flash_attn would run without it"
+    )
+    assert refused == ""

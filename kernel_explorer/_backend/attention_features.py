@@ -105,6 +105,38 @@ def passed_features(
     return found
 
 
+def glue_parameters() -> set[str]:
+    """Every keyword Transformers' flash glue reads (`flash_attention_forward`,
+    `_flash_attention_forward`, `_process_flash_attention_kwargs`); any other keyword a model
+    passes its attention interface goes into `**kwargs` and reaches no flash kernel."""
+    from transformers.integrations.flash_attention import flash_attention_forward
+    from transformers.modeling_flash_attention_utils import (
+        _flash_attention_forward,
+        _process_flash_attention_kwargs,
+    )
+
+    names: set[str] = set()
+    for function in (flash_attention_forward, _flash_attention_forward, _process_flash_attention_kwargs):
+        names |= {
+            p.name
+            for p in inspect.signature(function).parameters.values()
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        }
+    return names
+
+
+def unread_tensors(captured: dict[str, Any] | None) -> list[str]:
+    """The tensors a captured attention call passes that the flash glue never reads (Inkling's
+    `position_bias`, relative-position logits eager adds to its scores): a flash kernel computes
+    attention without them."""
+    if not captured:
+        return []
+    import torch
+
+    known = glue_parameters()
+    return [k for k, v in captured.items() if isinstance(v, torch.Tensor) and k not in known]
+
+
 def accepted_parameters(kernel: ModuleType) -> set[str] | None:
     """The parameter names Transformers reads off `kernel` to decide what to pass (None: no function)."""
     for name in SIGNATURE_OF:
@@ -117,11 +149,18 @@ def accepted_parameters(kernel: ModuleType) -> set[str] | None:
     return None
 
 
-def feature_gaps(passed: dict[str, str], accepted: set[str], label: str) -> tuple[str, str]:
+def feature_gaps(
+    passed: dict[str, str], accepted: set[str], label: str, unread: list[str] | None = None
+) -> tuple[str, str]:
     """(what Transformers would drop, what it would refuse), one line each ("" when nothing):
     "this model's attention uses sinks (s_aux); bundled/flash_attn takes no sinks: Transformers
-    would drop them"."""
-    dropped, refused = [], []
+    would drop them"; `unread`: tensors the glue never reads (`unread_tensors`)."""
+    dropped = [
+        f"this model's attention passes `{name}`; Transformers' flash glue gives it to no kernel: "
+        f"{label} would run without it"
+        for name in unread or []
+    ]
+    refused = []
     for feature in FEATURES:
         if feature.keyword not in passed or accepted & set(feature.accepted):
             continue

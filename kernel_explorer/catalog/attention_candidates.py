@@ -104,10 +104,12 @@ class AttentionChoices:
             return None
         if accepted is None:
             return None
+        captured = self.captured_keywords()
         passed = attention_features.passed_features(
-            self._modules.values(), self.captured_keywords(), training=Mode.TRAINING in mode
+            self._modules.values(), captured, training=Mode.TRAINING in mode
         )
-        dropped, refused = attention_features.feature_gaps(passed, accepted, candidate.label)
+        unread = attention_features.unread_tensors(captured)
+        dropped, refused = attention_features.feature_gaps(passed, accepted, candidate.label, unread)
         if refused:
             return Availability(State.CANNOT_RUN, refused)
         if dropped:
