@@ -138,6 +138,13 @@ def test_a_kernel_wrong_in_one_dtype_is_caught_at_the_module_door(hub: dict, rep
     assert all(now.is_kernel and "RMSNormWrongInBfloat16" in now.candidate for now in running)
     assert explorer.inventory().row("RMSNorm").warning.startswith("wrong results here")
     assert "wrong results here" in str(explorer.inventory())
+    assert "wrong results here" in explorer.inventory()._repr_html_()
+    from kernel_explorer.views.layer_table import table_rows
+
+    row = next(r for r in table_rows(explorer) if r["name"] == "RMSNorm")
+    assert row["warning"].startswith("wrong results here") and row["warning_key"] == "wrong_results"
+    frame = explorer.inventory().to_pandas("candidates")
+    assert "wrong results here" in set(frame[frame.layer == "RMSNorm"].state)
     explorer.reset()
     assert torch.equal(logits(model), before)
 
@@ -170,6 +177,7 @@ def test_a_kernel_wrong_past_a_length_is_caught_at_the_function_door(hub: dict, 
     with pytest.warns(UserWarning, match="wrong results here"):
         explorer.on("rotary_pos_emb", candidate="user/kx-wrong-values")
     assert explorer.inventory().row("rotary_pos_emb").warning
+    explorer.reset()  # the rotary function object is shared by every Llama of the process
 
 
 def test_a_kernel_wrong_past_a_length_is_caught_at_the_attention_door(hub: dict, tmp_path: Path) -> None:
@@ -214,6 +222,7 @@ def test_a_kernel_that_only_rounds_differently_runs_here(hub: dict, tmp_path: Pa
         explorer = Explorer(model, mapping, include_transformers=False)
         assert state(explorer, "RMSNorm", "kx-float64-rmsnorm")[0] is State.READY
         assert all(now.is_kernel for now in explorer.on("RMSNorm", candidate="user"))
+        explorer.reset()
 
 
 def test_the_bound_scales_with_pytorchs_error_and_the_resolution() -> None:
@@ -319,6 +328,7 @@ def test_gpt_oss_says_transformers_redirects_its_flash_attention(hub: dict) -> N
     )
     running = explorer.on(ATTENTION)
     assert "Transformers redirects" in running[0].reason and "trust" not in running[0].reason
+    explorer.reset()
 
 
 def test_an_explicit_peer_that_cannot_load_reads_as_such_in_the_inventory(hub: dict, tmp_path: Path) -> None:
