@@ -61,6 +61,18 @@ function render({ model, el: root }) {
       el("th", { text: "on" }), el("th", { text: "layer" }), el("th", { text: "instances" }),
       el("th", { text: "available" }), el("th", { text: "runs now" }))));
     const body = el("tbody");
+    // the user's own candidates (a peer, an attention repository), each with its state and reason
+    const given = (row) => (row.given || []).map((option) => el("div", { class: "kx-given", title: option.reason },
+      el("span", { class: `kx-badge kx-state-${option.state_key}`, text: option.state }),
+      el("small", { text: ` ${option.short} [${option.source}]: ${option.reason.split("\n")[0]}` })));
+    // a kernel the user named runs although its values are wrong here: said in that state's colour
+    const runsCell = (row, working) => {
+      const cell = el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" });
+      if (row.warning && !working) {
+        cell.append(el("div", {}, el("span", { class: `kx-badge kx-state-${row.warning_key}`, title: row.warning, text: "wrong results here" })));
+      }
+      return cell;
+    };
     for (const row of rows) {
       const switchBox = el("input", { type: "checkbox", class: "kx-layer-switch", "data-layer": row.name });
       switchBox.checked = row.on_count > 0 && row.on_count === row.count;
@@ -78,8 +90,8 @@ function render({ model, el: root }) {
         el("td", {}, switchBox),
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
-        el("td", {}, badge, picker(row)),
-        el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" })));
+        el("td", {}, badge, picker(row), ...given(row)),
+        runsCell(row, working)));
       if (open.has(row.name)) {
         for (const instance of row.instances) {
           const box = el("input", { type: "checkbox", class: "kx-instance-switch", "data-layer": row.name, "data-instance": instance.path });

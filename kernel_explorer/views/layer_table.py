@@ -70,6 +70,18 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                     }
                     for candidate, found in row.candidates
                 ],
+                "given": [  # the user's own candidates, each with its state, even when another ranks first
+                    {
+                        "short": _short(candidate.label),
+                        "source": candidate.source,
+                        "state": found.state.value,
+                        "state_key": found.state.key,
+                        "reason": found.details,
+                    }
+                    for candidate, found in row.given
+                ],
+                "warning": row.warning,  # a named kernel with wrong results runs: in the state's colour
+                "warning_key": State.WRONG_RESULTS.key,
                 "runs": row.running_summary,
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]

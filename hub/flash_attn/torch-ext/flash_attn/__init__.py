@@ -32,6 +32,14 @@ ValueError rather than a different result: dropout_p > 0, window_size other than
 softcap != 0, alibi_slopes, block_table (paged KV), rotary in kvcache, cache_batch_idx,
 cache_leftpad.
 
+Attention sinks: every function takes ``s_aux`` (nheads,), as vllm's flash-attn 3 does and as
+Transformers' flash glue passes them (it drops sinks for a kernel whose function takes neither
+``s_aux`` nor ``learnable_sink``; GPT-OSS and DeepSeek-V4 pass them): one extra logit per head in
+each softmax's denominator and none in its numerator, as eager's ``cat([scores, sinks]).softmax()
+[..., :-1]``. Applied from the log-sum-exp the op returns: with ``lse`` the row's log-sum-exp of
+its scores, the softmax with the sink is the one without, times ``exp(lse) / (exp(lse) +
+exp(s_aux))`` = ``sigmoid(lse - s_aux)``, in float32; the returned lse includes the sink.
+
 Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
 heads_first=False) -> (out, lse)`` (heads_first: dense q/k/v as (batch, heads, seqlen, headdim),
 the output still (batch, seqlen, heads, headdim)); ``isa()`` / ``set_isa(name)`` report and force
@@ -74,6 +82,28 @@ def _scale(q: torch.Tensor, softmax_scale: float | None) -> float:
     return float(q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale)
 
 
+def _with_sinks(
+    out: torch.Tensor, lse: torch.Tensor, s_aux: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`out` and `lse` with one sink logit per head added to every softmax's denominator.
+
+    lse is (..., nheads, seqlen) ((nheads, total) for varlen), out (..., seqlen, nheads, headdim); a
+    row that sees no key (lse +inf, as flash-attn) keeps its 0.
+    """
+    if s_aux is None:
+        return out, lse
+    heads = lse.shape[-2]
+    sinks = s_aux.detach().to(device=lse.device, dtype=torch.float32).reshape(-1)
+    if sinks.numel() != heads:
+        raise ValueError(
+            f"{_NAME}: s_aux must hold one sink per query head ({heads}), got {tuple(s_aux.shape)}"
+        )
+    sinks = sinks.reshape(heads, 1)
+    keep = torch.sigmoid(lse - sinks)  # exp(lse) / (exp(lse) + exp(sink)), without overflow
+    out = (out.float() * keep.transpose(-1, -2).unsqueeze(-1)).to(out.dtype)
+    return out, torch.logaddexp(lse, sinks.expand_as(lse))
+
+
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -86,10 +116,12 @@ def flash_attn_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    s_aux: torch.Tensor | None = None,
 ):
     """Attention over (batch, seqlen, heads, headdim) tensors; see the module docstring."""
     _check_options(dropout_p, window_size, softcap, alibi_slopes)
     out, lse = ops.fwd(q, k, v, None, None, None, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -110,11 +142,13 @@ def flash_attn_varlen_func(
     deterministic: bool = False,
     return_attn_probs: bool = False,
     block_table: torch.Tensor | None = None,
+    s_aux: torch.Tensor | None = None,
 ):
     """Attention over packed sequences (total, heads, headdim) cut by cu_seqlens; max_seqlen_* are
     accepted for the contract and not needed (the lengths come from cu_seqlens)."""
     _check_options(dropout_p, window_size, softcap, alibi_slopes, block_table)
     out, lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, None, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -154,6 +188,7 @@ def flash_attn_with_kvcache(
     alibi_slopes: torch.Tensor | None = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    s_aux: torch.Tensor | None = None,
 ):
     """Decode against a KV cache: the keys of each sequence are split over the threads and the
     partial softmaxes merged; see the module docstring."""
@@ -175,6 +210,7 @@ def flash_attn_with_kvcache(
         _append_to_cache(v_cache, v, seqused, "v")
         seqused = seqused + k.shape[1]
     out, lse = ops.fwd(q, k_cache, v_cache, None, None, seqused, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse) if return_softmax_lse else out
 
 
