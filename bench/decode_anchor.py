@@ -252,11 +252,10 @@ def main() -> None:
 
     import torch
     from compiled_decode import kernel_model
-    from kernels import get_local_kernel
-    from torch import nn
-
     from kernel_explorer.bundled import bundled_repo_path
     from kernel_explorer.models import default_model_gguf, load_default_model
+    from kernels import get_local_kernel
+    from torch import nn
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model(progress=False)
