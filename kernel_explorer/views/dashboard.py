@@ -35,11 +35,10 @@ _THEME_CSS = """
 .kx-dashboard .kx-plot .main-svg text { fill: var(--jp-ui-font-color1, #1f2328) !important; }
 .kx-dashboard .kx-plot .gridlayer path, .kx-dashboard .kx-plot .zerolinelayer path {
   stroke: var(--jp-border-color2, #d0d7de) !important; }
+.kx-dashboard .kx-plot .errorbars path { stroke: var(--jp-ui-font-color1, #1f2328) !important; }
+.kx-dashboard .kx-plot .xaxislayer-above path, .kx-dashboard .kx-plot .yaxislayer-above path {
+  stroke: var(--jp-ui-font-color2, #57606a) !important; }
 .kx-dashboard .kx-status { color: var(--jp-ui-font-color1, inherit); }
-.kx-dashboard .kx-breakdown .main-svg .infolayer text,
-.kx-dashboard .kx-breakdown .main-svg .xaxislayer-above text,
-.kx-dashboard .kx-breakdown .main-svg .yaxislayer-above text {
-  fill: var(--jp-ui-font-color1, #1f2328) !important; }
 """
 
 
