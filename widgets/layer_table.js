@@ -43,11 +43,19 @@ function render({ model, el: root }) {
     // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
     if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
     const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: "the kernel this layer switches to" });
+    // grouped by device: each kernel once per device, this machine's first (layer_table.picker_candidates)
+    const groups = new Map();
     for (const option of row.candidates) {
+      const device = option.device || "";
+      if (!groups.has(device)) {
+        const group = el("optgroup", { label: device ? `device: ${device}` : "" });
+        groups.set(device, group);
+        select.append(group);
+      }
       const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: option.reason || "" });
       item.disabled = !option.usable;
       item.selected = option.label === row.candidate;
-      select.append(item);
+      groups.get(device).append(item);
     }
     select.disabled = busy.has(row.name);
     select.addEventListener("change", () => send(row.name, { type: "choose", candidate: select.value }));

@@ -31,6 +31,30 @@ def _short(label: str) -> str:
     return label.split(" (", 1)[0]
 
 
+def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
+    """The row's picker: each kernel once per device (a Hub mapping lists one repository for every
+    device, capability and mode: six identical "no mapping" lines), this device's first, and no
+    PyTorch implementation. Picking "eager" as the attention "kernel" gave a row whose checkbox
+    said off while PyTorch's eager ran, measured as a kernel against PyTorch; PyTorch is what the
+    switch's off state runs, so it is not offered as a kernel."""
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for candidate, availability in found:
+        if getattr(candidate, "pytorch", False):
+            continue
+        key = (_short(candidate.label), candidate.device)
+        if key in kept and (kept[key]["usable"] or not availability.state.usable):
+            continue
+        kept[key] = {
+            "label": candidate.label,
+            "short": key[0],
+            "device": candidate.device,
+            "usable": availability.state.usable,
+            "state": availability.state.value,
+            "reason": availability.details,
+        }
+    return sorted(kept.values(), key=lambda option: option["device"] != device)  # stable: this device first
+
+
 def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The table's state: per layer name its switch, badge, candidates (and the one picked),
     instances and what runs."""
@@ -60,16 +84,7 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "state_key": best[1].state.key if best else State.NO_MAPPING.key,
                 "reason": best[1].details if best else "no mapping from any source",
                 "candidate": picked,
-                "candidates": [
-                    {
-                        "label": candidate.label,
-                        "short": _short(candidate.label),
-                        "usable": found.state.usable,
-                        "state": found.state.value,
-                        "reason": found.details,
-                    }
-                    for candidate, found in row.candidates
-                ],
+                "candidates": picker_candidates(row.candidates, explorer.device),
                 "runs": row.running_summary,
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]

@@ -35,6 +35,10 @@ _EXPLORE_STEPS = [
 ]
 
 
+#: the variable `%kernels explore` without a model explores (and loads the default model into)
+DEFAULT_VARIABLE = "model"
+
+
 def _names_a_model(word: str) -> bool:
     """A folder here, or a Hub id (org/name): not a notebook variable (those have no slash)."""
     from pathlib import Path
@@ -201,14 +205,35 @@ class KernelsMagic:
             )
         return model, self.shell.user_ns.get("tokenizer")
 
+    def _default_model(self) -> tuple[Any, Any]:
+        """No model named and no `model` in the notebook: load the default one, and say so."""
+        from kernel_explorer.loading import load_default_model
+
+        print(
+            "%kernels explore: no `model` in this notebook, so the default model "
+            "(SmolLM2-135M-Instruct) is loaded as `model` (and its tokenizer as `tokenizer`)"
+        )
+        model, tokenizer = load_default_model()
+        self.shell.user_ns[DEFAULT_VARIABLE] = model
+        self.shell.user_ns.setdefault("tokenizer", tokenizer)
+        return model, tokenizer
+
     def _do_explore(self, args: argparse.Namespace) -> Any:
         from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.views.dashboard import Dashboard
         from kernel_explorer.views.progress import cell_progress
 
-        by_name = args.model not in self.shell.user_ns and _names_a_model(args.model)
-        found = None if by_name else self._model_variable(args.model)  # a bad name fails before any bar
+        found = None
+        if args.model is None:  # the README's first line in a fresh notebook: the default model
+            if DEFAULT_VARIABLE in self.shell.user_ns:
+                args.model = DEFAULT_VARIABLE
+            else:
+                found = self._default_model()
+                args.model = DEFAULT_VARIABLE
+        by_name = found is None and args.model not in self.shell.user_ns and _names_a_model(args.model)
+        if found is None and not by_name:
+            found = self._model_variable(args.model)  # a bad name fails before any bar
         inputs = None if args.inputs is None else self._variable(args.inputs)
         names = [s for s in _EXPLORE_STEPS if inputs is not None or "capturing" not in s]
         steps = _Steps([f"loading {args.model} (from_pretrained)"] * by_name + names)

@@ -98,6 +98,7 @@ class LivePlots:
         self._shown: set[int] = set()  # plots whose axes show (they have a point)
         self._received = 0  # latency records of this run received (drawn or pending)
         self._receiving: str | None = None
+        self.seconds_drawing = 0.0  # CPU seconds the redraws took (what the view costs the kernel)
         self._unsubscribe = log.subscribe(self._on_record)
         earlier = latest_drawn_run(log)  # the model's earlier measurements, from the first draw
         with self._lock:
@@ -148,19 +149,26 @@ class LivePlots:
                 marks, self._marks = self._marks, []
             if not batch and not marks:
                 return
-            for record in batch:
-                self._draw(record)
-            self._send_points()
-            if self._bars_changed:
-                self._draw_speedup_bars()
-            if self._errors_changed:
-                self._draw_errors()
-            if marks and self._start is not None:
-                lines = [self._switch_line(when - self._start) for when in marks]
-                self.latency.relayout(shapes=[*self.latency.plot_layout.get("shapes", []), *lines])
-            self._fit()
-            for plot in self.figures:
-                plot.send_pending()
+            began = time.thread_time()
+            try:
+                self._redraw(batch, marks)
+            finally:
+                self.seconds_drawing += time.thread_time() - began
+
+    def _redraw(self, batch: list[Record], marks: list[float]) -> None:
+        for record in batch:
+            self._draw(record)
+        self._send_points()
+        if self._bars_changed:
+            self._draw_speedup_bars()
+        if self._errors_changed:
+            self._draw_errors()
+        if marks and self._start is not None:
+            lines = [self._switch_line(when - self._start) for when in marks]
+            self.latency.relayout(shapes=[*self.latency.plot_layout.get("shapes", []), *lines])
+        self._fit()
+        for plot in self.figures:
+            plot.send_pending()
 
     # -- per record ------------------------------------------------------------------------------
 
