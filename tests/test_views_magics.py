@@ -351,3 +351,18 @@ def test_a_measurement_in_a_cell_shows_its_progress_then_removes_it(shell: Any, 
         == "SiLU · 1/3 layers · 14 pairs · 6 s, about 12 s left"
     )
     dashboard.close()
+
+
+def test_loading_bars_in_a_notebook_are_plain_text_on_stdout(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """On stderr, JupyterLab drew the "Loading weights" bar in a red error-style box."""
+    import IPython
+    import tqdm.auto
+
+    from kernel_explorer.loading import text_bars_in_notebooks
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
+    with text_bars_in_notebooks():
+        for _ in tqdm.auto.tqdm(range(3), desc="Loading weights"):
+            pass
+    printed = capsys.readouterr()
+    assert "Loading weights" in printed.out and "Loading weights" not in printed.err

@@ -138,6 +138,25 @@ class Runner:
 _going: weakref.WeakSet[RunHandle] = weakref.WeakSet()  # background runs, until they are collected
 
 
+def running_elsewhere() -> bool:
+    """Whether a background run is going on a thread other than the calling one."""
+    me = threading.current_thread()
+    return any(not handle.done and handle.thread is not me for handle in list(_going))
+
+
+def leave_the_cpus_to_runs() -> None:
+    """Release the calling thread's idle OpenMP pool while a background run goes elsewhere.
+
+    A switch made during a Run (a widget click, a cell) can run parallel torch ops on its own
+    thread (a probe's trial call, a guard's copy), which makes a second OpenMP pool; with two, the
+    run's parallel regions wait by sleeping (`openmp.py`) and a 15-token forward of the default
+    model took 7.8 s under the board's lock, so the next click and Stop waited as long. Call it
+    outside any parallel region.
+    """
+    if running_elsewhere():
+        release_thread_pool()
+
+
 @atexit.register
 def stop_runs_at_exit() -> None:
     """Cancel every background run still going and wait for it: its switches are put back and its
