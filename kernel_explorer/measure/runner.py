@@ -30,6 +30,7 @@ from kernel_explorer.measure.records import Provenance, Record, RunEvent
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
 
 _run_numbers = itertools.count(1)
+_current = threading.local()  # the handle of the run going on this thread, for `current_run_cancelled`
 EXIT_JOIN_S = 30.0  # at exit, how long to wait for a run to finish its sample and put switches back
 
 
@@ -101,6 +102,14 @@ class Runner:
         return handle
 
     def _run(self, handle: RunHandle, measurements: list[Measurement]) -> None:
+        outer = getattr(_current, "handle", None)
+        _current.handle = handle
+        try:
+            self._run_measurements(handle, measurements)
+        finally:
+            _current.handle = outer
+
+    def _run_measurements(self, handle: RunHandle, measurements: list[Measurement]) -> None:
         found: list[Provenance | None] = []
 
         def append(record: Record) -> None:
@@ -136,6 +145,13 @@ class Runner:
 
 
 _going: weakref.WeakSet[RunHandle] = weakref.WeakSet()  # background runs, until they are collected
+
+
+def current_run_cancelled() -> bool:
+    """Whether the run going on this thread was cancelled: for a measurement step too long to wait
+    for between two records (a whole model's forward on a busy machine took 3 to 10 s)."""
+    handle = getattr(_current, "handle", None)
+    return handle is not None and handle.cancelled
 
 
 def running_elsewhere() -> bool:

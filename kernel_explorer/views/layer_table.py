@@ -112,7 +112,8 @@ class LayerTable(anywidget.AnyWidget):
         self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
         # any switch of the model, from Python, a magic, a run or another view, redraws the rows
-        self._unsubscribe = explorer.subscribe_switches(self.refresh)
+        self._acting = False  # a click being answered: it refreshes once, after its switches
+        self._unsubscribe = explorer.subscribe_switches(self._on_switch)
         self.refresh()
 
     def close(self) -> None:
@@ -122,15 +123,23 @@ class LayerTable(anywidget.AnyWidget):
     def refresh(self) -> None:
         self.rows = table_rows(self.explorer, self.chosen)
 
+    def _on_switch(self) -> None:
+        """A switch from anywhere redraws the rows; one this table's click made is redrawn once,
+        when the click is answered (each redraw reads every instance of every row)."""
+        if not self._acting:
+            self.refresh()
+
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
         # Caught inside the Output context: in a kernel, Output swallows exceptions (it prints them).
         with self.output if self.output is not None else contextlib.nullcontext():
             try:
+                self._acting = True
                 self._act(content)
             except Exception as error:  # shown in the dashboard's status line, not lost in the log
                 if self.on_error is not None:
                     self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
             finally:
+                self._acting = False
                 self.refresh()
                 # the row shows "switching…" from the click until this answer (a Linear switch packs
                 # weights for seconds); sent even when the rows did not change
