@@ -115,6 +115,24 @@ def test_stop_cancels_the_magics_run_and_the_dashboards(
     dashboard.close()
 
 
+def test_a_background_compare_says_when_it_finished(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    """The cell said "measures in the background" for good, and %kernels stop then said "nothing to
+    stop" without a word that the run had ended."""
+    magic = shell._kernel_explorer_magic
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    capsys.readouterr()
+    shell.run_line_magic("kernels", "compare SiLU --pairs 2 --background")
+    handle = magic.handle
+    assert handle.wait(60)
+    out = capsys.readouterr().out
+    assert f"run {handle.run_id} finished at " in out and "SiLU: " in out, out
+    shell.run_line_magic("kernels", "stop")
+    assert f"(run {handle.run_id} finished)" in capsys.readouterr().out
+    dashboard.close()
+
+
 def test_switching_needs_an_explored_model_first(
     shell: Any, capsys: pytest.CaptureFixture, hub: dict
 ) -> None:

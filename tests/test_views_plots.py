@@ -139,13 +139,11 @@ def test_a_layer_switched_off_has_a_short_legend_entry() -> None:
         assert len(kernel_off_name("RMSNorm")) < 25
 
 
-@pytest.mark.parametrize(
-    ("low", "high"), [(0.002, 2000), (0.4, 3.0), (0.9, 1.2), (1e-3, 1e6), (0.05, 1.0)]
-)
+@pytest.mark.parametrize(("low", "high"), [(0.002, 2000), (0.4, 3.0), (0.9, 1.2), (1e-3, 1e6), (0.05, 1.0)])
 def test_a_log_axis_labels_at_most_six_ticks(low: float, high: float) -> None:
     """16 labels (0.002x ... 2000x) overlapped in a plot about 110 px high."""
     ticks = log_ticks(low, high)
     assert 1 <= len(ticks["tickvals"]) <= MAX_TICKS and len(ticks["ticktext"]) == len(ticks["tickvals"])
     assert all(text.endswith("x") for text in ticks["ticktext"])
     errors = log_ticks(1e-30, 1e-4, unit="", decades_only=True)
-    assert len(errors["tickvals"]) <= MAX_TICKS and "10⁻⁶" in errors["ticktext"] or len(errors["ticktext"])
+    assert (len(errors["tickvals"]) <= MAX_TICKS and "10⁻⁶" in errors["ticktext"]) or len(errors["ticktext"])

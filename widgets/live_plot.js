@@ -1,10 +1,12 @@
 // One live plot that owns its plotly.js figure and applies the deltas Python sends (views/live_plot.py).
 //
 // Python never resends a trace that only grew: it sends "extend" ops with the points added since the
-// last redraw, and plotly.js appends them (Plotly.extendTraces, with the trace's budget as maxPoints so
-// the browser never holds more than that per trace, whatever Python sends). A whole figure travels only
-// when a view asks for it (a new view, a redisplay) or when a run starts. The figure is drawn once the
-// element has a width, so it is sized to the cell from its first draw, and it refits when the cell does.
+// last redraw. Here every op only changes the figure's data held in this view (an extended trace is cut
+// to its budget, so the page never holds more than that per trace), and one Plotly.react draws what
+// changed: at most one draw in flight and one more after it, however many messages came meanwhile. On a
+// loaded machine plotly's own per-call redraws queued up behind each other (the page's memory grew and a
+// click waited tens of seconds behind them); now the work per second is bounded whatever the run's
+// length. The figure is drawn once the element has a width, so it fits the cell from its first draw.
 
 async function plotlyJs() {
   // the dashboard's first plot carries plotly.js (it sets window.Plotly); the others wait for it
@@ -15,18 +17,41 @@ async function plotlyJs() {
   return globalThis.Plotly;
 }
 
-function apply(Plotly, div, op) {
+function setPath(target, dotted, value) {
+  const keys = dotted.split(".");
+  const last = keys.pop();
+  for (const key of keys) {
+    if (typeof target[key] !== "object" || target[key] === null) target[key] = {};
+    target = target[key];
+  }
+  target[last] = value;
+}
+
+function apply(figure, op) {
   switch (op.op) {
-    case "react":
-      return Plotly.react(div, op.data, { ...op.layout, width: div.parentElement.clientWidth }, op.config);
+    case "react": // a copy: every view of the model gets the same message object
+      figure.data = structuredClone(op.data);
+      figure.layout = structuredClone(op.layout);
+      figure.config = op.config;
+      break;
     case "extend":
-      return Plotly.extendTraces(div, { x: op.x, y: op.y }, op.traces, op.max);
+      op.traces.forEach((index, k) => {
+        const trace = figure.data[index];
+        trace.x = (trace.x || []).concat(op.x[k]).slice(-op.max);
+        trace.y = (trace.y || []).concat(op.y[k]).slice(-op.max);
+      });
+      break;
     case "restyle":
-      return Plotly.restyle(div, op.update, op.traces);
+      for (const [key, values] of Object.entries(op.update)) {
+        for (const index of op.traces) setPath(figure.data[index], key, values[0]);
+      }
+      break;
     case "relayout":
-      return Plotly.relayout(div, op.update);
+      for (const [key, value] of Object.entries(op.update)) setPath(figure.layout, key, value);
+      break;
     case "add":
-      return Plotly.addTraces(div, op.traces);
+      figure.data.push(...structuredClone(op.traces));
+      break;
     default:
       console.warn("kernel_explorer live plot: unknown op", op.op);
   }
@@ -36,38 +61,52 @@ function render({ model, el }) {
   el.classList.add("kx-live-plot");
   const div = document.createElement("div");
   el.appendChild(div);
+  const spec = structuredClone(model.get("spec")); // each view changes its own copy
+  const figure = { data: spec.data, layout: spec.layout, config: spec.config };
   let Plotly = null;
-  let chain = null; // ops applied one after another (each plotly call is asynchronous)
-  let pending = []; // ops that came before the first draw
-  let starting = false;
+  let revision = 0;
+  let drawing = false; // a Plotly.react in flight
+  let again = false; // something changed while it drew: one more draw after it
+  let width = 0;
 
-  const run = (ops) => {
-    for (const op of ops) chain = chain.then(() => apply(Plotly, div, op)).catch((e) => console.error(e));
+  const draw = async () => {
+    if (!Plotly || !width) return;
+    if (drawing) {
+      again = true;
+      return;
+    }
+    drawing = true;
+    try {
+      // the data arrays change in place: a new datarevision tells plotly to redraw them
+      const layout = { ...figure.layout, width, datarevision: ++revision };
+      await Plotly.react(div, figure.data, layout, figure.config);
+    } catch (error) {
+      console.error("kernel_explorer live plot", error);
+    }
+    drawing = false;
+    if (again) {
+      again = false;
+      setTimeout(draw, 0);
+    }
   };
   const onMessage = (msg) => {
     if (msg?.type !== "ops") return;
-    if (chain === null) pending.push(...msg.ops);
-    else run(msg.ops);
+    for (const op of msg.ops) apply(figure, op);
+    draw();
   };
   model.on("msg:custom", onMessage);
 
-  const start = async () => {
-    starting = true;
-    Plotly = await plotlyJs();
-    const spec = model.get("spec");
-    await Plotly.newPlot(div, spec.data, { ...spec.layout, width: el.clientWidth }, spec.config);
-    chain = Promise.resolve();
-    run(pending);
-    pending = [];
-    model.send({ type: "view" }); // Python answers with the figure as it holds it now
-  };
-  let width = 0;
-  const observer = new ResizeObserver(() => {
+  let asked = false;
+  const observer = new ResizeObserver(async () => {
     const now = el.clientWidth;
     if (!now || now === width) return;
     width = now;
-    if (!starting) start();
-    else if (chain !== null) chain = chain.then(() => Plotly.relayout(div, { width: now }));
+    if (!Plotly) Plotly = await plotlyJs();
+    draw();
+    if (!asked) {
+      asked = true;
+      model.send({ type: "view" }); // Python answers with the figure as it holds it now
+    }
   });
   observer.observe(el);
   return () => {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
@@ -308,10 +309,54 @@ class KernelsMagic:
     def _started(self, handle: Any, background: bool) -> None:
         self.handle = handle
         if background:
-            print(
-                f"run {handle.run_id} measures in the background: explorer.results fills as it goes; "
-                "%kernels stop cancels it"
+            self._announce(handle)
+
+    def _announce(self, handle: Any) -> None:
+        """A background run's line in its cell, replaced by how it ended when it ends: the cell
+        said "measures in the background" forever, and `%kernels stop` then said "nothing to stop"
+        with no word that the run had finished."""
+        from IPython.display import display
+
+        from kernel_explorer.measure.records import LayerVerdict, RunEvent
+
+        results = self.explorer.results
+        going = (
+            f"run {handle.run_id} measures in the background: explorer.results fills as it goes; "
+            "%kernels stop cancels it"
+        )
+        shown = display({"text/plain": going}, raw=True, display_id=True)
+        told: list[bool] = []
+
+        def ended(record: Any) -> None:
+            values = record.values
+            if (
+                record.run_id != handle.run_id
+                or not isinstance(values, RunEvent)
+                or values.event == "started"
+            ):
+                return
+            if told:
+                return
+            told.append(True)
+            unsubscribe()
+            verdicts = [
+                f"{r.layer}: {r.values.summary}"
+                for r in results.records("layer_verdict", handle.run_id)
+                if isinstance(r.values, LayerVerdict)
+            ]
+            when = time.strftime("%H:%M:%S", time.localtime(record.time))
+            line = f"run {handle.run_id} {values.event} at {when}" + (
+                f": {'; '.join(verdicts)}" if verdicts else ""
             )
+            if values.event == "failed" and values.detail:
+                line += f" ({values.detail})"
+            if shown is not None:
+                shown.update({"text/plain": line}, raw=True)
+
+        unsubscribe = results.subscribe(ended)
+        ended_already = [r for r in results.records("run", handle.run_id) if r.values.event != "started"]
+        if ended_already:  # it ended before the subscription
+            ended(ended_already[-1])
 
     def _do_compare(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
@@ -371,7 +416,9 @@ class KernelsMagic:
                 dashboard.stop()
                 running.append(handle)
         if not running:
-            print("nothing to stop: no measurement started by %kernels or its dashboard is running")
+            last = self.handle
+            ended = f" (run {last.run_id} {last.outcome})" if last is not None and last.done else ""
+            print(f"nothing to stop: no measurement started by %kernels or its dashboard is running{ended}")
             return
         for handle in running:
             handle.cancel()
