@@ -55,7 +55,7 @@ def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pyte
     for line in ("help", "--help", "-h"):
         shell.run_line_magic("kernels", line)
         full = capsys.readouterr().out
-        assert "%kernels explore MODEL [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
+        assert "%kernels explore [MODEL] [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
         assert full.count("\n") == len(full.splitlines()) >= 10
         assert max(len(line) for line in full.splitlines()) <= 100  # no sideways scrolling
 
@@ -110,7 +110,7 @@ def test_stop_cancels_the_magics_run_and_the_dashboards(
     shell.run_line_magic("kernels", "stop")
     out = capsys.readouterr().out
     assert handle.done and handle.cancelled and live.done and live.cancelled
-    assert out.startswith("stopped run ") and handle.run_id in out and live.run_id in out
+    assert "stopped run " in out and handle.run_id in out and live.run_id in out
     assert not any(now.is_kernel for now in dashboard.explorer.running())  # put back as before
     dashboard.close()
 

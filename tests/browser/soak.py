@@ -70,6 +70,30 @@ _CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
 }"""
 
 
+#: what a person sees of each live plot: labelled y ticks, whether the legend or the toolbar
+#: overlaps the title, the legend's marker symbols, the fill of texts and the stroke of error bars
+PLOT_CHECKS = """() => [...document.querySelectorAll('.kx-dashboard .kx-plot .js-plotly-plot')].map(p => {
+  const box = (e) => e ? e.getBoundingClientRect() : null;
+  const meet = (a, b) => a && b && a.width && b.width
+    && !(a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top);
+  const title = box(p.querySelector('.gtitle'));
+  const legend = box(p.querySelector('.legend .bg'));
+  const toolbar = box(p.querySelector('.modebar'));
+  const texts = [...p.querySelectorAll('.main-svg text')].map(t => getComputedStyle(t).fill);
+  return {
+    title: p.querySelector('.gtitle')?.textContent || '',
+    yticks: [...p.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent).filter(Boolean),
+    legend_over_title: meet(title, legend),
+    toolbar_over_title: meet(title, toolbar),
+    legend_entries: p.querySelectorAll('.legend .traces').length,
+    legend_markers: p.querySelectorAll('.legend .traces .legendpoints path').length,
+    text_fills: [...new Set(texts)],
+    errorbar_strokes: [...new Set([...p.querySelectorAll('.errorbars path')]
+      .map(e => getComputedStyle(e).stroke))],
+  };
+})"""
+
+
 @dataclass
 class Sample:
     seconds: float  # since Run was clicked
@@ -112,6 +136,7 @@ class SoakResult:
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
     busy_load: str = ""
+    layout: dict[str, Any] = field(default_factory=dict)  # what `plot_layout_checks` found, per theme
 
     def bytes_per_s(self) -> list[tuple[float, float]]:
         """(seconds, bytes/s received since the previous sample)."""
