@@ -107,29 +107,8 @@ function render({ model, el: root }) {
   model.on("change:rows", draw);
   draw();
 
-  // The dashboard's plotly figures size themselves on window resize only. Whenever one of them
-  // is drawn wider or narrower than its box (first render, the file browser opening, a resized
-  // panel), tell them: a resize event makes each one fit its box again.
-  let pending = null;
-  function fitPlots() {
-    const dashboard = root.closest(".kx-dashboard");
-    if (!dashboard) return;
-    const misfit = [...dashboard.querySelectorAll(".kx-plot")].some((box) => {
-      const svg = box.querySelector("svg.main-svg");
-      return svg && Math.abs(Number(svg.getAttribute("width")) - box.clientWidth) > 2;
-    });
-    if (misfit) {
-      clearTimeout(pending);
-      pending = setTimeout(() => window.dispatchEvent(new Event("resize")), 100);
-    }
-  }
-  const observer = new ResizeObserver(fitPlots);
-  observer.observe(root);
-  const timer = setInterval(fitPlots, 1000);
-  return () => {
-    observer.disconnect();
-    clearInterval(timer);
-  };
+  // (the live plots fit their boxes themselves: widgets/live_plot.js watches each one's size; a
+  // window "resize" sent from here every second relaid out the whole page)
 }
 
 export default { render };
