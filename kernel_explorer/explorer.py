@@ -59,7 +59,9 @@ class Explorer:
         device: device type to choose kernels for; default: where the model's parameters are.
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
-        include_bundled / include_registered / include_transformers: which other sources to read.
+        include_bundled: read the bundled CPU kernels as a source.
+        include_registered: read the mappings registered with `kernels` as a source.
+        include_transformers: read Transformers' default mapping as a source.
         attention: your attention repositories for the attention row (see `attention_candidates`).
         peers: local kernel-builder repositories (sources or builds) offered next to the bundled
             kernels, as candidates of source "peer" (`add_peer`).
@@ -281,7 +283,7 @@ class Explorer:
         (default: the class named `name`); `instances` paths or glob patterns (default: all);
         `candidates` a kernel per device, as one layer of a mapping (`{"cpu": LocalLayerRepository(
         ...)}`). Bundled kernels for the class join the candidates. Only the chosen instances
-        change (see `extension.py`); bad input raises one line and changes nothing.
+        change (see `switching/extension.py`); bad input raises one line and changes nothing.
         """
         from kernel_explorer.switching.extension import extend
 
@@ -376,7 +378,7 @@ class Explorer:
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
                 (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
-                measure/training.py.
+                measure/layer_training.py.
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
@@ -434,7 +436,7 @@ class Explorer:
         interval says how sure it is (three decode pairs cover the median with 75%, and say so).
         `mode="training"`: a training step per length instead (loss and gradient agreement, then
         step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
-        See measure/training_model.py.
+        See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
         from kernel_explorer.measure.plans import model_plan
@@ -551,6 +553,41 @@ class Explorer:
             ),
         )
         return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
+
+    def export(self, path: str | Path) -> Path:
+        """Write one Python module that applies what is switched on now to a freshly loaded model.
+
+        The module uses only Transformers' and `kernels`' public API (it never imports
+        kernel_explorer): the mapping with repository ids and versions (or local folders, said so),
+        `kernelize`, the classes `extend` marked, the attention implementation and pinned code
+        paths; `apply(model)` and `python PATH MODEL_FOLDER`. What a mapping cannot express (a
+        choice for some instances only) is a comment naming the instances and what the module does.
+        Returns the path; a path that cannot be written raises one line.
+        """
+        from kernel_explorer.export.plan import export_plan
+        from kernel_explorer.export.script import render
+
+        target = Path(path).expanduser()
+        if target.suffix != ".py":
+            raise KernelExplorerError(
+                f"export writes a Python module: give a path ending in .py, not {target}"
+            )
+        if not target.parent.is_dir():
+            raise KernelExplorerError(f"cannot write {target}: the folder {target.parent} does not exist")
+        text = render(export_plan(self._switchboard))
+        try:
+            target.write_text(text)
+        except OSError as error:
+            raise KernelExplorerError(f"cannot write {target}: {error.strerror}") from None
+        return target
+
+    def export_pins(self, project: str | Path) -> Path:
+        """Write the Hub kernels switched on now as `[tool.kernels.dependencies]` in `project`'s
+        pyproject.toml (for `kernels lock`); local builds are listed as comments. Returns the file."""
+        from kernel_explorer.export.pins import write_pins
+        from kernel_explorer.export.plan import export_plan
+
+        return write_pins(export_plan(self._switchboard), project)
 
     def __repr__(self) -> str:
         on = sum(r.is_kernel for r in self.running())

@@ -8,6 +8,7 @@ below it.
 from kernel_explorer.measure.records import (
     VALUE_TYPES,
     GradientDivergence,
+    KernelsBenchmark,
     LayerCalibration,
     LayerDeterminism,
     LayerDivergence,
@@ -30,6 +31,7 @@ from kernel_explorer.measure.records import (
 __all__ = [
     "VALUE_TYPES",
     "GradientDivergence",
+    "KernelsBenchmark",
     "LayerCalibration",
     "LayerDeterminism",
     "LayerDivergence",

@@ -66,7 +66,20 @@ def test_every_type_a_public_explorer_method_returns_is_exported() -> None:
             continue
         for word in re.findall(r"[A-Za-z_][\w.]*", str(annotation)):
             returned.setdefault(word.rsplit(".", 1)[-1], set()).add(name)
-    builtins = {"list", "dict", "tuple", "str", "int", "float", "bool", "None", "Iterator", "Callable"}
+    builtins = {
+        "list",
+        "dict",
+        "tuple",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "None",
+        "Iterator",
+        "Callable",
+        "Mode",  # kernels' own
+        "Path",
+    }
     exported = set(kernel_explorer.__all__)
     missing = {t: sorted(m) for t, m in returned.items() if t not in builtins and t not in exported}
     assert missing == {}, f"returned by Explorer but not in kernel_explorer.__all__: {missing}"

@@ -351,3 +351,23 @@ def test_a_measurement_in_a_cell_shows_its_progress_then_removes_it(shell: Any, 
         == "SiLU · 1/3 layers · 14 pairs · 6 s, about 12 s left"
     )
     dashboard.close()
+
+
+def test_export_writes_the_module_and_the_pins(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict, tmp_path
+) -> None:
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    shell.run_line_magic("kernels", "on SiLU")
+    capsys.readouterr()
+    (tmp_path / "job").mkdir()
+    shell.run_line_magic("kernels", f"export {tmp_path / 'chosen.py'} --pins {tmp_path / 'job'}")
+    out = capsys.readouterr().out
+    assert f"module written to {tmp_path / 'chosen.py'}" in out and "kernels lock" in out
+    text = (tmp_path / "chosen.py").read_text()
+    assert '"SiLU": {' in text and "import kernel_explorer" not in text and "from kernel_explorer" not in text
+    assert "[tool.kernels.dependencies]" in (tmp_path / "job" / "pyproject.toml").read_text()
+    shell.run_line_magic("kernels", f"export {tmp_path / 'nope' / 'x.py'}")
+    err = capsys.readouterr().err
+    assert err.startswith("%kernels: cannot write") and err.count("\n") == 1
+    shell.run_line_magic("kernels", "reset")
+    dashboard.close()

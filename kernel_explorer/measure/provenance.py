@@ -4,13 +4,78 @@ the versions and the machine. Read once per instance and run, never inside a tim
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
+import os
+import socket
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.records import Provenance
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from kernel_explorer.switching.board import Switchboard
+
+#: the machine's name in every record; a sweep sets it per node (two nodes may share one host)
+HOST_VARIABLE = "KERNEL_EXPLORER_HOST"
+
+_model_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def host_name() -> str:
+    """This machine's name in the records: `KERNEL_EXPLORER_HOST`, else the hostname (read each
+    time: a sweep's worker sets the variable before it measures)."""
+    return os.environ.get(HOST_VARIABLE) or socket.gethostname()
+
+
+@functools.cache
+def _cpu_identity() -> str:
+    """The CPU model with ATen's code path ("AVX512"), and torch's build: what makes CPU numbers differ."""
+    import torch
+
+    from kernel_explorer.inspect.hardware import cpu_model
+
+    return f"{cpu_model()} ({torch.backends.cpu.get_cpu_capability()}) | torch {torch.__version__}"
+
+
+def hardware_identity(device: str) -> str:
+    """What a number depends on: the CPU (or GPU) model, its ISA (or compute capability), torch's build."""
+    import torch
+
+    if device in ("cuda", "rocm") and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        build = f"rocm {torch.version.hip}" if torch.version.hip else f"cuda {torch.version.cuda}"
+        return f"{torch.cuda.get_device_name()} (sm_{major}{minor}) | torch {torch.__version__} {build}"
+    return _cpu_identity()
+
+
+def model_identity(model: nn.Module) -> str:
+    """The model's class and a fingerprint of its config (without local paths) and its weights.
+
+    Two logs of the same checkpoint agree on it wherever the folder lies; a fine-tuned or
+    re-converted model differs, so their numbers are never pooled. Read once per model (the sum of
+    each parameter: about 0.1 s for 135M parameters), kept while the model lives."""
+    found = _model_ids.get(model)
+    if found is not None:
+        return found
+    import torch
+
+    digest = hashlib.sha256()
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_dict"):
+        data = {
+            k: v for k, v in config.to_dict().items() if k not in ("_name_or_path", "transformers_version")
+        }
+        digest.update(repr(sorted(data.items(), key=lambda kv: kv[0])).encode())
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            total = float(tensor.double().sum()) if tensor.is_floating_point() else float(tensor.sum())
+            digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}{total!r}".encode())
+    found = f"{type(model).__name__} {digest.hexdigest()[:12]}"
+    _model_ids[model] = found
+    return found
 
 
 @functools.cache
@@ -56,6 +121,9 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
         torch=torch_version,
         kernels=kernels_version,
         machine=machine,
+        host=host_name(),
+        hardware=hardware_identity(board.device),
+        model=model_identity(board.model),
     )
 
 
@@ -74,4 +142,7 @@ def model_provenance(board: Switchboard) -> Provenance:
         torch=torch_version,
         kernels=kernels_version,
         machine=machine,
+        host=host_name(),
+        hardware=hardware_identity(board.device),
+        model=model_identity(board.model),
     )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.views.headless import DTYPES
 
 DEMO_QUESTION = "What is the capital of France?"
 RUN_TO_RUN = (
@@ -131,23 +132,32 @@ def _measure(
         print(warning)
 
 
-def _compared_explorer(args: argparse.Namespace) -> Any:
-    """The default model's explorer after comparing the named layers (all by default), printed."""
-    from kernel_explorer.build.builder import build_hub
-    from kernel_explorer.explorer import Explorer
-    from kernel_explorer.loading import load_default_model
-    from kernel_explorer.measure.stats import check_sampling
+def _job(args: argparse.Namespace) -> Any:
+    """The command line's compare as a `CompareJob` (what a sweep's task runs, too)."""
+    from kernel_explorer.views.headless import CompareJob
 
-    check_sampling(args.pairs, args.precision, args.budget)  # before minutes of loading
-    build_hub(progress=interactive())
-    model, tokenizer = load_default_model(progress=interactive())
-    explorer = Explorer.of(model, tokenizer=tokenizer)
-    layers = args.layers or explorer.layers
-    for name in layers:
-        explorer.group(name)  # an unknown name fails now, with the names there are
-    print(f"Comparing {', '.join(layers)} on the default model (captured activations, interleaved pairs)")
-    _measure(explorer, layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
-    return explorer
+    return CompareJob(
+        model=args.model,
+        layers=tuple(dict.fromkeys([*args.layers, *(args.layer_names or ())])),
+        dtype=args.dtype,
+        device=args.device,
+        pairs=args.pairs,
+        precision=args.precision,
+        budget_s=args.budget,
+        out=args.out,
+        host=args.machine,
+    )
+
+
+def _compared_explorer(args: argparse.Namespace) -> Any:
+    """The model's explorer (default model, or --model) after comparing the named layers (all by
+    default), printed; with --out, its log written as JSON lines."""
+    from kernel_explorer.views.headless import headless_compare
+
+    def measure(explorer: Any, layers: Sequence[str]) -> None:
+        _measure(explorer, layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
+
+    return headless_compare(_job(args), measure=measure, progress=interactive())
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -164,6 +174,33 @@ def _cmd_report(args: argparse.Namespace) -> int:
     written = _compared_explorer(args).report(str(target))
     print(f"Report written to {written}")
     return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """The compare of each model on every node of a Ray cluster; the machines side by side."""
+    from kernel_explorer.sweep import sweep
+
+    result = sweep(
+        args.address,
+        args.models,
+        out=args.out,
+        layers=args.layer_names or (),
+        resources=args.resources or (),
+        dtype=args.dtype,
+        device=args.device,
+        pairs=args.pairs,
+        precision=args.precision,
+        budget_s=args.budget,
+        cpus_per_task=args.cpus_per_task,
+    )
+    table = result.log.machine_table(wide=True)
+    if not table.empty:
+        print(table.to_string(index=False))
+    from kernel_explorer.measure.merge import revision_notes
+
+    for note in revision_notes(result.log.records()):
+        print(f"note: {note}")
+    return 1 if result.failed else 0
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
@@ -208,12 +245,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the headless main job on the default model")
     demo.set_defaults(func=_cmd_demo)
     compare = sub.add_parser(
-        "compare", help="each kernel layer of the default model against PyTorch, with 95%% intervals"
+        "compare", help="each kernel layer of a model (default: SmolLM2) against PyTorch, with 95%% intervals"
     )
     report = sub.add_parser("report", help="run `compare` and write its HTML report to PATH")
     report.add_argument("path", help="the HTML file to write (its folder must exist)")
     for command in (compare, report):
         command.add_argument("layers", nargs="*", help="kernel layer names (default: all)")
+        command.add_argument(
+            "--layers", dest="layer_names", nargs="+", metavar="LAYER", help="kernel layer names, too"
+        )
+        command.add_argument(
+            "--model", default=None, help="a model folder (save_pretrained) or a Hub id (default: SmolLM2)"
+        )
+        command.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's dtype (auto)")
+        command.add_argument("--device", default="cpu", help="where the model runs (cpu)")
+        command.add_argument(
+            "--out", default=None, help="write the log (records with provenance) as JSON lines"
+        )
+        command.add_argument(
+            "--machine", default=None, help="this machine's name in the records (default: the hostname)"
+        )
         command.add_argument(
             "--pairs", type=int, default=None, help="fixed rounds of pairs (default: adaptive)"
         )
@@ -223,6 +274,25 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)"
         )
+    sweep = sub.add_parser(
+        "sweep", help="compare each model on every node of a Ray cluster (pip install kernel-explorer[ray])"
+    )
+    sweep.add_argument("--address", required=True, help="the Ray cluster (head IP:port, or 'auto')")
+    sweep.add_argument(
+        "--models", nargs="+", required=True, help="model folders (same path on every node) or Hub ids"
+    )
+    sweep.add_argument("--layers", dest="layer_names", nargs="+", metavar="LAYER", help="kernel layer names")
+    sweep.add_argument(
+        "--resources", nargs="+", help="only the nodes carrying one of these resource labels (e.g. GPU kinds)"
+    )
+    sweep.add_argument("--out", required=True, help="the folder for one log per node and model")
+    sweep.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's dtype (auto)")
+    sweep.add_argument("--device", default="cpu", help="cpu, or cuda: one GPU per task (cpu)")
+    sweep.add_argument("--pairs", type=int, default=None, help="fixed rounds of pairs (default: adaptive)")
+    sweep.add_argument("--precision", type=float, default=0.05, help="target interval share (0.05)")
+    sweep.add_argument("--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)")
+    sweep.add_argument("--cpus-per-task", type=float, default=1, help="CPUs each task asks Ray for (1)")
+    sweep.set_defaults(func=_cmd_sweep)
     compare.set_defaults(func=_cmd_compare)
     report.set_defaults(func=_cmd_report)
     return parser

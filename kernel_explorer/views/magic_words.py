@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),
     "report": ("PATH", "write every result so far to one HTML file"),
+    "export": (
+        "PATH [--pins PROJECT]",
+        "write a Python module that applies what is switched on now to a freshly loaded model, with only"
+        " Transformers and kernels; PROJECT: also its Hub kernels as [tool.kernels.dependencies]",
+    ),
     "help": ("", "this help"),
 }
 
@@ -106,4 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
     commands["report"].add_argument("path")
+    commands["export"].add_argument("path")
+    commands["export"].add_argument("--pins")
     return parser

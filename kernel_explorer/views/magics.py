@@ -365,6 +365,15 @@ class KernelsMagic:
         print(f"report written to {path}")
         return None
 
+    def _do_export(self, args: argparse.Namespace) -> Any:
+        explorer = self._need_explorer()
+        path = explorer.export(args.path)
+        print(f"module written to {path}: apply(model), or python {path.name} MODEL_FOLDER")
+        if args.pins:
+            pins = explorer.export_pins(args.pins)
+            print(f"kernel pins written to {pins} (then: kernels lock {args.pins})")
+        return None
+
 
 def load_ipython_extension(shell: Any) -> None:
     """Register `%kernels` (idempotent: a reload replaces the previous registration)."""

@@ -91,7 +91,8 @@ def one_x_line() -> dict[str, Any]:
 def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
     """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise:
     the colour of `stats.speed_verdict`'s answer (the one place a verdict is decided)."""
-    from kernel_explorer.measure.stats import FASTER, SLOWER, Interval, speed_verdict
+    from kernel_explorer.measure.stats import Interval, speed_verdict
+    from kernel_explorer.measure.verdict import Verdict
 
     verdict = speed_verdict(Interval((low * high) ** 0.5, low, high, 0, 0.0), floor)
-    return {FASTER: FASTER_COLOUR, SLOWER: SLOWER_COLOUR}.get(verdict, UNSURE_COLOUR)
+    return {Verdict.FASTER: FASTER_COLOUR, Verdict.SLOWER: SLOWER_COLOUR}.get(verdict, UNSURE_COLOUR)

@@ -178,7 +178,7 @@ class LivePlots:
                 found = Comparison(tuple(samples)).interval
                 shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
             elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
-                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict))
+                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
             elif verdict is not None:
                 what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
                 shown.append(
@@ -196,7 +196,8 @@ class LivePlots:
         bars.y = [s[1] for s in shown]
         bars.error_y.array = [s[3] - s[1] for s in shown]
         bars.error_y.arrayminus = [s[1] - s[2] for s in shown]
-        bars.text = ["not measurable" if s[5].startswith("not measurable") else f"{s[1]:.2f}x" for s in shown]
+        unmeasured = {name for name, v in self._verdicts.items() if not v.measurable}
+        bars.text = ["not measurable" if s[0] in unmeasured else f"{s[1]:.2f}x" for s in shown]
         bars.customdata = [f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown]
         bars.marker.color = [verdict_colour(s[2], s[3], s[4]) for s in shown]
 

@@ -40,9 +40,10 @@ each softmax's denominator and none in its numerator, as eager's ``cat([scores, 
 its scores, the softmax with the sink is the one without, times ``exp(lse) / (exp(lse) +
 exp(s_aux))`` = ``sigmoid(lse - s_aux)``, in float32; the returned lse includes the sink.
 
-Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal)
--> (out, lse)``; ``isa()`` / ``set_isa(name)`` report and force the code path (avx512bf16,
-avx512, avx2, portable).
+Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+heads_first=False) -> (out, lse)`` (heads_first: dense q/k/v as (batch, heads, seqlen, headdim),
+the output still (batch, seqlen, heads, headdim)); ``isa()`` / ``set_isa(name)`` report and force
+the code path (avx512bf16, avx512, avx2, portable).
 """
 
 from __future__ import annotations
@@ -213,6 +214,76 @@ def flash_attn_with_kvcache(
     return (out, lse) if return_softmax_lse else out
 
 
+#: keywords that make `attention_forward` answer with SDPA when set (what the kernel does not do)
+_SDPA_ONLY = frozenset(("softcap", "position_bias", "s_aux", "cache", "output_attentions"))
+_fwd = ops.fwd.default  # the overload itself: skips the packet's lookup on each call
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+):
+    """Transformers' attention-interface function (the signature of its `sdpa_attention_forward`),
+    running this kernel without Transformers' flash-attention glue.
+
+    Registered under a name with `transformers.AttentionInterface.register(name, attention_forward)`
+    and SDPA's mask (`AttentionMaskInterface.register(name, transformers.masking_utils.sdpa_mask)`),
+    then `model.set_attn_implementation(name)`, a model calls it with (batch, heads, seqlen,
+    headdim) tensors and SDPA's mask. Where SDPA would run without a mask (no padding: a causal
+    prefill, or one decode token against a cache), the kernel runs on those tensors as they are
+    (the op's heads_first layout), with SDPA's causal semantics (a prefill whose
+    keys outnumber its queries keeps the first seqlen_q keys, as `sdpa_attention_forward` does;
+    one query token sees every key). Anything else (a padding or static-cache mask, dropout,
+    position_bias, attention sinks, a paged cache, softcap, value head_dim != query head_dim) is
+    answered by Transformers' own `sdpa_attention_forward`, so the result is always PyTorch's where
+    the kernel does not apply. Returns (out (batch, seqlen, heads, headdim), None).
+
+    Why it exists: through `flash_attn_func`, Transformers wraps the kernel in
+    `flash_attention_forward`, whose Python (kwargs processing, PEFT dtype check, and for a batch of
+    one with position_ids, `_is_packed_sequence`: six small ATen ops reading the position ids)
+    costs more than the whole SDPA call at 16 tokens (bench/attention_glue.py).
+    """
+    # the common call (a model's own keywords only: position_ids, use_cache, ...) decides in a few
+    # attribute reads: this runs 30 times per token and at 16 tokens the op itself takes ~25 us
+    if (
+        attention_mask is not None
+        or dropout
+        or not (
+            _SDPA_ONLY.isdisjoint(kwargs) or all(kwargs.get(name) in (None, False) for name in _SDPA_ONLY)
+        )
+        or not (key.shape[-1] == value.shape[-1] == query.shape[-1] <= 256)
+        or query.shape[1] % key.shape[1]
+    ):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+    q_len, k_len = query.shape[2], key.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and q_len > 1
+    if causal and k_len > q_len:  # as sdpa_attention_forward: top-left, the first q_len keys
+        key, value = key[:, :, :q_len], value[:, :, :q_len]
+    scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    out, _ = _fwd(query, key, value, None, None, None, scale, causal, True)  # heads_first: no transposes
+    return out, None
+
+
 def isa() -> str:
     """The code path most ops run (avx512bf16, avx512, avx2 or portable): each op runs the fastest
     this CPU runs for it, timed once per machine at its first use, unless KERNEL_EXPLORER_ISA or
@@ -254,6 +325,7 @@ from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that
 has_backward = False
 
 __all__ = [
+    "attention_forward",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
