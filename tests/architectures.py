@@ -270,9 +270,10 @@ def sweep_one(model_type: str) -> Swept:
             continue
         kernels = sum(now.is_kernel for now in running)
         reasons = {now.reason for now in running if not now.is_kernel and now.reason}
-        found.rows[name] = f"{kernels}/{len(running)} on" + (
-            f" ({next(iter(reasons))[:120]})" if reasons else ""
-        )
+        reason = next(iter(reasons), "")
+        if reason.startswith("No ") and "): " in reason:  # "No kernel for 'x' can run here (cpu, ...): why"
+            reason = reason.split("): ", 1)[1]
+        found.rows[name] = f"{kernels}/{len(running)} on" + (f" ({reason[:160]})" if reason else "")
         error = (got - base).abs().max().item() / scale if got.shape == base.shape else float("inf")
         found.errors[name] = error
         states = {found_.state for _, found_ in row.candidates}
