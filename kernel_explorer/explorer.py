@@ -21,7 +21,7 @@ from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
-from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.measure.runner import Measurement, RunHandle, Runner, leave_the_cpus_to_runs
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -251,9 +251,12 @@ class Explorer:
         tensors while on, to restore them exactly; `allow_changes=True` switches it even when that
         would hold more than a quarter of the memory available.
         """
-        return self._switchboard.on(
-            name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
-        )
+        try:
+            return self._switchboard.on(
+                name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
+            )
+        finally:
+            leave_the_cpus_to_runs()
 
     def _sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """One real call of (layer, instance) from the captured inputs, for a probe's trial call."""
@@ -262,11 +265,17 @@ class Explorer:
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
-        return self._switchboard.off(name, instances)
+        try:
+            return self._switchboard.off(name, instances)
+        finally:
+            leave_the_cpus_to_runs()
 
     def reset(self) -> None:
         """Every layer back to PyTorch."""
-        self._switchboard.reset()
+        try:
+            self._switchboard.reset()
+        finally:
+            leave_the_cpus_to_runs()
 
     def extend(
         self,

@@ -43,11 +43,19 @@ function render({ model, el: root }) {
     // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
     if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
     const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: "the kernel this layer switches to" });
+    // grouped by device: each kernel once per device, this machine's first (layer_table.picker_candidates)
+    const groups = new Map();
     for (const option of row.candidates) {
+      const device = option.device || "";
+      if (!groups.has(device)) {
+        const group = el("optgroup", { label: device ? `device: ${device}` : "" });
+        groups.set(device, group);
+        select.append(group);
+      }
       const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: option.reason || "" });
       item.disabled = !option.usable;
       item.selected = option.label === row.candidate;
-      select.append(item);
+      groups.get(device).append(item);
     }
     select.disabled = busy.has(row.name);
     select.addEventListener("change", () => send(row.name, { type: "choose", candidate: select.value }));
@@ -111,29 +119,8 @@ function render({ model, el: root }) {
   model.on("change:rows", draw);
   draw();
 
-  // The dashboard's plotly figures size themselves on window resize only. Whenever one of them
-  // is drawn wider or narrower than its box (first render, the file browser opening, a resized
-  // panel), tell them: a resize event makes each one fit its box again.
-  let pending = null;
-  function fitPlots() {
-    const dashboard = root.closest(".kx-dashboard");
-    if (!dashboard) return;
-    const misfit = [...dashboard.querySelectorAll(".kx-plot")].some((box) => {
-      const svg = box.querySelector("svg.main-svg");
-      return svg && Math.abs(Number(svg.getAttribute("width")) - box.clientWidth) > 2;
-    });
-    if (misfit) {
-      clearTimeout(pending);
-      pending = setTimeout(() => window.dispatchEvent(new Event("resize")), 100);
-    }
-  }
-  const observer = new ResizeObserver(fitPlots);
-  observer.observe(root);
-  const timer = setInterval(fitPlots, 1000);
-  return () => {
-    observer.disconnect();
-    clearInterval(timer);
-  };
+  // (the live plots fit their boxes themselves: widgets/live_plot.js watches each one's size; a
+  // window "resize" sent from here every second relaid out the whole page)
 }
 
 export default { render };
