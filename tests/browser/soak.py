@@ -206,6 +206,13 @@ def chromium_pids() -> list[int]:
     ]
 
 
+def _dismiss_news(page: Any) -> None:
+    """JupyterLab's "get notified about news?" toast sits over the screenshots: answer it."""
+    button = page.locator(".jp-Notification-Toast, .Toastify").get_by_role("button", name="No")
+    if button.count():
+        button.first.click()
+
+
 def _run_cell(page: Any, index: int) -> None:
     page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputArea-editor").click(timeout=30_000)
     page.keyboard.press("Shift+Enter")
@@ -287,6 +294,7 @@ def soak(
             page.evaluate(_CLICK_AND_WAIT, [switch, runs, r"^bundled/", ".kx-layer-table"])
         )
     sample(started)
+    _dismiss_news(page)
     if screenshot is not None:
         page.locator(".kx-dashboard").first.scroll_into_view_if_needed()
         screenshot(page, "soak-during-run")
