@@ -101,6 +101,7 @@ class Sample:
     chromium_mb: float
     kernel_mb: float
     kernel_cpu_s: float
+    js_heap_mb: float = 0.0  # the page's JavaScript heap in use (Chromium's performance.memory)
 
 
 @dataclass
@@ -147,13 +148,14 @@ class SoakResult:
 
     def report(self) -> str:
         lines = [f"dashboard soak: {self.minutes:g} min Run on the default model; {self.busy_load}"]
-        lines.append("  t (s)   bytes/s   Chromium MB   kernel MB   kernel CPU s")
+        lines.append("  t (s)   bytes/s   Chromium MB   page JS heap MB   kernel MB   kernel CPU s")
         rates = dict(self.bytes_per_s())
         for s in self.samples:
             rate = rates.get(s.seconds)
             shown = f"{rate:9.0f}" if rate is not None else "        -"
             lines.append(
-                f"  {s.seconds:5.0f} {shown} {s.chromium_mb:13.0f} {s.kernel_mb:11.0f} {s.kernel_cpu_s:14.1f}"
+                f"  {s.seconds:5.0f} {shown} {s.chromium_mb:13.0f} {s.js_heap_mb:17.0f}"
+                f" {s.kernel_mb:11.0f} {s.kernel_cpu_s:14.1f}"
             )
         cpu = self.samples[-1].kernel_cpu_s - self.samples[0].kernel_cpu_s if len(self.samples) > 1 else 0
         lines.append(
@@ -263,11 +265,12 @@ def soak(
             _memory_mb(chromium_pids()),
             _memory_mb([kernel.pid]),
             sum(kernel.cpu_times()[:2]),
+            page.evaluate("() => performance.memory ? performance.memory.usedJSHeapSize / 1048576 : 0"),
         )
         result.samples.append(found)
         log(
             f"  {found.seconds:5.0f} s: {found.bytes_in:,} bytes in, Chromium {found.chromium_mb:.0f} MB, "
-            f"kernel {found.kernel_mb:.0f} MB"
+            f"kernel {found.kernel_mb:.0f} MB, page JS heap {found.js_heap_mb:.0f} MB"
         )
 
     page.locator("button.kx-run").click()
