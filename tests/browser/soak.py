@@ -37,7 +37,8 @@ CELLS = [
     "%kernels explore",  # no model in a fresh notebook: the default model, saying so
     "import os\nimport kernel_explorer as kx\nexplorer = kx.Explorer.of(model)\n"
     f"explorer.on('RMSNorm'); explorer.on('{SWITCHED}')\nprint('PID', os.getpid())",
-    "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing)",
+    "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing,"
+    " *[round(s * 1000) for s in Out[2].table.answer_seconds])",
     # the Run's last verdict of each layer measured on its kernel, beside a compare of that layer
     "import json\n"
     "def _v(v):\n"
@@ -133,6 +134,7 @@ class SoakResult:
     samples: list[Sample] = field(default_factory=list)
     switch_ms: list[float] = field(default_factory=list)  # click on the switch -> the row says so
     stop_ms: float = -1.0  # click on Stop -> "cancelled" on the status line
+    kernel_switch_ms: list[float] = field(default_factory=list)  # the kernel's share of each click
     view_bytes: int = 0  # what the live plots sent (JSON of their messages)
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
@@ -166,7 +168,8 @@ class SoakResult:
         )
         lines.append(
             f"switch clicks answered in (ms): {', '.join(f'{ms:.0f}' for ms in self.switch_ms)}; "
-            f"Stop to 'cancelled': {self.stop_ms:.0f} ms"
+            f"Stop to 'cancelled': {self.stop_ms:.0f} ms; the kernel's share of each click (ms): "
+            f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}"
         )
         lines.append("verdicts   Run: verdict median [95%] floor   |   compare: verdict median [95%] floor")
         for v in self.verdicts:
@@ -306,9 +309,27 @@ def soak(
     )
     log(f"  Stop: 'cancelled' after {result.stop_ms:.0f} ms")
     sample(started)
+    page.wait_for_timeout(2000)  # the last redraw
+    _dismiss_news(page)
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            page.keyboard.press("Control+Shift+C")
+            page.keyboard.type("JupyterLab Dark")
+            page.keyboard.press("Enter")
+            expect(page.locator("body[data-jp-theme-light='false']")).to_have_count(1, timeout=30_000)
+            page.wait_for_timeout(1500)
+        plots = page.locator(".kx-dashboard .kx-plot")
+        for index in range(plots.count()):  # each drawn, as a person scrolling to it sees it
+            plots.nth(index).scroll_into_view_if_needed()
+            page.wait_for_timeout(300)
+        result.layout[theme] = page.evaluate(PLOT_CHECKS)
+        if screenshot is not None:
+            plots.first.scroll_into_view_if_needed()
+            screenshot(page, f"soak-plots-{theme}")
     _run_cell(page, 3)
-    view_bytes, view_cpu = _printed(page, 3, "VIEW").split()[:2]
+    view_bytes, view_cpu, *kernel_ms = _printed(page, 3, "VIEW").split()
     result.view_bytes, result.view_cpu_s = int(view_bytes), float(view_cpu)
+    result.kernel_switch_ms = [float(ms) for ms in kernel_ms]
     _run_cell(page, 4)
     rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
     result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]
