@@ -183,7 +183,7 @@ def explain_decode(decoder: StaticDecoder, input_ids: Any) -> str:
     reasons, in a few lines."""
     import torch
 
-    decoder.prefill(input_ids)
+    decoder.prefill(input_ids, compiled=False)  # the prompt eagerly: explain traces the decode step
     token = input_ids[:, -1:]
     with torch.no_grad():
         explanation = torch._dynamo.explain(decoder._forward)(token, torch.tensor([input_ids.shape[1]]))
