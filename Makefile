@@ -54,8 +54,8 @@ test-fast: setup
 # builder_format.py and call_overhead.py compare two builds of the hub (old and new folders as
 # arguments): run them by hand around a change to the kernels, not in every bench
 BENCH_TWO_BUILDS := bench/builder_format.py bench/call_overhead.py
-# isa_env.py is imported by the benches (the AVX2 emulation), not a bench itself
-BENCH_HELPERS := bench/isa_env.py
+# isa_env.py (the AVX2 emulation) and compiled_decode.py (StaticDecoder) are imported by the benches, not benches
+BENCH_HELPERS := bench/isa_env.py bench/compiled_decode.py
 # dashboard_soak.py drives JupyterLab and chromium for N minutes (10 by default): run it by hand,
 # after `make browser`: .venv/bin/python bench/dashboard_soak.py --minutes 10
 BENCH_BROWSER := bench/dashboard_soak.py

@@ -8,6 +8,7 @@ compiled=True)` to come; it imports nothing of the explorer at module level.
     explorer = kernel_model(model, tokenizer)        # every bundled kernel + Q4_1/Q8_0 Linear, compile mode
     decoder = StaticDecoder(model, max_cache_len=192, compiled=True)
     tokens = decoder.generate(ids, new_tokens=64)    # greedy, (1, prompt + 64) LongTensor
+    decoder.generate(other, 64, compiled_prefill=False)  # a one-off prompt length: eager prefill
     logits = decoder.prefill(ids)                    # a fresh cache, the prompt's last-token logits
     decoder.compile_s                                # {"prefill 128": 21.3, "decode": 9.8}: first calls
     print(explain_decode(decoder, ids))              # graphs and graph breaks of one decode step
@@ -41,6 +42,13 @@ class StaticDecoder:
         import torch
         from transformers import StaticCache
 
+        # Dynamo keeps its graphs per code object (this class's _forward), guarded on the instance
+        # and its model: every decoder and every bucket is one entry, and past the limit (8 by
+        # default) a call silently runs eagerly
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            torch._dynamo.config.accumulated_recompile_limit, 256
+        )
         self.model = model
         self.max_cache_len = max_cache_len
         self.compiled = compiled
@@ -67,8 +75,10 @@ class StaticDecoder:
             return logits
         return self._fn(input_ids, cache_position)
 
-    def prefill(self, input_ids: Any) -> Any:
-        """A fresh cache holding the prompt (batch 1); the last token's logits (1, vocab)."""
+    def prefill(self, input_ids: Any, *, compiled: bool = True) -> Any:
+        """A fresh cache holding the prompt (batch 1); the last token's logits (1, vocab).
+        `compiled=False` runs this prompt's forward eagerly (no graph for a one-off length) into
+        the same cache, so the compiled decode step that follows is the one already built."""
         import torch
 
         n = input_ids.shape[1]
@@ -76,6 +86,8 @@ class StaticDecoder:
             raise ValueError(f"a prompt of {n} tokens does not fit a cache of {self.max_cache_len}")
         self.cache.reset()
         with torch.no_grad():
+            if not compiled:
+                return self._forward(input_ids, torch.arange(n))
             return self._call(f"prefill {n}", input_ids, torch.arange(n))
 
     def decode(self, first: Any, start: int, new_tokens: int) -> list[int]:
@@ -95,11 +107,11 @@ class StaticDecoder:
                 token = logits.argmax(-1, keepdim=True)
         return out
 
-    def generate(self, input_ids: Any, new_tokens: int) -> Any:
+    def generate(self, input_ids: Any, new_tokens: int, *, compiled_prefill: bool = True) -> Any:
         """Greedy generation of `new_tokens` after the prompt: (1, prompt + new_tokens)."""
         import torch
 
-        first = self.prefill(input_ids).argmax(-1, keepdim=True)
+        first = self.prefill(input_ids, compiled=compiled_prefill).argmax(-1, keepdim=True)
         ids = self.decode(first, input_ids.shape[1], new_tokens)
         return torch.cat([input_ids, torch.tensor([ids])], dim=1)
 
@@ -170,7 +182,7 @@ def explain_decode(decoder: StaticDecoder, input_ids: Any) -> str:
     reasons, in a few lines."""
     import torch
 
-    decoder.prefill(input_ids)
+    decoder.prefill(input_ids, compiled=False)  # the prompt eagerly: explain traces the decode step
     token = input_ids[:, -1:]
     with torch.no_grad():
         explanation = torch._dynamo.explain(decoder._forward)(token, torch.tensor([input_ids.shape[1]]))

@@ -1,0 +1,56 @@
+"""The bundled kernels under torch.compile: the quantized Linear layers trace without a graph
+break once an eager forward packed their weight (and refuse to trace before, with a reason), and
+a tiny Llama with every bundled kernel and the quantized Linear layers on decodes greedily under
+torch.compile with a static KV cache (bench/compiled_decode.py) exactly as it does uncompiled."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+
+@pytest.mark.parametrize("layer", ["Q8_0Linear", "Q4_1Linear"])
+def test_quantized_layer_compiles_in_one_graph_after_an_eager_pack(hub: dict, layer: str) -> None:
+    cls = getattr(hub["quantized_linear"].layers, layer)
+    assert cls.can_torch_compile
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 24)
+    x = torch.randn(1, 64)
+
+    def forward(inp: torch.Tensor) -> torch.Tensor:
+        return cls.forward(lin, inp)
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="run one forward eagerly"):
+        torch.compile(forward, fullgraph=True, backend="eager")(x)
+    with torch.no_grad():
+        eager = forward(x)  # packs
+        explanation = torch._dynamo.explain(forward)(x)
+        assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+        compiled = torch.compile(forward, fullgraph=True, backend="eager")(x)
+    assert torch.equal(compiled, eager)
+
+
+@pytest.mark.slow
+def test_tiny_llama_decodes_the_same_compiled_with_every_kernel(hub: dict) -> None:
+    from compiled_decode import StaticDecoder, explain_decode, kernel_model
+    from kernel_explorer.models import tiny_llama
+
+    model = tiny_llama()
+    for module in model.modules():  # the quantized layers need rows of whole 32-blocks
+        if isinstance(module, nn.Linear) and module.in_features % 32:
+            pytest.skip(f"tiny_llama has a Linear of {module.in_features} inputs")
+    explorer = kernel_model(model)
+    assert sum(now.is_kernel for now in explorer.running()) > 0
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(0))
+    eager = StaticDecoder(model, 32, compiled=False).generate(ids, 8)
+    decoder = StaticDecoder(model, 32, compiled=True)
+    assert torch.equal(decoder.generate(ids, 8), eager)
+    assert set(decoder.compile_s) == {"prefill 9", "decode"}
+    assert "0 graph break(s)" in explain_decode(decoder, ids)
