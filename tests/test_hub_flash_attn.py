@@ -266,3 +266,42 @@ def test_attention_forward_runs_the_kernel_where_sdpa_skips_its_mask(hub: dict) 
     (masked, _), ran = _ran_kernel(fa.attention_forward, module, q, k, v, mask, scaling=0.125)
     assert not ran
     assert torch.equal(masked, sdpa_attention_forward(module, q, k, v, mask, scaling=0.125)[0])
+
+
+class SinkAttention(torch.nn.Module):
+    """A model's attention module whose module (this test file) has its own eager attention."""
+
+    is_causal, num_key_value_groups = True, 3
+
+
+def eager_attention_forward(
+    module, query, key, value, attention_mask, *, dropout=0.0, scaling=None, **kwargs
+):  # type: ignore[no-untyped-def]
+    """GPT-OSS's eager with sinks: one extra logit per head in each softmax's denominator."""
+    key = key.repeat_interleave(module.num_key_value_groups, dim=1)
+    value = value.repeat_interleave(module.num_key_value_groups, dim=1)
+    scores = query @ key.transpose(-1, -2) * scaling
+    lq, lk = scores.shape[-2:]
+    scores = scores.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(lk - lq + 1), float("-inf"))
+    sinks = kwargs["s_aux"].reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]
+    return (probs @ value).transpose(1, 2), probs
+
+
+def test_attention_forward_answers_sinks_with_the_models_eager_not_sdpa(hub: dict) -> None:
+    """SDPA ignores attention sinks: a call with `s_aux` answered there would be silently wrong on
+    GPT-OSS or DeepSeek-V4. It goes to the model module's own eager attention, and a module without
+    one is refused in one line."""
+    fa = hub["flash_attn"]
+    q = _rand(1, 9, 12, 64, dtype=torch.float32, seed=1)
+    k = _rand(1, 3, 12, 64, dtype=torch.float32, seed=2)
+    v = _rand(1, 3, 12, 64, dtype=torch.float32, seed=3)
+    sinks = torch.linspace(-1.0, 2.0, 9)
+    out, _ = fa.attention_forward(SinkAttention(), q, k, v, None, scaling=0.125, s_aux=sinks)
+    want, _ = eager_attention_forward(SinkAttention(), q, k, v, None, scaling=0.125, s_aux=sinks)
+    without, _ = fa.attention_forward(SinkAttention(), q, k, v, None, scaling=0.125)
+    assert torch.equal(out, want) and (out - without).abs().max() > 1e-3  # the sinks were applied
+    plain = torch.nn.Module()
+    plain.is_causal, plain.num_key_value_groups = True, 3
+    with pytest.raises(ValueError, match=r"attention sinks \(s_aux\), which SDPA ignores"):
+        fa.attention_forward(plain, q, k, v, None, scaling=0.125, s_aux=sinks)

@@ -256,11 +256,14 @@ def attention_forward(
         attention_mask is not None
         or dropout
         or not (
-            _SDPA_ONLY.isdisjoint(kwargs) or all(kwargs.get(name) in (None, False) for name in _SDPA_ONLY)
+            _SDPA_ONLY.isdisjoint(kwargs)
+            or all(kwargs.get(name) is None or kwargs.get(name) is False for name in _SDPA_ONLY)
         )
         or not (key.shape[-1] == value.shape[-1] == query.shape[-1] <= 256)
         or query.shape[1] % key.shape[1]
     ):
+        if kwargs.get("s_aux") is not None:  # SDPA drops sinks: the model's own eager takes them
+            return _eager_with_sinks(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(
@@ -282,6 +285,22 @@ def attention_forward(
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
     out, _ = _fwd(query, key, value, None, None, None, scale, causal, True)  # heads_first: no transposes
     return out, None
+
+
+def _eager_with_sinks(module, query, key, value, attention_mask, dropout, scaling, **kwargs):
+    """A call with attention sinks (`s_aux`) answered by the model's own `eager_attention_forward`:
+    Transformers' `sdpa_attention_forward` ignores sinks, so answering it there would be silently
+    wrong (GPT-OSS, DeepSeek-V4); a model module without one is refused in one line."""
+    import sys
+
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        raise ValueError(
+            f"{_NAME}: this call passes attention sinks (s_aux), which SDPA ignores, and "
+            f"{type(module).__module__} has no eager_attention_forward to answer it; use the model's "
+            "eager attention for it"
+        )
+    return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 def isa() -> str:
