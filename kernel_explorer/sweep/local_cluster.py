@@ -117,12 +117,23 @@ def local_cluster(
     port = free_port()
     address = f"127.0.0.1:{port}"
     env = {**os.environ, **FAST_HEALTH_CHECKS, "RAY_USAGE_STATS_ENABLED": "0"}
-    common = ["--num-cpus=1", "--num-gpus=0", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    common = ["--num-cpus=1", "--num-gpus=0", "--disable-usage-stats"]
+
+    def ports() -> list[str]:
+        """Every port a node opens, chosen free here: a raylet given port 0 waits for its agents to
+        write the ports they took, and on a loaded machine it gives up (and dies) first."""
+        names = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port")
+        return [f"--{name}={free_port()}" for name in names] + [
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+        ]
+
     head_args = [
         "--head",
         f"--port={port}",
         "--include-dashboard=false",
-        f"--dashboard-agent-listen-port={free_port()}",
+        *ports(),
         f"--temp-dir={folder / 'ray'}",
         *common,
     ]
@@ -133,7 +144,7 @@ def local_cluster(
             worker_args = [
                 f"--address={address}",
                 f'--resources={{"{label}": 1}}',
-                f"--dashboard-agent-listen-port={free_port()}",
+                *ports(),
                 *common,
             ]
             log = folder / f"worker-{label}.log"
