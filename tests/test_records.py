@@ -70,3 +70,58 @@ def test_pandas_columns_are_the_value_fields() -> None:
     frame = log.to_pandas("layer_latency")
     fields = [f.name for f in dataclasses.fields(LayerLatency)]
     assert list(frame.columns) == ["kind", "run_id", "layer", "instance", "time", *fields]
+
+
+def test_a_verdict_is_a_value_and_older_logs_sentences_load_as_their_member(tmp_path) -> None:
+    """Code decides by the member; a log from before verdicts were values (the stall reason written
+    into the verdict) loads as NOT_MEASURABLE, and the reader still sees the reason."""
+    from kernel_explorer.measure.records import LayerVerdict
+    from kernel_explorer.measure.verdict import Verdict
+
+    fields = dict(
+        pairs=7, instances=1, speedup=1.0, speedup_low=0.0, speedup_high=2.0, confidence=0.95,
+        noise_floor=0.02, accuracy="bitwise equal", stopped_by="pairs", stalled=4,
+    )  # fmt: skip
+    old = {
+        "run_id": "run-1", "kind": "layer_verdict", "layer": "SiLU", "instance": None, "time": 0.0,
+        "values": fields | {"verdict": "not measurable here (the machine stalled 4 of 7 pairs)"},
+    }  # fmt: skip
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    loaded = ResultLog.from_jsonl(path).records("layer_verdict")[0].values
+    assert loaded.verdict is Verdict.NOT_MEASURABLE and not loaded.measurable
+    assert loaded.summary == "not measurable here (the machine stalled 4 of 7 pairs)"
+    again = Record.from_dict(json.loads(json.dumps(Record("run-2", loaded, "SiLU").to_dict())))
+    assert again.values.verdict is Verdict.NOT_MEASURABLE  # written as its text, read as its member
+    faster = LayerVerdict(**fields | {"verdict": "faster", "stalled": 0})
+    assert faster.verdict is Verdict.FASTER and faster.measurable
+    with pytest.raises(ValueError, match="unknown verdict 'quicker'"):
+        LayerVerdict(**fields | {"verdict": "quicker"})
+
+
+def test_no_module_decides_by_a_verdicts_text() -> None:
+    """Verdicts are compared as members: no string "faster"/"slower" in code and no
+    `.startswith("not measurable...")` outside the enum's own module (docstrings may say the words)."""
+    import ast
+    from pathlib import Path
+
+    import kernel_explorer
+
+    package = Path(kernel_explorer.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.name == "verdict.py" or "hub" in path.relative_to(package).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            literal = isinstance(node, ast.Constant) and node.value in ("faster", "slower")
+            parsing = (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "startswith"
+                and any(
+                    isinstance(a, ast.Constant) and str(a.value).startswith("not measurable")
+                    for a in node.args
+                )
+            )
+            if literal or parsing:
+                offenders.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert offenders == []

@@ -61,7 +61,7 @@ def test_pandas_and_summary() -> None:
     frame = log.to_pandas("layer_latency")
     assert list(frame.speedup) == [2.0, 3.0, 4.0] and set(frame.instance) == {"n0", "n1", "n2"}
     (row,) = log.layer_summary().to_dict("records")
-    assert row["layer"] == "RMSNorm" and row["pairs"] == 3 and row["speedup_median"] == 3.0
+    assert row["layer"] == "RMSNorm" and row["pairs"] == 3 and row["speedup"] == 3.0
     assert row["instances"] == 3  # pairs and instances counted apart
     assert row["speedup_q1"] == 2.5 and row["max_ulp"] == 2 and row["kernel_err64"] == 2e-7
 
@@ -85,8 +85,8 @@ def test_summary_per_run_keeps_pytorch_against_pytorch_apart_and_flags_runs_that
     assert first["verdict"] == "faster" and first["speedup_low"] <= 3.0 <= first["speedup_high"]
     assert first["aa_pairs"] == 5 and 0 < first["noise_floor"] < 0.05
     grow = 1 + first["noise_floor"]  # the interval across runs: the run's, widened by the floor
-    assert first["across_runs_low"] == first["speedup_low"] / grow
-    assert first["across_runs_high"] == first["speedup_high"] * grow
+    assert first["across_low"] == first["speedup_low"] / grow
+    assert first["across_high"] == first["speedup_high"] * grow
     assert first["runs_agree"] is False and second["runs_agree"] is False  # 3x and 2x do not overlap
     assert off["verdict"] == "PyTorch against PyTorch (kernel off)" and off["pairs"] == 3
     assert first["pairs"] == 7 and first["instances"] == 1 and off["instances"] == 1

@@ -55,7 +55,7 @@ def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pyte
     for line in ("help", "--help", "-h"):
         shell.run_line_magic("kernels", line)
         full = capsys.readouterr().out
-        assert "%kernels explore MODEL [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
+        assert "%kernels explore [MODEL] [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
         assert full.count("\n") == len(full.splitlines()) >= 10
         assert max(len(line) for line in full.splitlines()) <= 100  # no sideways scrolling
 
@@ -110,8 +110,26 @@ def test_stop_cancels_the_magics_run_and_the_dashboards(
     shell.run_line_magic("kernels", "stop")
     out = capsys.readouterr().out
     assert handle.done and handle.cancelled and live.done and live.cancelled
-    assert out.startswith("stopped run ") and handle.run_id in out and live.run_id in out
+    assert "stopped run " in out and handle.run_id in out and live.run_id in out
     assert not any(now.is_kernel for now in dashboard.explorer.running())  # put back as before
+    dashboard.close()
+
+
+def test_a_background_compare_says_when_it_finished(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    """The cell said "measures in the background" for good, and %kernels stop then said "nothing to
+    stop" without a word that the run had ended."""
+    magic = shell._kernel_explorer_magic
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    capsys.readouterr()
+    shell.run_line_magic("kernels", "compare SiLU --pairs 2 --background")
+    handle = magic.handle
+    assert handle.wait(60)
+    out = capsys.readouterr().out
+    assert f"run {handle.run_id} finished at " in out and "SiLU: " in out, out
+    shell.run_line_magic("kernels", "stop")
+    assert f"(run {handle.run_id} finished)" in capsys.readouterr().out
     dashboard.close()
 
 
@@ -371,3 +389,18 @@ def test_export_writes_the_module_and_the_pins(
     assert err.startswith("%kernels: cannot write") and err.count("\n") == 1
     shell.run_line_magic("kernels", "reset")
     dashboard.close()
+
+
+def test_loading_bars_in_a_notebook_are_plain_text_on_stdout(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """On stderr, JupyterLab drew the "Loading weights" bar in a red error-style box."""
+    import IPython
+    import tqdm.auto
+
+    from kernel_explorer.loading import text_bars_in_notebooks
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Shell", (), {"kernel": object()})())
+    with text_bars_in_notebooks():
+        for _ in tqdm.auto.tqdm(range(3), desc="Loading weights"):
+            pass
+    printed = capsys.readouterr()
+    assert "Loading weights" in printed.out and "Loading weights" not in printed.err

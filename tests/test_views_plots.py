@@ -1,47 +1,28 @@
-"""The live plots: what a caller reads after `flush()` is every record received so far."""
+"""The live plots: what a redraw sends is what is new, the browser keeps a fixed budget per trace,
+redraws run between pairs on the measuring thread, and the axes read at a glance."""
 
 from __future__ import annotations
 
 import contextlib
-import time
+import threading
 from collections.abc import Iterator
+
+import pytest
 
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.records import LayerLatency, Record, RunEvent
-from kernel_explorer.views.plots import LivePlots
+from kernel_explorer.views.live_figures import MAX_DRAWN, Series
+from kernel_explorer.views.plot_style import MAX_TICKS, log_ticks
+from kernel_explorer.views.plots import LivePlots, kernel_off_name
 
 
-def test_flush_waits_for_the_batch_the_flush_thread_is_drawing() -> None:
-    """The flush thread takes pending records and draws them outside the record lock: a flush()
-    that found nothing pending returned while that batch was still being drawn, and a dashboard
-    test read a plot without its last trace (CI, once in three runs). Drawing is slowed here so
-    the flush thread is surely mid-batch when the caller flushes."""
-    log = ResultLog()
-    plots = LivePlots(log, interval=0.01)
-    draw = plots._draw
-
-    def slow_draw(record: Record) -> None:
-        time.sleep(0.2)
-        draw(record)
-
-    plots._draw = slow_draw  # type: ignore[method-assign]
-    try:
-        log.append(Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=False), "RMSNorm", "model.norm"))
-        time.sleep(0.05)  # the flush thread has taken the record and is drawing it
-        plots.flush()
-        names = {trace.name for trace in plots.latency.data}
-        assert "RMSNorm: kernel off (PyTorch vs PyTorch)" in names
-    finally:
-        plots.close()
-
-
-def _pairs(run_id: str, layers: dict[str, int]) -> list[Record]:
+def _pairs(run_id: str, layers: dict[str, int], first: int = 0) -> list[Record]:
     return [
         Record(
             run_id, LayerLatency(2e-6, 1e-6, 2.0 + i / 1e4, kernel_on=True), layer, f"{layer}.0", time=1.0 + i
         )
         for layer, count in layers.items()
-        for i in range(count)
+        for i in range(first, first + count)
     ]
 
 
@@ -60,32 +41,109 @@ def _drawn(records: list[Record]) -> Iterator[tuple[ResultLog, LivePlots]]:
 
 
 def test_every_pair_of_one_redraw_is_drawn() -> None:
-    """Inside plotly's batch_update a trace's x reads its value from before the block, so appending
-    once per record kept only the last append of each redraw (135 points drawn of 27,687 logged)."""
     started = Record("run-1", RunEvent("started"), time=0.0)
     with _drawn([started, *_pairs("run-1", {"RMSNorm": 400, "SiLU": 250})]) as (log, plots):
         drawn = {trace.legendgroup: len(trace.x) for trace in plots.latency.data}
         assert drawn == {"RMSNorm": 400, "SiLU": 250}
         assert plots.points() == 650 == len(log.records("layer_latency")) == plots.pairs_received()
-        for record in _pairs("run-1", {"RMSNorm": 100}):
+        for record in _pairs("run-1", {"RMSNorm": 100}, first=400):
             log.append(record)
         plots.flush()
         assert plots.points() == 750 == plots.pairs_received()
         assert len(plots.latency.data[0].x) == 500 and list(plots.latency.data[0].x[:2]) == [1.0, 2.0]
 
 
-def test_a_trace_longer_than_the_cap_shows_medians_and_says_so() -> None:
-    from kernel_explorer.views.live_figures import MAX_DRAWN
+def _sent_by_next_redraw(log: ResultLog, plots: LivePlots, records: list[Record]) -> list[dict]:
+    """The operations the next redraw sends, and append `records` before it."""
+    sent: list[dict] = []
+    plots.latency.send = lambda message, buffers=None: sent.extend(message["ops"])  # type: ignore[method-assign]
+    for record in records:
+        log.append(record)
+    plots.flush()
+    return sent
 
-    pairs = 2 * MAX_DRAWN + 5
-    with _drawn(_pairs("run-1", {"RMSNorm": pairs})) as (_, plots):
+
+def test_a_redraw_sends_the_new_points_only_however_long_the_run() -> None:
+    """A FigureWidget resent every point of every trace at each 0.3 s redraw: after minutes the
+    kernel and the browser did work that grew with the run, and a Stop click waited behind it."""
+    with _drawn(_pairs("run-1", {"RMSNorm": 50_000})) as (log, plots):
+        before = plots.bytes_sent()
+        ops = _sent_by_next_redraw(log, plots, _pairs("run-1", {"RMSNorm": 64}, first=50_000))
+        assert [op["op"] for op in ops] == ["extend"], ops
+        assert len(ops[0]["x"][0]) <= 64 and ops[0]["max"] == MAX_DRAWN  # the browser's own cap
+        assert plots.bytes_sent() - before < 1500  # a few points, not 1000
+
+
+def test_each_trace_keeps_a_fixed_budget_of_exact_medians() -> None:
+    series = Series(budget=4)
+    for i, y in enumerate([5, 1, 3, 2, 9, 7, 4, 8, 6, 0]):
+        series.add(float(i), float(y))
+    x, y, whole = series.new_points()
+    # 10 pairs over a budget of 4: each point the median of 4 consecutive pairs (the rest waits)
+    assert whole and series.step == 4 and y == [2.5, 7.5] and x == [2.0, 6.0]
+    with _drawn(_pairs("run-1", {"RMSNorm": 20 * MAX_DRAWN})) as (_, plots):
         (trace,) = plots.latency.data
-        assert len(trace.x) <= MAX_DRAWN
-        assert trace.name == f"RMSNorm (median of each 3 of {pairs:,} pairs)"
-        assert plots.points() == pairs == plots.pairs_received()
+        assert len(trace.x) <= MAX_DRAWN and trace.marker.symbol == "circle"  # merged, still markers
+        assert "median of up to" in plots.latency.plot_layout.xaxis.title.text
+
+
+def test_redraws_run_on_the_appending_thread_with_no_thread_of_their_own() -> None:
+    """A plot thread serialized figures while pairs were timed, and competed with the measurement
+    and with the kernel's widget messages for the interpreter."""
+    log = ResultLog()
+    before = {t.name for t in threading.enumerate()}
+    plots = LivePlots(log, interval=0.0)
+    threads: list[str] = []
+    plots.latency.send = lambda message, buffers=None: threads.append(threading.current_thread().name)  # type: ignore[method-assign]
+
+    def measure() -> None:
+        for record in _pairs("run-1", {"RMSNorm": 5}):
+            log.append(record)
+
+    worker = threading.Thread(target=measure, name="measuring")
+    worker.start()
+    worker.join()
+    assert {t.name for t in threading.enumerate()} <= before
+    assert threads and set(threads) == {"measuring"}
+    plots.close()
 
 
 def test_a_new_run_counts_from_zero() -> None:
     with _drawn(_pairs("run-1", {"RMSNorm": 5}) + _pairs("run-2", {"SiLU": 3})) as (_, plots):
         assert plots.pairs_received() == 3 and plots.points() == 3
         assert [trace.legendgroup for trace in plots.latency.data] == ["SiLU"]
+
+
+def test_plots_made_after_a_measurement_open_with_it() -> None:
+    log = ResultLog(_pairs("run-1", {"RMSNorm": 7}))
+    plots = LivePlots(log, interval=3600)
+    assert [len(trace.x) for trace in plots.latency.data] == [7] and plots.pairs_received() == 7
+    assert plots.latency.plot_layout.yaxis.visible and not plots.latency.plot_layout.annotations
+    plots.close()
+
+
+def test_an_empty_plot_has_no_axes_and_title_legend_and_toolbar_keep_apart() -> None:
+    with _drawn([]) as (_, plots):
+        for plot in plots.figures:
+            layout = plot.plot_layout
+            assert layout.xaxis.visible is False and layout.yaxis.visible is False and layout.annotations
+            assert layout.title.xanchor == "left" and layout.title.yref == "container"
+            assert layout.legend.yanchor == "bottom" and layout.legend.y == 0  # under the plot
+            assert plot.figure()["config"]["displayModeBar"] is False
+
+
+def test_a_layer_switched_off_has_a_short_legend_entry() -> None:
+    off = Record("run-1", LayerLatency(1e-6, 1e-6, 1.0, kernel_on=False), "RMSNorm", "m.0", time=1.0)
+    with _drawn([off]) as (_, plots):
+        assert [trace.name for trace in plots.latency.data] == [kernel_off_name("RMSNorm")]
+        assert len(kernel_off_name("RMSNorm")) < 25
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.002, 2000), (0.4, 3.0), (0.9, 1.2), (1e-3, 1e6), (0.05, 1.0)])
+def test_a_log_axis_labels_at_most_six_ticks(low: float, high: float) -> None:
+    """16 labels (0.002x ... 2000x) overlapped in a plot about 110 px high."""
+    ticks = log_ticks(low, high)
+    assert 1 <= len(ticks["tickvals"]) <= MAX_TICKS and len(ticks["ticktext"]) == len(ticks["tickvals"])
+    assert all(text.endswith("x") for text in ticks["ticktext"])
+    errors = log_ticks(1e-30, 1e-4, unit="", decades_only=True)
+    assert (len(errors["tickvals"]) <= MAX_TICKS and "10⁻⁶" in errors["ticktext"]) or len(errors["ticktext"])

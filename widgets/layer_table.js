@@ -43,11 +43,19 @@ function render({ model, el: root }) {
     // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
     if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
     const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: "the kernel this layer switches to" });
+    // grouped by device: each kernel once per device, this machine's first (layer_table.picker_candidates)
+    const groups = new Map();
     for (const option of row.candidates) {
+      const device = option.device || "";
+      if (!groups.has(device)) {
+        const group = el("optgroup", { label: device ? `device: ${device}` : "" });
+        groups.set(device, group);
+        select.append(group);
+      }
       const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: option.reason || "" });
       item.disabled = !option.usable;
       item.selected = option.label === row.candidate;
-      select.append(item);
+      groups.get(device).append(item);
     }
     select.disabled = busy.has(row.name);
     select.addEventListener("change", () => send(row.name, { type: "choose", candidate: select.value }));
@@ -61,6 +69,18 @@ function render({ model, el: root }) {
       el("th", { text: "on" }), el("th", { text: "layer" }), el("th", { text: "instances" }),
       el("th", { text: "available" }), el("th", { text: "runs now" }))));
     const body = el("tbody");
+    // the user's own candidates (a peer, an attention repository), each with its state and reason
+    const given = (row) => (row.given || []).map((option) => el("div", { class: "kx-given", title: option.reason },
+      el("span", { class: `kx-badge kx-state-${option.state_key}`, text: option.state }),
+      el("small", { text: ` ${option.short} [${option.source}]: ${option.reason.split("\n")[0]}` })));
+    // a kernel the user named runs although its values are wrong here: said in that state's colour
+    const runsCell = (row, working) => {
+      const cell = el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" });
+      if (row.warning && !working) {
+        cell.append(el("div", {}, el("span", { class: `kx-badge kx-state-${row.warning_key}`, title: row.warning, text: "wrong results here" })));
+      }
+      return cell;
+    };
     for (const row of rows) {
       const switchBox = el("input", { type: "checkbox", class: "kx-layer-switch", "data-layer": row.name });
       switchBox.checked = row.on_count > 0 && row.on_count === row.count;
@@ -78,8 +98,8 @@ function render({ model, el: root }) {
         el("td", {}, switchBox),
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
-        el("td", {}, badge, picker(row)),
-        el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" })));
+        el("td", {}, badge, picker(row), ...given(row)),
+        runsCell(row, working)));
       if (open.has(row.name)) {
         for (const instance of row.instances) {
           const box = el("input", { type: "checkbox", class: "kx-instance-switch", "data-layer": row.name, "data-instance": instance.path });
@@ -99,29 +119,8 @@ function render({ model, el: root }) {
   model.on("change:rows", draw);
   draw();
 
-  // The dashboard's plotly figures size themselves on window resize only. Whenever one of them
-  // is drawn wider or narrower than its box (first render, the file browser opening, a resized
-  // panel), tell them: a resize event makes each one fit its box again.
-  let pending = null;
-  function fitPlots() {
-    const dashboard = root.closest(".kx-dashboard");
-    if (!dashboard) return;
-    const misfit = [...dashboard.querySelectorAll(".kx-plot")].some((box) => {
-      const svg = box.querySelector("svg.main-svg");
-      return svg && Math.abs(Number(svg.getAttribute("width")) - box.clientWidth) > 2;
-    });
-    if (misfit) {
-      clearTimeout(pending);
-      pending = setTimeout(() => window.dispatchEvent(new Event("resize")), 100);
-    }
-  }
-  const observer = new ResizeObserver(fitPlots);
-  observer.observe(root);
-  const timer = setInterval(fitPlots, 1000);
-  return () => {
-    observer.disconnect();
-    clearInterval(timer);
-  };
+  // (the live plots fit their boxes themselves: widgets/live_plot.js watches each one's size; a
+  // window "resize" sent from here every second relaid out the whole page)
 }
 
 export default { render };

@@ -168,6 +168,28 @@ def attention_function(module: nn.Module, name: str) -> Callable[..., Any]:
     return ALL_ATTENTION_FUNCTIONS[name]
 
 
+def causal_mask(query: Any, key: Any, sliding_window: int | None = None) -> Any:
+    """The additive mask a causal decoder gives its eager attention when the call carries none.
+
+    The explorer captures attention calls under an implementation name of its own, for which
+    Transformers builds no mask (`masking_utils` returns the mask as it is for names it does not
+    know): sdpa makes that causal itself (`is_causal`), eager does not, and computes full attention.
+    This is the mask Transformers' `causal_mask_function` / `sliding_window_overlay` give eager:
+    key j is seen by query i when j <= i + (keys - queries), and, with a window, j > i + (keys -
+    queries) - sliding_window.
+    """
+    import torch
+
+    lq, lk = query.shape[-2], key.shape[-2]
+    rows = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
+    cols = torch.arange(lk, device=query.device)[None, :]
+    keep = cols <= rows
+    if sliding_window:
+        keep &= cols > rows - int(sliding_window)
+    mask = torch.zeros(lq, lk, dtype=query.dtype, device=query.device)
+    return mask.masked_fill(~keep, torch.finfo(query.dtype).min)[None, None]
+
+
 _capturing: contextvars.ContextVar[tuple[Callable[..., Any], Callable[..., Any]] | None] = (
     contextvars.ContextVar("kernel_explorer_capture", default=None)
 )
@@ -183,13 +205,20 @@ def _capturing_attention(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 @contextlib.contextmanager
 def capturing(
-    record: Callable[..., Any], delegate: Callable[[nn.Module], Callable[..., Any]]
+    record: Callable[..., Any], delegate: Callable[[nn.Module], Callable[..., Any]], mask_like: str = "sdpa"
 ) -> Iterator[str]:
     """For the block, the name of an attention implementation (registered in Transformers' interface)
-    that hands each call to `record(module, args, kwargs)` and then runs `delegate(module)`."""
+    that hands each call to `record(module, args, kwargs)` and then runs `delegate(module)`.
+
+    The name gets `mask_like`'s mask function too: for a name it does not know, Transformers builds
+    no mask at all, and an eager attention called without one attends to every key (DeepSeek-V4's
+    compressed layers also lose the block mask they append)."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     AttentionInterface.register(_CAPTURE, _capturing_attention)
+    if mask_like in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys():
+        AttentionMaskInterface.register(_CAPTURE, ALL_MASK_ATTENTION_FUNCTIONS[mask_like])
     token = _capturing.set((record, delegate))
     try:
         yield _CAPTURE

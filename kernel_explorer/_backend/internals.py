@@ -35,6 +35,10 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_FALLBACK"),
     ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_DEVICES"),
     ("transformers", "transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"),
+    ("transformers", "transformers.utils.generic", "is_flash_attention_requested"),  # attention_features
+    ("transformers", "transformers.modeling_flash_attention_utils", "_flash_attention_forward"),
+    ("transformers", "transformers.modeling_flash_attention_utils", "_process_flash_attention_kwargs"),
+    ("transformers", "transformers.integrations.flash_attention", "flash_attention_forward"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
 )

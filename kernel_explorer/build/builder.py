@@ -24,6 +24,7 @@ import os
 import platform
 import shutil
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,7 +184,9 @@ def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> B
         for line in notes:
             print(f"{plan.name}: {line}", file=sys.stderr)
 
-    staging = repo_path / "build" / f".{variant}.partial"
+    # one staging folder per process: two builds of one repository into one cache (a test run
+    # beside `make setup`, two notebooks) must not write into each other's objects
+    staging = repo_path / "build" / f".{variant}.partial-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     log = cache_root() / "logs" / f"{plan.name}-{kernel_id}.log"
@@ -195,9 +198,23 @@ def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> B
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    shutil.rmtree(variant_path, ignore_errors=True)
-    staging.rename(variant_path)
+    _publish(staging, variant_path, fingerprint)
     return BuiltRepo(plan.name, repo_path, variant, kernel_id, sections, reused=False, notes=notes)
+
+
+def _publish(staging: Path, variant_path: Path, fingerprint: str) -> None:
+    """Move a finished build into place; a build of the same sources another process finished
+    first is kept (a process may be loading it) and ours dropped."""
+    if variant_path.is_dir() and check_build(variant_path, fingerprint) is None:
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    shutil.rmtree(variant_path, ignore_errors=True)
+    try:
+        staging.rename(variant_path)
+    except OSError:  # another process put its build there between the two lines above
+        if not (variant_path.is_dir() and check_build(variant_path, fingerprint) is None):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _compile_and_link(
@@ -268,15 +285,18 @@ def _copy_extras(plan: RepoPlan, repo_path: Path) -> None:
         src, dst = plan.root / name, repo_path / name
         if not src.exists():
             continue
-        partial = repo_path / f".{name}.partial"
+        partial = repo_path / f".{name}.partial-{os.getpid()}-{threading.get_ident()}"
         shutil.rmtree(partial, ignore_errors=True)
         if src.is_dir():
             shutil.copytree(src, partial, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, partial)
         if dst.is_dir():
-            shutil.rmtree(dst)
-        partial.replace(dst)
+            shutil.rmtree(dst, ignore_errors=True)
+        try:
+            partial.replace(dst)
+        except OSError:  # another process's copy of the same files got there first
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def _files(path: Path) -> dict[str, bytes]:

@@ -3,11 +3,11 @@ repositories and Transformers' flash-attention fallbacks, each with where it sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend import attention_interface
+from kernel_explorer._backend import attention_features, attention_interface
 from kernel_explorer._backend.mappings import MappingEntry
 from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
 from kernel_explorer.catalog.availability import Availability, State
@@ -19,6 +19,7 @@ from kernel_explorer.inspect.layer_groups import ATTENTION
 
 if TYPE_CHECKING:
     from kernels import Mode
+    from torch import nn
 
     from kernel_explorer.catalog.candidates import Catalog
 
@@ -70,8 +71,50 @@ class AttentionChoices:
 
     catalog: Catalog
     device: str
+    model: nn.Module
+    _modules: dict[str, nn.Module]
     _user: list[AttentionCandidate]
     _names: dict[str, AttentionCandidate]
+
+    def captured_keywords(self) -> dict[str, Any] | None:
+        """The keywords of one captured attention call (None: nothing captured); the door knows."""
+        return None
+
+    def _before_trust(self, candidate: AttentionCandidate, mode: Mode) -> Availability | None:
+        """What Transformers would do with `candidate` on this model, read before any switch: it
+        redirects the model's flash attention elsewhere (GPT-OSS), refuses a feature the model's
+        attention uses (softcap), or drops one (sinks): then a state and one line; else None."""
+        from kernels import Mode
+
+        if candidate.pytorch:
+            return None
+        name = candidate.implementation
+        if candidate.folder is not None:
+            name = attention_interface.local_alias(Path(candidate.folder))
+        redirect = attention_features.flash_redirect(self.model, name)
+        if redirect:
+            return Availability(State.CANNOT_RUN, redirect)
+        if candidate.folder is None:  # a Hub repository: its functions are not known before loading
+            return None
+        try:
+            accepted = attention_features.accepted_parameters(
+                attention_interface.load_local(Path(candidate.folder))
+            )
+        except Exception:  # it fails to load: the switch says so
+            return None
+        if accepted is None:
+            return None
+        captured = self.captured_keywords()
+        passed = attention_features.passed_features(
+            self._modules.values(), captured, training=Mode.TRAINING in mode
+        )
+        unread = attention_features.unread_tensors(captured)
+        dropped, refused = attention_features.feature_gaps(passed, accepted, candidate.label, unread)
+        if refused:
+            return Availability(State.CANNOT_RUN, refused)
+        if dropped:
+            return Availability(State.WRONG_RESULTS, dropped)
+        return None
 
     def _hub_candidate(self, name: str, source: str, devices: tuple[str, ...] = ()) -> AttentionCandidate:
         repo_id, revision, version, _ = attention_interface.parse_hub_string(name)
@@ -138,6 +181,10 @@ class AttentionChoices:
         if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
             listed = ", ".join(candidate.devices)
             return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
+        if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE, State.CHECKING):
+            before = self._before_trust(candidate, mode)
+            if before is not None:
+                return replace(found, state=before.state, reason=before.reason)
         return found
 
     def found(

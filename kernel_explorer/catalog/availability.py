@@ -17,6 +17,8 @@ class State(str, Enum):
     NO_MAPPING = "no mapping for this device or mode"  # mapped for other devices or modes only
     FAILED = "failed to load"  # tried and failed; the error is kept
     CANNOT_RUN = "cannot run here"  # loads, but its trial on this model failed (no CPU kernel, dtype)
+    # runs, but its trial's values are far from PyTorch's (against float64): switched only when named
+    WRONG_RESULTS = "wrong results here"
     UNVERIFIED = "unverified"  # loads; no trial could settle whether it runs on this model
     CHECKING = "checking"  # a Hub query is still running
 
@@ -46,6 +48,7 @@ _COLOURS: dict[State, str] = {
     State.NO_MAPPING: "#6e7781",
     State.FAILED: "#cf222e",
     State.CANNOT_RUN: "#cf222e",
+    State.WRONG_RESULTS: "#8250df",
     State.UNVERIFIED: "#6e7781",
 }
 

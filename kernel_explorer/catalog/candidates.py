@@ -102,6 +102,15 @@ def _key(entry: MappingEntry) -> tuple[str, str, str | None, Any, Any]:
     return (entry.layer_name, entry.device, entry.properties, entry.mode, entry.repository)
 
 
+def names_one(candidate: Any) -> bool:
+    """Whether the user named one candidate (a `Candidate`, a label, "bundled/rmsnorm"), rather than
+    a source to choose from ("bundled", "peer@avx2") or nothing: a named candidate whose trial gave
+    wrong results still switches (with a warning); a default choice never takes it."""
+    if isinstance(candidate, Candidate):
+        return True
+    return isinstance(candidate, str) and candidate.rsplit("@", 1)[0] not in SOURCES
+
+
 def first_usable(found: Iterable[tuple[Candidate, Availability]]) -> tuple[Candidate, Availability] | None:
     """The candidate the explorer switches on when the user does not choose: the first usable one.
 
@@ -312,6 +321,8 @@ class Catalog:
             return found
         if verdict.refused:
             return replace(found, state=State.CANNOT_RUN, reason=verdict.reason)
+        if verdict.wrong:
+            return replace(found, state=State.WRONG_RESULTS, reason=verdict.reason)
         if not verdict.runs:
             return replace(found, state=State.UNVERIFIED, reason=verdict.reason)
         if verdict.changes:
@@ -370,8 +381,9 @@ class Catalog:
         ref = chosen.hub
         if ref is None:
             found = found or self.availability(chosen, device=device, mode=mode)
-            if not found.state.usable:
-                if found.state is State.CANNOT_RUN:  # its trial on this model failed: say that once
+            wanted = found.state is State.WRONG_RESULTS and names_one(candidate)  # the door warns
+            if not found.state.usable and not wanted:
+                if found.state in (State.CANNOT_RUN, State.WRONG_RESULTS):  # its trial said why: once
                     raise NoUsableKernelError(f"{chosen.repo_label} {found.state.value}: {found.reason}")
                 raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
             return chosen, chosen.entry

@@ -9,13 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OK, CANNOT_RUN, UNVERIFIED = "runs here", "cannot run here", "unverified"
+#: it runs and returns PyTorch's shape, but its values are far beyond PyTorch's own error against
+#: float64 (`measure.divergence.wrong_bound`): never the default choice, switched only when named
+WRONG = "wrong results here"
 
 
 @dataclass(frozen=True)
 class ProbeVerdict:
     """What one trial of a candidate on this model found."""
 
-    outcome: str  # OK, CANNOT_RUN or UNVERIFIED
+    outcome: str  # OK, CANNOT_RUN, WRONG or UNVERIFIED
     reason: str = ""
     changes: str = ""  # what the kernel did to its module ("changes its module on first use (...)")
     kept_bytes: int = 0  # per instance: the original tensors kept alive while the kernel holds it
@@ -28,6 +31,11 @@ class ProbeVerdict:
     @property
     def refused(self) -> bool:
         return self.outcome == CANNOT_RUN
+
+    @property
+    def wrong(self) -> bool:
+        """It ran, and computed something else than PyTorch (the reason says how far off, where)."""
+        return self.outcome == WRONG
 
     def __str__(self) -> str:
         return self.outcome + (f": {self.reason}" if self.reason else "")

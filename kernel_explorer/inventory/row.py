@@ -4,6 +4,7 @@ measured verdict and the layer's share of model time."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from kernel_explorer._backend.repositories import local_path
+from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import first_usable
 from kernel_explorer.measure.breakdown import amdahl
 
@@ -20,6 +22,10 @@ if TYPE_CHECKING:
     from kernel_explorer.inspect.layer_groups import LayerGroup
     from kernel_explorer.measure.records import LayerVerdict
     from kernel_explorer.switching.board import RunningNow
+
+
+#: where a candidate comes from when the user gave it explicitly (Explorer(mapping=, peers=), attention)
+GIVEN_SOURCES = ("user", "peer")
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,35 @@ class InventoryRow:
         if usable is not None:
             return usable
         return self.candidates[0] if self.candidates else None
+
+    @property
+    def given(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """The candidates the user gave (a peer, their own mapping or attention repository) that do
+        not rank first, with their own state: a peer that cannot load (megablocks without `triton`)
+        is not hidden behind a Hub candidate that ranks above it."""
+        best = self.best
+        return tuple(
+            pair
+            for pair in self.candidates
+            if pair[0].source in GIVEN_SOURCES and (best is None or pair[0] != best[0])
+        )
+
+    @property
+    def given_summary(self) -> str:
+        """`peer/megablocks:MegaBlocksMoeMLP: cannot run here: its Python code needs `triton``, one
+        per given candidate, "; "-joined ("" when none)."""
+        return "; ".join(f"{c.repo_label} [{c.source}]: {found}" for c, found in self.given)
+
+    @property
+    def warning(self) -> str:
+        """Why the kernel that runs gives wrong results here ("" when none does): the user named it."""
+        return "; ".join(
+            dict.fromkeys(
+                now.note
+                for now in self.running
+                if now.is_kernel and now.note.startswith(State.WRONG_RESULTS.value)
+            )
+        )
 
     @property
     def status(self) -> str:
@@ -164,4 +199,11 @@ def _same_repository(candidate: Candidate, repository: str | None) -> bool:
     if ref is not None:
         return ref.repo_id == repository
     path = local_path(candidate.repository)
-    return path is not None and os.path.realpath(path) == os.path.realpath(repository)
+    return path is not None and _real(str(path)) == _real(repository)
+
+
+@functools.lru_cache(maxsize=512)
+def _real(path: str) -> str:
+    """`os.path.realpath`, remembered: a table redraw asked it 732 times (0.1 s of a switch's answer)
+    for the same few repository folders."""
+    return os.path.realpath(path)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import mode_name
-from kernel_explorer.catalog.availability import Availability
+from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.inspect.layer_groups import ATTENTION
-from kernel_explorer.inventory.row import InventoryRow
+from kernel_explorer.inventory.row import GIVEN_SOURCES, InventoryRow
 from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
@@ -102,7 +102,10 @@ class Inventory:
             for line in lines
         ]
         for row in self.rows:
-            if row.changes_summary:
+            if row.warning:  # a kernel named by the user runs although its values are wrong here
+                text.append(f"  {row.group.name}: {row.warning}")
+            text += [f"  {row.group.name}: {c.repo_label} [{c.source}]: {found}" for c, found in row.given]
+            if row.changes_summary and row.changes_summary != row.warning:
                 text.append(f"  {row.group.name}: {row.changes_summary}")
             text += [f"  {row.group.name} code path {why}" for why in row.code_paths.values() if why]
             folded = [f"{len(row.here) - 1} more for {self.device}"] if len(row.here) > 1 else []
@@ -130,7 +133,10 @@ class Inventory:
             )
 
         def option(candidate: Candidate, found: Availability) -> str:
-            return f"{badge(found)} {html.escape(candidate.label)} <small>[{candidate.source}]</small>"
+            text = f"{badge(found)} {html.escape(candidate.label)} <small>[{candidate.source}]</small>"
+            if candidate.source in GIVEN_SOURCES and found.reason:  # given by the user: why, visibly
+                text += f"<br><small>{html.escape(found.reason)}</small>"
+            return text
 
         def runs_now(row: InventoryRow) -> str:
             parts = []
@@ -144,6 +150,9 @@ class Inventory:
                 why = html.escape("\n".join(row.code_paths.values()))
                 path = f'<br><small title="{why}">{html.escape(row.code_path_summary)}</small>'
             changes = f"<br><small>{html.escape(row.changes_summary)}</small>" if row.changes_summary else ""
+            if row.warning:  # in the state's colour: a named kernel with wrong results runs
+                colour = State.WRONG_RESULTS.colour
+                changes = f'<br><small style="color:{colour}">{html.escape(row.warning)}</small>'
             return ", ".join(parts) + path + changes
 
         body = []

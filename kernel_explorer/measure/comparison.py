@@ -24,26 +24,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kernel_explorer.measure.stats import (
-    FASTER,
-    SLOWER,
     Interval,
     across_runs,
     noise_floor,
     speed_verdict,
     speedup_interval,
 )
+from kernel_explorer.measure.verdict import Verdict, describe
 
 if TYPE_CHECKING:
     from kernel_explorer.measure.records import GradientDivergence, LayerDivergence, LayerLatency
 
-KERNEL_OFF = "PyTorch against PyTorch (kernel off)"
+KERNEL_OFF = Verdict.KERNEL_OFF
 UNMEASURABLE_LOW = 0.01  # an interval whose low end reads 0.00x measured the machine, not the kernel
 UNMEASURABLE_SHARE = 0.5  # ... and so did a comparison half of whose pairs stalled (its median would be one)
-
-
-def not_measurable(stalled: int, pairs: int) -> str:
-    """The verdict of a comparison the machine stalled: no number, and why."""
-    return f"not measurable here (the machine stalled {stalled} of {pairs} pairs)"
 
 
 @dataclass(frozen=True)
@@ -124,16 +118,22 @@ class Comparison:
         return share < UNMEASURABLE_SHARE and self.interval.low >= UNMEASURABLE_LOW
 
     @property
-    def verdict(self) -> str:
-        """Faster, slower, no difference we can detect here, or not measurable here (and why)."""
+    def verdict(self) -> Verdict:
+        """Faster, slower, no difference we can detect here, or not measurable here (`verdict_text`
+        says why)."""
         if not self.measurable:
-            return not_measurable(self.stalled_pairs, self.pairs)
+            return Verdict.NOT_MEASURABLE
         return speed_verdict(self.interval, self.floor)
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as a reader sees it (a stalled comparison says how many pairs stalled)."""
+        return describe(self.verdict, stalled=self.stalled_pairs, pairs=self.pairs)
 
     @property
     def decided(self) -> bool:
         """Whether the verdict is a difference (faster or slower)."""
-        return self.verdict in (FASTER, SLOWER)
+        return self.verdict.decided
 
     @property
     def pytorch_median_s(self) -> float:

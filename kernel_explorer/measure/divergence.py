@@ -113,6 +113,33 @@ def accuracy_verdict(found: Sequence[LayerDivergence | GradientDivergence]) -> s
     return f"less accurate ({worst:.1f}x PyTorch's error against float64)"
 
 
+#: how many times the bound below a kernel's error against float64 must exceed to be "wrong"
+WRONG_FACTOR = 8.0
+
+
+def wrong_bound(pytorch_err64: float, reference_max_abs: float, dtype: Any) -> float:
+    """The largest error against float64 a kernel's output may have and still compute what PyTorch
+    computes: `WRONG_FACTOR` x the larger of PyTorch's own error and one unit of resolution at the
+    output's largest value, the resolution being the coarser of the output dtype's and bfloat16's.
+
+    Why each part: PyTorch's own error is the scale of a correct result here (a bfloat16 eager
+    attention is already off by several of its units); the resolution floor keeps a PyTorch that
+    happens to be exact from making every reordered sum "wrong"; bfloat16's resolution, not only
+    the output's, because real CPU kernels compute a float32 layer in half precision or int8 on
+    purpose (megablocks packs its experts to bfloat16; the bundled quantized Linear quantizes its
+    prefill activations per block of 32), which is less accurate, not wrong. 8 such units (1/16 of
+    the output's largest value) is beyond any of those and well below what a kernel computing
+    another function is off by: dropped attention sinks, a missing mask, a wrong scale, another
+    dtype's bug, all move outputs by a sizeable fraction of their scale.
+    """
+    import torch
+
+    eps = torch.finfo(torch.bfloat16).eps
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        eps = max(eps, torch.finfo(dtype).eps)
+    return WRONG_FACTOR * max(pytorch_err64, eps * reference_max_abs)
+
+
 def to_float64(value: Any) -> Any:
     """`value` with every floating tensor in it as float64 (other leaves as they are)."""
     import torch

@@ -10,9 +10,11 @@ After the layers, one forward of the model gives its throughput.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, run_model
 from kernel_explorer.measure.layer_comparison import compare_layer
 from kernel_explorer.measure.records import ModelThroughput, Record
@@ -21,6 +23,46 @@ from kernel_explorer.measure.timing import Clock
 
 if TYPE_CHECKING:
     from kernel_explorer.switching.board import Switchboard
+
+
+class RunCancelled(KernelExplorerError):
+    """Stop pressed during the model's forward: the forward ends at its next kernel layer (a
+    KernelExplorerError, so `run_model` lets it through as it is)."""
+
+
+@contextlib.contextmanager
+def locked_per_instance(board: Switchboard) -> Iterator[None]:
+    """The board's lock around each kernel layer instance's call in the block, not around the
+    whole forward, and the run's cancellation checked before each.
+
+    A whole forward of the default model took 3 to 10 s on a busy 2-core machine: held for all of
+    it, the lock kept a switch clicked meanwhile waiting as long, and Stop was seen only after it.
+    A switch still never lands inside an instance's call (it may land between two layers: that
+    forward's throughput then mixes the two states, as a switch between two pairs does).
+    """
+    from kernel_explorer.measure.runner import current_run_cancelled
+
+    def before(module: Any, args: Any) -> None:
+        board.lock.acquire()  # first: the `after` hook releases it even when this one raises
+        if current_run_cancelled():
+            raise RunCancelled
+
+    def after(module: Any, args: Any, output: Any) -> None:
+        board.lock.release()
+
+    handles = []
+    modules = dict(board.model.named_modules())
+    try:
+        for name in board.groups:
+            for path in board.select(name):
+                module = modules.get(path)
+                if module is not None:
+                    handles.append(module.register_forward_pre_hook(before))
+                    handles.append(module.register_forward_hook(after, always_call=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def live_cycles(
@@ -44,8 +86,11 @@ def live_cycles(
     while cycles is None or cycle < cycles:
         # the model's throughput first: its plot has a point within a second, however many layers follow
         tokens = int(kwargs["input_ids"].numel())
-        with board.lock:
-            seconds = clock.per_call(lambda: run_model(board.model, kwargs), 1)
+        try:
+            with locked_per_instance(board):
+                seconds = clock.per_call(lambda: run_model(board.model, kwargs), 1)
+        except RunCancelled:
+            return
         on = sum(now.is_kernel for now in board.running())
         yield Record(run_id, ModelThroughput(tokens / seconds, on))
         for name in board.groups:

@@ -28,6 +28,7 @@ from kernel_explorer.measure.records import (
     TimeShare,
     TrainingAgreement,
 )
+from kernel_explorer.measure.verdict import Verdict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,7 +113,7 @@ class ResultLog:
         """
         import pandas as pd
 
-        from kernel_explorer.measure.comparison import KERNEL_OFF, Comparison
+        from kernel_explorer.measure.comparison import Comparison
 
         grouped: dict[tuple[str, str], dict[str, list[Record]]] = {}
         for record in self.records():
@@ -152,21 +153,21 @@ class ResultLog:
                 across_low, across_high = found.across_runs
                 series = pd.Series(found.speedups)
                 row |= {
-                    "speedup_median": interval.median,
+                    "speedup": interval.median,
                     "speedup_low": interval.low,
                     "speedup_high": interval.high,
                     "confidence": interval.confidence,
                     "speedup_q1": series.quantile(0.25),
                     "speedup_q3": series.quantile(0.75),
                     "noise_floor": found.floor,
-                    "across_runs_low": across_low,
-                    "across_runs_high": across_high,
-                    "stalled_pairs": found.stalled_pairs,
-                    "verdict": found.verdict if found.kernel_on else KERNEL_OFF,
+                    "across_low": across_low,
+                    "across_high": across_high,
+                    "stalled": found.stalled_pairs,
+                    "verdict": found.verdict if found.kernel_on else Verdict.KERNEL_OFF,
                     "pytorch_us_median": found.pytorch_median_s * 1e6,
                     "kernel_us_median": found.kernel_median_s * 1e6,
                 }
-                if not found.measurable:  # no number: the verdict says why
+                if not found.measurable:  # no number: the verdict and the stalled count say why
                     row |= dict.fromkeys(_SPEEDS)
             if divergence:
                 row |= {
@@ -392,19 +393,17 @@ def _per_kernel(
             yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), mine
 
 
-_SPEEDS = ("speedup_median", "speedup_low", "speedup_high", "across_runs_low", "across_runs_high")
+_SPEEDS = ("speedup", "speedup_low", "speedup_high", "across_low", "across_high")
 
 
 def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
     """`runs_agree` per row: False where another run of the same layer has an interval that does not
     overlap this one (the machine changed state between the runs: each interval holds for its own
     run only); None with a single run. Rows without a speed (kernel off, not measurable) take no part."""
-    from kernel_explorer.measure.comparison import KERNEL_OFF
-
     by_layer: dict[object, list[dict[str, object]]] = {}
     for row in rows:
-        verdict = str(row.get("verdict", ""))
-        if "speedup_low" in row and verdict != KERNEL_OFF and not verdict.startswith("not measurable"):
+        verdict = row.get("verdict")
+        if "speedup_low" in row and isinstance(verdict, Verdict) and verdict.has_speed:
             by_layer.setdefault((row["layer"], row.get("kernel")), []).append(row)
     for runs in by_layer.values():
         for row in runs:

@@ -7,13 +7,15 @@ next pair), runs it, turns every layer to PyTorch, runs that, and puts the state
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
-from kernel_explorer.measure.timing import Clock
+from kernel_explorer.measure.stats import StallWatch
+from kernel_explorer.measure.timing import Clock, interleaved_pair
 
 if TYPE_CHECKING:
     import torch
@@ -35,9 +37,16 @@ def token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab_size, (1, length), generator=generator)
 
 
-def _timed(clock: Clock, board: Switchboard, fn: Callable[[], Any]) -> float:
-    with board.lock:
-        return clock.per_call(fn, 1)
+def sides(board: Switchboard, *, switch: bool = True) -> dict[str, Callable[[], Any]]:
+    """`interleaved_pair`'s contexts for a whole-model pair: each side under the model's lock, the
+    PyTorch side (`a`) with every layer on PyTorch when `switch` (the kernel side runs as switched)."""
+
+    @contextlib.contextmanager
+    def pytorch_side() -> Iterator[None]:
+        with board.lock, all_pytorch(board) if switch else contextlib.nullcontext():
+            yield
+
+    return {"a_side": pytorch_side, "b_side": lambda: board.lock}
 
 
 def kernels_on(board: Switchboard) -> tuple[str, ...]:
@@ -53,10 +62,12 @@ def model_verdict(
     floor_hint: float = 0.0,
     *,
     on: tuple[str, ...] = (),
+    stalled: list[bool] | None = None,
 ) -> ModelVerdict:
     """The verdict of one model measure, from its `Comparison` (A/A ratios give its floor; without
-    any, `floor_hint`); `on`: the layers whose kernels the measure ran (`kernels_on`)."""
-    found = Comparison(tuple(speedups), tuple(aa_ratios), floor_hint=floor_hint)
+    any, `floor_hint`); `on`: the layers whose kernels the measure ran (`kernels_on`); `stalled`:
+    per pair, whether the machine stalled it (left out, as at the layer level)."""
+    found = Comparison(tuple(speedups), tuple(aa_ratios), stalled=tuple(stalled or ()), floor_hint=floor_hint)
     return ModelVerdict(measure=measure, tokens=tokens, **found.fields(), kernels_on=on)  # type: ignore[arg-type]
 
 
@@ -78,39 +89,35 @@ def compare_prefill(
     inputs = {length: {"input_ids": token_ids(vocab_size, length)} for length in lengths}
     for length in lengths:
         run_model(board.model, inputs[length])  # warm-up, also checks the model accepts them
+    forwards = {length: functools.partial(run_model, board.model, inputs[length]) for length in lengths}
+    watches = {length: StallWatch() for length in lengths}  # the A/A pairs set each one's reference
     aa: dict[int, list[float]] = {}
     for length in lengths:
-
-        def forward(kwargs: dict[str, Any] = inputs[length]) -> None:
-            run_model(board.model, kwargs)
-
-        with all_pytorch(board):
-            aa[length] = [
-                _timed(clock, board, forward) / _timed(clock, board, forward)
-                for _ in range(calibration_pairs)
-            ]
+        aa[length] = []
+        with all_pytorch(board):  # A/A: PyTorch on both sides
+            for index in range(calibration_pairs):
+                first, second = interleaved_pair(
+                    clock, forwards[length], forwards[length], 1, index % 2 == 1, **sides(board, switch=False)
+                )
+                watches[length].observe(first, second)
+                aa[length].append(first / second)
     speedups: dict[int, list[float]] = {length: [] for length in lengths}
+    stalls: dict[int, list[bool]] = {length: [] for length in lengths}
     for index in range(pairs):
         for length in lengths:
-
-            def forward(kwargs: dict[str, Any] = inputs[length]) -> None:
-                run_model(board.model, kwargs)
-
-            if index % 2:
-                kernel_s = _timed(clock, board, forward)
-                with all_pytorch(board):
-                    pytorch_s = _timed(clock, board, forward)
-            else:
-                with all_pytorch(board):
-                    pytorch_s = _timed(clock, board, forward)
-                kernel_s = _timed(clock, board, forward)
+            pytorch_s, kernel_s = interleaved_pair(
+                clock, forwards[length], forwards[length], 1, index % 2 == 1, **sides(board)
+            )
+            stalled = watches[length].observe(pytorch_s, kernel_s)
             speedups[length].append(pytorch_s / kernel_s)
-            yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s))
+            stalls[length].append(stalled)
+            yield Record(run_id, ModelPrefill(length, pytorch_s, kernel_s, pytorch_s / kernel_s, stalled))
     for length in lengths:
         if speedups[length]:
-            yield Record(
-                run_id, model_verdict("prefill", length, speedups[length], aa[length], on=kernels_on(board))
+            verdict = model_verdict(
+                "prefill", length, speedups[length], aa[length], on=kernels_on(board), stalled=stalls[length]
             )
+            yield Record(run_id, verdict)
 
 
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
@@ -139,24 +146,29 @@ def compare_decode(
     clock = Clock(board.device)
     _generate(board, kwargs, 2)  # warm-up
     speedups: list[float] = []
+    stalls: list[bool] = []
+    watch = StallWatch()
+
+    def decode() -> None:
+        _generate(board, kwargs, new_tokens)
+
     for index in range(pairs):
-        order = (False, True) if index % 2 else (True, False)
-        seconds = {}
-        for pytorch_side in order:
-            with all_pytorch(board) if pytorch_side else contextlib.nullcontext():
-                seconds[pytorch_side] = clock.per_call(lambda: _generate(board, kwargs, new_tokens), 1)
+        pytorch_s, kernel_s = interleaved_pair(clock, decode, decode, 1, index % 2 == 1, **sides(board))
         values = ModelDecode(
             tokens=new_tokens,
-            pytorch_tok_s=new_tokens / seconds[True],
-            kernel_tok_s=new_tokens / seconds[False],
-            speedup=seconds[True] / seconds[False],
+            pytorch_tok_s=new_tokens / pytorch_s,
+            kernel_tok_s=new_tokens / kernel_s,
+            speedup=pytorch_s / kernel_s,
+            stalled=watch.observe(pytorch_s, kernel_s),
         )
         speedups.append(values.speedup)
+        stalls.append(values.stalled)
         yield Record(run_id, values)
     if speedups:
-        yield Record(
-            run_id, model_verdict("decode", new_tokens, speedups, [], noise_floor_hint, on=kernels_on(board))
+        verdict = model_verdict(
+            "decode", new_tokens, speedups, [], noise_floor_hint, on=kernels_on(board), stalled=stalls
         )
+        yield Record(run_id, verdict)
 
 
 def compare_outputs(

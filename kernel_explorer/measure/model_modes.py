@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import first_tensor, run_model
 from kernel_explorer.measure.layer_training import kernels_in_mode
-from kernel_explorer.measure.model_comparison import all_pytorch, kernels_on, model_verdict, token_ids
+from kernel_explorer.measure.model_comparison import all_pytorch, kernels_on, model_verdict, sides, token_ids
 from kernel_explorer.measure.records import ModelPair, Record, TrainingAgreement
-from kernel_explorer.measure.timing import Clock
+from kernel_explorer.measure.stats import StallWatch
+from kernel_explorer.measure.timing import Clock, interleaved_pair
 
 if TYPE_CHECKING:
     import torch
@@ -90,21 +91,55 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
     }
 
 
-def _interleaved(
+def _pairs(
     clock: Clock,
     board: Switchboard,
     run_kernel: Callable[[], Any],
     run_pytorch: Callable[[], Any],
-    index: int,
     *,
+    calibration_pairs: int,
+    pairs: int,
     switch: bool,
-) -> tuple[float, float]:
-    """(PyTorch s, kernel s) of one pair, order alternating; `switch`: PyTorch side via `all_pytorch`."""
-    seconds: dict[bool, float] = {}
-    for pytorch_side in (True, False) if index % 2 == 0 else (False, True):
-        with board.lock, all_pytorch(board) if switch and pytorch_side else contextlib.nullcontext():
-            seconds[pytorch_side] = clock.per_call(run_pytorch if pytorch_side else run_kernel, 1)
-    return seconds[True], seconds[False]
+) -> Iterator[tuple[float, float, bool]]:
+    """A/A pairs (PyTorch twice, yielded with kernel s = the second PyTorch), then `pairs`
+    interleaved (PyTorch s, kernel s, stalled) through the one interleaver, the stall watch's
+    reference set by the A/A pairs; `switch`: the PyTorch side runs with every layer on PyTorch."""
+    watch = StallWatch()
+    for index in range(calibration_pairs):
+        with all_pytorch(board) if switch else contextlib.nullcontext():
+            first, second = interleaved_pair(
+                clock, run_pytorch, run_pytorch, 1, index % 2 == 1, **sides(board, switch=False)
+            )
+        yield first, second, watch.observe(first, second)
+    for index in range(pairs):
+        pytorch_s, kernel_s = interleaved_pair(
+            clock, run_pytorch, run_kernel, 1, index % 2 == 1, **sides(board, switch=switch)
+        )
+        yield pytorch_s, kernel_s, watch.observe(pytorch_s, kernel_s)
+
+
+def _records(
+    board: Switchboard,
+    timed: Iterator[tuple[float, float, bool]],
+    calibration_pairs: int,
+    measure: str,
+    length: int,
+    run_id: str,
+) -> Iterator[Record]:
+    """The records of `_pairs`' output: a `ModelPair` per interleaved pair (the A/A ones give the
+    floor), then the measure's `ModelVerdict`, stalled pairs left out as at the layer level."""
+    ratios: list[float] = []
+    speedups: list[float] = []
+    stalls: list[bool] = []
+    for index, (pytorch_s, kernel_s, stalled) in enumerate(timed):
+        if index < calibration_pairs:
+            ratios.append(pytorch_s / kernel_s)
+            continue
+        speedups.append(pytorch_s / kernel_s)
+        stalls.append(stalled)
+        yield Record(run_id, ModelPair(measure, length, pytorch_s, kernel_s, pytorch_s / kernel_s, stalled))
+    verdict = model_verdict(measure, length, speedups, ratios, on=kernels_on(board), stalled=stalls)
+    yield Record(run_id, verdict)
 
 
 def compare_training_step(
@@ -149,19 +184,10 @@ def compare_training_step(
             def step(ids: torch.Tensor = ids) -> None:
                 training_step(board.model, ids)
 
-            with all_pytorch(board):
-                ratios = []
-                for _ in range(calibration_pairs):
-                    first, second = _interleaved(clock, board, step, step, 0, switch=False)
-                    ratios.append(first / second)
-            speedups = []
-            for index in range(pairs):
-                pytorch_s, kernel_s = _interleaved(clock, board, step, step, index, switch=True)
-                speedups.append(pytorch_s / kernel_s)
-                yield Record(
-                    run_id, ModelPair(TRAINING_STEP, length, pytorch_s, kernel_s, pytorch_s / kernel_s)
-                )
-            yield Record(run_id, model_verdict(TRAINING_STEP, length, speedups, ratios, on=kernels_on(board)))
+            timed = _pairs(
+                clock, board, step, step, calibration_pairs=calibration_pairs, pairs=pairs, switch=True
+            )
+            yield from _records(board, timed, calibration_pairs, TRAINING_STEP, length, run_id)
 
 
 def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -203,16 +229,7 @@ def compare_compiled(
                 for _ in range(warmup):  # the first call per shape compiles
                     kernel()
                     pytorch()
-            ratios = []
-            for index in range(calibration_pairs):
-                first, second = _interleaved(clock, board, pytorch, pytorch, index, switch=False)
-                ratios.append(first / second)
-            speedups = []
-            for index in range(pairs):
-                pytorch_s, kernel_s = _interleaved(clock, board, kernel, pytorch, index, switch=False)
-                speedups.append(pytorch_s / kernel_s)
-                pair = ModelPair(COMPILED_PREFILL, length, pytorch_s, kernel_s, pytorch_s / kernel_s)
-                yield Record(run_id, pair)
-            yield Record(
-                run_id, model_verdict(COMPILED_PREFILL, length, speedups, ratios, on=kernels_on(board))
+            timed = _pairs(
+                clock, board, kernel, pytorch, calibration_pairs=calibration_pairs, pairs=pairs, switch=False
             )
+            yield from _records(board, timed, calibration_pairs, COMPILED_PREFILL, length, run_id)

@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from kernel_explorer.measure.verdict import Verdict, describe
+
 INFERENCE = "inference"
 TRAINING = "training"
 
@@ -54,7 +56,7 @@ class _SpeedupSummary:
     speedup_low: float
     speedup_high: float
     confidence: float
-    verdict: str
+    verdict: Verdict
     across_low: float | None
     across_high: float | None
     stalled: int
@@ -64,15 +66,24 @@ class _SpeedupSummary:
         """The interval widened by the noise floor: what another run here may give."""
         return self.across_low, self.across_high
 
+    def __post_init__(self) -> None:
+        # a verdict given as its text (older code, a hand-made record) is held as its member
+        object.__setattr__(self, "verdict", Verdict.parse(self.verdict))
+
     @property
     def measurable(self) -> bool:
         """False when the machine stalled the pairs: the verdict then says so, and no number is shown."""
-        return not self.verdict.startswith("not measurable")
+        return self.verdict is not Verdict.NOT_MEASURABLE
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as a reader sees it (a stalled comparison says how many pairs stalled)."""
+        return describe(self.verdict, stalled=self.stalled, pairs=getattr(self, "pairs", 0))
 
     @property
     def summary(self) -> str:
         if not self.measurable:
-            return self.verdict
+            return self.verdict_text
         text = f"{self.speedup:.2f}x [{self.speedup_low:.2f}, {self.speedup_high:.2f}] {self.verdict}"
         if not getattr(self, "kernel_on", True):
             text = f"kernel off: PyTorch against itself {text}"
@@ -98,7 +109,7 @@ class _VerdictFields(_SpeedupSummary):
     speedup_high: float
     confidence: float  # the interval's real coverage (below 0.95 with fewer than 6 pairs)
     noise_floor: float  # relative: PyTorch against itself moved this much (A/A)
-    verdict: str  # faster, slower, no difference we can detect here, not measurable here (...)
+    verdict: Verdict  # faster, slower, no difference we can detect here, not measurable here
     accuracy: str  # bitwise equal, rounds differently (as accurate...), less accurate, ...
     stopped_by: str  # pairs (the count asked for), precision (the interval), budget (the time)
     pytorch_s: float = 0.0  # median seconds per call of PyTorch, over the pairs
@@ -178,6 +189,7 @@ class ModelPrefill:
     pytorch_s: float
     kernel_s: float
     speedup: float
+    stalled: bool = False  # a side waited for the machine (stats.StallWatch): left out of the verdict
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,7 @@ class ModelDecode:
     pytorch_tok_s: float
     kernel_tok_s: float
     speedup: float
+    stalled: bool = False  # a side waited for the machine (stats.StallWatch): left out of the verdict
 
 
 @dataclass(frozen=True)
@@ -204,7 +217,7 @@ class ModelVerdict(_SpeedupSummary):
     speedup_high: float
     confidence: float
     noise_floor: float
-    verdict: str
+    verdict: Verdict
     across_low: float | None = None
     across_high: float | None = None
     stalled: int = 0
@@ -273,6 +286,7 @@ class ModelPair:
     pytorch_s: float
     kernel_s: float
     speedup: float
+    stalled: bool = False  # a side waited for the machine (stats.StallWatch): left out of the verdict
 
 
 @dataclass(frozen=True)
@@ -416,6 +430,8 @@ class Record:
             kind, fields = _TRAINING_KINDS[kind], {**fields, "mode": TRAINING}
         if kind not in VALUE_TYPES:
             raise ValueError(f"unknown record kind {kind!r}; known: {', '.join(VALUE_TYPES)}")
+        if "verdict" in fields:  # written as its text; older logs wrote the reason into it
+            fields["verdict"] = Verdict.parse(fields["verdict"])
         for listed in ("notes", "kernels_on"):  # tuples, written to JSON as lists
             if listed in fields:
                 fields[listed] = tuple(fields[listed])

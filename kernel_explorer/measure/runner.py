@@ -19,6 +19,7 @@ import atexit
 import dataclasses
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from kernel_explorer.measure.records import Provenance, Record, RunEvent
 Measurement = Callable[[str], Iterator[Record]]  # run_id -> records
 
 _run_numbers = itertools.count(1)
+_current = threading.local()  # the handle of the run going on this thread, for `current_run_cancelled`
 EXIT_JOIN_S = 30.0  # at exit, how long to wait for a run to finish its sample and put switches back
 
 
@@ -101,6 +103,14 @@ class Runner:
         return handle
 
     def _run(self, handle: RunHandle, measurements: list[Measurement]) -> None:
+        outer = getattr(_current, "handle", None)
+        _current.handle = handle
+        try:
+            self._run_measurements(handle, measurements)
+        finally:
+            _current.handle = outer
+
+    def _run_measurements(self, handle: RunHandle, measurements: list[Measurement]) -> None:
         found: list[Provenance | None] = []
 
         def append(record: Record) -> None:
@@ -119,6 +129,10 @@ class Runner:
                         append(record)
                         if handle.cancelled:
                             break
+                        # between two records nothing is timed: the interpreter goes to a thread
+                        # that waits for it (the kernel's, with a click or Stop) now, not after
+                        # the switch interval (5 ms, paid at every step of answering a click)
+                        time.sleep(0)
                 finally:
                     close = getattr(records, "close", None)
                     if close is not None:
@@ -136,6 +150,32 @@ class Runner:
 
 
 _going: weakref.WeakSet[RunHandle] = weakref.WeakSet()  # background runs, until they are collected
+
+
+def current_run_cancelled() -> bool:
+    """Whether the run going on this thread was cancelled: for a measurement step too long to wait
+    for between two records (a whole model's forward on a busy machine took 3 to 10 s)."""
+    handle = getattr(_current, "handle", None)
+    return handle is not None and handle.cancelled
+
+
+def running_elsewhere() -> bool:
+    """Whether a background run is going on a thread other than the calling one."""
+    me = threading.current_thread()
+    return any(not handle.done and handle.thread is not me for handle in list(_going))
+
+
+def leave_the_cpus_to_runs() -> None:
+    """Release the calling thread's idle OpenMP pool while a background run goes elsewhere.
+
+    A switch made during a Run (a widget click, a cell) can run parallel torch ops on its own
+    thread (a probe's trial call, a guard's copy), which makes a second OpenMP pool; with two, the
+    run's parallel regions wait by sleeping (`openmp.py`) and a 15-token forward of the default
+    model took 7.8 s under the board's lock, so the next click and Stop waited as long. Call it
+    outside any parallel region.
+    """
+    if running_elsewhere():
+        release_thread_pool()
 
 
 @atexit.register

@@ -29,6 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kernel_explorer.measure.verdict import Verdict
+
 CONFIDENCE = 0.95
 MIN_PAIRS = 12  # an adaptive run takes at least this many pairs (one per batch) ...
 MIN_SECONDS = 1.0  # ... and at least this long, before its interval may stop it
@@ -39,9 +41,7 @@ HIGH_NOISE = 0.10  # an A/A floor above 10% gets a one-line warning
 IMPLAUSIBLE_SPEEDUP = 10.0
 STALL_FACTOR = 25.0  # a side this many times slower than the comparison's fastest time waited for the machine
 
-FASTER = "faster"
-SLOWER = "slower"
-NO_DIFFERENCE = "no difference we can detect here"
+FASTER, SLOWER, NO_DIFFERENCE = Verdict.FASTER, Verdict.SLOWER, Verdict.NO_DIFFERENCE
 
 
 def _binomial_cdf(k: int, n: int) -> float:
@@ -138,7 +138,7 @@ def across_runs(low: float, high: float, floor: float) -> tuple[float, float]:
     return low / (1.0 + floor), high * (1.0 + floor)
 
 
-def speed_verdict(interval: Interval, floor: float) -> str:
+def speed_verdict(interval: Interval, floor: float) -> Verdict:
     """Faster, slower, or no difference we can detect: the interval across runs must clear 1x."""
     low, high = across_runs(interval.low, interval.high, floor)
     if low > 1.0:

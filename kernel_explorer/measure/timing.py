@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 MIN_BLOCK_SECONDS = 2e-4  # a timed block lasts at least this long (perf_counter resolution ~50 ns)
@@ -57,13 +58,25 @@ class Clock:
 
 
 def interleaved_pair(
-    clock: Clock, a: Callable[[], Any], b: Callable[[], Any], repeat: int, b_first: bool
+    clock: Clock,
+    a: Callable[[], Any],
+    b: Callable[[], Any],
+    repeat: int,
+    b_first: bool,
+    *,
+    a_side: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    b_side: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[float, float]:
-    """Seconds per call of `a` and of `b`, timed back to back in the order given."""
-    if b_first:
-        tb = clock.per_call(b, repeat)
-        ta = clock.per_call(a, repeat)
-    else:
-        ta = clock.per_call(a, repeat)
-        tb = clock.per_call(b, repeat)
-    return ta, tb
+    """Seconds per call of `a` and of `b`, timed back to back in the order given: the one A/B, B/A
+    alternation every comparison times with (layers, training, model prefill and decode, a training
+    step, compiled prefill), so they all alternate alike.
+
+    `a_side` / `b_side` make the context each side is timed in (the model's lock, all layers on
+    PyTorch for the reference side); entered around that side's block only, so switching is not timed.
+    """
+    order = ((b, b_side), (a, a_side)) if b_first else ((a, a_side), (b, b_side))
+    seconds = []
+    for fn, side in order:
+        with side():
+            seconds.append(clock.per_call(fn, repeat))
+    return (seconds[1], seconds[0]) if b_first else (seconds[0], seconds[1])

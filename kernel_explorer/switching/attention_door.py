@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,10 +30,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kernel_explorer._backend import attention_interface
 from kernel_explorer._backend.hub import is_offline
 from kernel_explorer.catalog.attention_candidates import AttentionCandidate, AttentionChoices, inference
-from kernel_explorer.catalog.candidates import Candidate
+from kernel_explorer.catalog.availability import State
+from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
+from kernel_explorer.measure.divergence import float64_reference
 from kernel_explorer.switching.code_paths import (
     RunningPath,
     check_path,
@@ -45,8 +48,10 @@ from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
+    OK,
     UNVERIFIED,
     ProbeVerdict,
+    describe_call,
     explain,
     settled,
     trial_verdict,
@@ -67,12 +72,21 @@ def _call_class() -> type:
     class AttentionCall(nn.Module):
         """One attention module's call of one attention function: what a measurement times."""
 
-        def __init__(self, attention: nn.Module, function: Callable[..., Any]) -> None:
+        def __init__(self, attention: nn.Module, function: Callable[..., Any], kind: str = "") -> None:
             super().__init__()
             self.attention = attention
             self.function = function
+            self.kind = kind  # "eager", "flash" (a kernel) or "" (sdpa, ...): how it reads a mask
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
+            if len(args) >= 4:
+                mask = args[3]
+                if self.kind == "eager" and mask is None and getattr(self.attention, "is_causal", True):
+                    # a call captured without a mask: the causal one the model gives eager
+                    mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
+                elif self.kind == "flash" and getattr(mask, "dim", lambda: 0)() == 4:
+                    mask = None  # captures are unpadded: a flash kernel's mask there is None
+                args = (*args[:3], mask, *args[4:])
             return self.function(self.attention, *args, **kwargs)[0]
 
     return AttentionCall
@@ -104,6 +118,7 @@ class AttentionDoor(AttentionChoices, Door):
         self._calls: dict[tuple[str, str], Any] = {}
         self._trial = False  # a probe's trial call runs: a kernel's error is the verdict, not a fallback
         self.reason = ""  # why the baseline runs although a kernel was asked for
+        self.warning = ""  # why the kernel that runs, named by the user, gives wrong results here
         self.mode: Any = inference()  # of the last switch (a snapshot keeps it)
         if attention_interface.is_hub_string(self.original):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
@@ -155,34 +170,61 @@ class AttentionDoor(AttentionChoices, Door):
         `reason` (what the row's "runs now" says) and None returned.
         """
         chosen = self.choose(candidate, mode=mode) if candidate is not None else None
+        named = candidate is not None and (isinstance(candidate, Path) or names_one(candidate))
         try:
-            chosen = chosen or self.choose(None, mode=mode)  # none usable: NoUsableKernelError
-            found = self.availability(chosen, mode=mode, query_hub=True)
-            if not found.state.usable:
-                raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")
-            self._check_training(chosen, mode)
-            if chosen.path is not None:  # a path the kernel lacks: the model keeps what it runs
-                check_path(self._kernel_module(chosen), chosen.path)
-            try:
-                name, trust = self._loadable_name(chosen)
-                attention_interface.set_implementation(self.model, name, allow_all_kernels=trust)
-            except Exception as error:
-                reason = explain(error)
-                self.catalog.record_failure(chosen, reason)
-                raise KernelSwitchError(f"{chosen.label} failed to load: {reason}") from error
-            self._pin(chosen)  # once it runs: a failed switch keeps the model's pin as it was
-            self._names[name] = chosen
-            self._guard(name, chosen)
-            verdict = self._probe(chosen, mode, name)
-            if verdict.refused:
-                self.to_pytorch()
-                raise KernelSwitchError(f"{chosen.label} {verdict}")
+            for _ in range(len(self.candidates()) + 1):  # a default choice found wrong: the next one
+                done = self._switch_to(chosen or self.choose(None, mode=mode), mode, named, strict)
+                if done is not None:
+                    chosen = done
+                    break
+                chosen = None
         except (NoUsableKernelError, KernelSwitchError) as error:
             self.reason = str(error).splitlines()[0]
             if strict:
                 raise
             return None
         self.reason, self.mode = "", mode
+        return chosen
+
+    def _switch_to(
+        self, chosen: AttentionCandidate, mode: Mode, named: bool, strict: bool
+    ) -> AttentionCandidate | None:
+        """Switch to `chosen`; None when a default choice turned out wrong (the next one is tried).
+
+        Wrong results (read before the switch, or found by the trial) switch only a candidate the
+        user named, with a warning the row keeps; `strict` refuses it."""
+        found = self.availability(chosen, mode=mode, query_hub=True)
+        wrong = found.state is State.WRONG_RESULTS  # read before trust (Transformers drops sinks)
+        if wrong and (strict or not named):
+            if strict:
+                raise KernelSwitchError(f"{chosen.label} {found}")
+            return None
+        if not found.state.usable and not wrong:
+            raise NoUsableKernelError(f"{chosen.label} cannot run here: {found}")
+        self._check_training(chosen, mode)
+        if chosen.path is not None:  # a path the kernel lacks: the model keeps what it runs
+            check_path(self._kernel_module(chosen), chosen.path)
+        try:
+            name, trust = self._loadable_name(chosen)
+            attention_interface.set_implementation(self.model, name, allow_all_kernels=trust)
+        except Exception as error:
+            reason = explain(error)
+            self.catalog.record_failure(chosen, reason)
+            raise KernelSwitchError(f"{chosen.label} failed to load: {reason}") from error
+        self._pin(chosen)  # once it runs: a failed switch keeps the model's pin as it was
+        self._names[name] = chosen
+        self._guard(name, chosen)
+        verdict = self._probe(chosen, mode, name)
+        if verdict.refused or (verdict.wrong and strict):
+            self.to_pytorch()
+            raise KernelSwitchError(f"{chosen.label} {verdict}")
+        if verdict.wrong and not named:  # the default choice passes over it
+            self.to_pytorch()
+            return None
+        self.warning = ""
+        if wrong or verdict.wrong:  # named: on, and said (a warning, and the row's note)
+            self.warning = str(verdict) if verdict.wrong else f"{found.state.value}: {found.reason}"
+            warnings.warn(f"{chosen.label} {self.warning}; switched on because you named it", stacklevel=5)
         return chosen
 
     @property
@@ -213,23 +255,81 @@ class AttentionDoor(AttentionChoices, Door):
         return settled(self.host, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
 
     def _try(self, chosen: AttentionCandidate, name: str) -> ProbeVerdict:
+        """One trial per kind of attention module (its class, layer type, window and key length):
+        DeepSeek-V4's compressed-attention layers append compressed keys behind a mask a flash
+        kernel never sees, which a trial on its first, sliding-window layer would not show."""
+        verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+        seen: set[tuple[Any, ...]] = set()
+        for path in self.group.instances:
+            sample = self.host.sample(ATTENTION, path)
+            if sample is None:
+                continue
+            args, kwargs = sample
+            module = self._modules[path]
+            kind = (
+                type(module),
+                getattr(module, "layer_type", None),
+                kwargs.get("sliding_window"),
+                tuple(getattr(args[1], "shape", ())) if len(args) > 1 else (),
+            )
+            if kind in seen:
+                continue
+            seen.add(kind)
+            verdict = self._try_one(chosen, name, path, args, kwargs)
+            if not verdict.runs:
+                return verdict
+        return self._try_model(chosen) if verdict.runs else verdict
+
+    def _try_model(self, chosen: AttentionCandidate) -> ProbeVerdict:
+        """One forward of the whole model on a few tokens with the kernel: a model's own code may
+        fail around a flash kernel (HY-V4's attention indexes the 4-D mask a flash implementation
+        does not build), where no fallback of the attention function can answer."""
+        import inspect
+
         import torch
 
-        path = self.group.instances[0]
-        sample = self.host.sample(ATTENTION, path)
-        if sample is None:
-            return ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
-        args, kwargs = sample
+        vocab = getattr(self.model.config, "vocab_size", None)
+        forward = getattr(self.model, "forward", None)
+        if (
+            not isinstance(vocab, int)
+            or forward is None
+            or "input_ids" not in inspect.signature(forward).parameters
+        ):
+            return ProbeVerdict(OK)
+        tokens = torch.arange(1, 9, device=next(self.model.parameters()).device).remainder(vocab)[None]
+        self._trial = True
+        try:
+            with torch.no_grad():
+                self.model(input_ids=tokens)
+        except Exception as error:
+            return ProbeVerdict(CANNOT_RUN, f"the model's own attention code fails with it: {explain(error)}")
+        finally:
+            self._trial = False
+        return ProbeVerdict(OK)
+
+    def _try_one(
+        self, chosen: AttentionCandidate, name: str, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ProbeVerdict:
+        import torch
+
         self._trial = True
         try:
             with torch.no_grad():
                 got = self._call(path, name)(*args, **kwargs)
                 expected = self._call(path, self.baseline)(*args, **kwargs)
-            return trial_verdict(got, expected)
         except Exception as error:
             return ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
         finally:
             self._trial = False
+        reference = None
+        with contextlib.suppress(Exception):  # PyTorch's attention in float64 (sinks included)
+            reference = float64_reference(self._call(path, self.baseline).__self__, args, kwargs)
+        return trial_verdict(got, expected, reference=reference, where=describe_call(path, args, kwargs))
+
+    def captured_keywords(self) -> dict[str, Any] | None:
+        """The keywords the model passed in one captured attention call (s_aux, sliding_window, ...)."""
+        sample = self.host.sample(ATTENTION, self.group.instances[0]) if self.group.instances else None
+        return None if sample is None else sample[1]
 
     def _kernel_module(self, chosen: AttentionCandidate) -> Any | None:
         """The loaded kernel package behind `chosen`, to name the ops its build lacks."""
@@ -307,6 +407,7 @@ class AttentionDoor(AttentionChoices, Door):
                 name=name or "PyTorch",
                 code_path=code_path,
                 candidate=chosen.label if chosen is not None else "",
+                note=self.warning if kernel_id is not None else "",
             )
             for p in paths
         ]
@@ -331,7 +432,7 @@ class AttentionDoor(AttentionChoices, Door):
         """Back to PyTorch's implementation the model had (or sdpa, when it came with a kernel).
 
         A failed switch's reason goes too: after `off` or `reset` nothing was asked for."""
-        self.reason = ""
+        self.reason = self.warning = ""
         if attention_interface.implementation(self.model) != self.baseline:
             attention_interface.set_implementation(self.model, self.baseline)
         unpin(self._holder)  # last: the kernel's own path back once nothing runs it
@@ -359,7 +460,9 @@ class AttentionDoor(AttentionChoices, Door):
         if key not in self._calls:
             module = self._modules[path]
             self._calls[key] = _call_class()(
-                module, attention_interface.attention_function(module, name)
+                module,
+                attention_interface.attention_function(module, name),
+                "eager" if name == "eager" else ("" if self._is_pytorch(name) else "flash"),
             ).forward
         return self._calls[key]
 
@@ -380,7 +483,9 @@ class AttentionDoor(AttentionChoices, Door):
 
         before = attention_interface.implementation(self.model)
         with attention_interface.capturing(
-            record, lambda module: attention_interface.attention_function(module, self.baseline)
+            record,
+            lambda module: attention_interface.attention_function(module, self.baseline),
+            mask_like=self.baseline,
         ) as name:
             attention_interface.set_implementation(self.model, name)
             try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from kernel_explorer.switching import events
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.door_classes import door_class
+from kernel_explorer.switching.fair_lock import HandingRLock
 from kernel_explorer.switching.forwards import RunningNow
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class Switchboard:
         self.catalog = catalog
         self.strict = strict
         self.device = device or model_device(model)
-        self.lock = threading.RLock()
+        self.lock = HandingRLock()  # a switch clicked mid-run gets it between two pairs
         #: one real call of (layer, instance) for a probe's trial; the explorer sets it
         self.samples: Sample | None = None
         self._modules: dict[str, nn.Module] = dict(model.named_modules())

@@ -10,7 +10,9 @@ kernel changed, and restores it exactly when the instance goes back to PyTorch.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +29,9 @@ from kernel_explorer._backend.layer_forwards import (
 )
 from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.candidates import SOURCES
+from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.measure.divergence import float64_reference
 from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
@@ -45,6 +48,7 @@ from kernel_explorer.switching.probe import (
     UNVERIFIED,
     ProbeVerdict,
     cached,
+    describe_call,
     explain,
     settled,
     trial_verdict,
@@ -120,11 +124,23 @@ class InstanceDoor(Door):
                 pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label),
             ):
                 output = forward(*args, **kwargs)
+            original = self.target(path, for_switching=False)
             with torch.no_grad():
-                expected = class_forward(self.target(path, for_switching=False))(*args, **kwargs)
+                expected = class_forward(original)(*args, **kwargs)
         except Exception as failure:
             return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
-        return trial_verdict(output, expected, guard.summary(), guard.kept_bytes, guard.in_place)
+        reference = None
+        with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
+            reference = float64_reference(original, args, kwargs)
+        return trial_verdict(
+            output,
+            expected,
+            guard.summary(),
+            guard.kept_bytes,
+            guard.in_place,
+            reference=reference,
+            where=describe_call(path, args, kwargs),
+        )
 
     # -- switching ------------------------------------------------------------------------------
 
@@ -138,19 +154,24 @@ class InstanceDoor(Door):
             except NoUsableKernelError as error:
                 if host.strict:
                     raise
-                self._fall_back(paths, str(error))
+                self._fall_back(paths, one_line(str(error)))  # the row's reason: one line
                 return
             verdict = self.probe(chosen, entry, mode)
-            if not verdict.refused:
+            named = names_one(candidate)
+            if verdict.wrong and named and not host.strict:  # asked for by name: on, and said
+                warnings.warn(
+                    f"{chosen.repo_label} {verdict}; switched on because you named it", stacklevel=4
+                )
                 break
-            named = candidate is not None and not (isinstance(candidate, str) and candidate in SOURCES)
+            if not (verdict.refused or verdict.wrong):
+                break
             if named or host.strict:  # the user named it (or wants no silent choice): say why it is off
                 reason = f"{chosen.repo_label} {verdict}"
                 if host.strict:
                     raise KernelSwitchError(reason)
                 self._fall_back(paths, reason)
                 return
-            # the default choice passes over it: the catalog reads "cannot run here" now
+            # the default choice passes over it: the catalog reads "cannot run here" (or "wrong") now
         refusal = self._memory_refusal(verdict, len(paths), allow_changes)
         if refusal:
             if host.strict:
@@ -224,6 +245,8 @@ class InstanceDoor(Door):
         if verdict.changes:  # known from the probe: PyTorch's side runs on the original state from now
             self._pytorch[path] = class_forward(guard.original())
             self._notes[path] = f"{verdict.changes}; restored on off"
+        if verdict.wrong:  # switched because it was named: every view of the row says so
+            self._notes[path] = "; ".join(n for n in (str(verdict), self._notes.get(path, "")) if n)
         if compiles(mode):
             # torch.compile guards a callable object by identity: a wrapper per instance made every
             # decoder layer a recompile (and, past dynamo's recompile limit, eager). Keep kernelize's
@@ -236,7 +259,8 @@ class InstanceDoor(Door):
         def after_first(path: str = path, guard: ModuleGuard = guard) -> None:
             if guard.changes():
                 kept = f"{guard.kept_bytes / 2**20:.1f} MB kept while on"
-                self._notes[path] = f"{guard.summary()}; restored on off; {kept}"
+                said = f"{verdict}; " if verdict.wrong else ""
+                self._notes[path] = f"{said}{guard.summary()}; restored on off; {kept}"
                 self._pytorch.setdefault(path, class_forward(guard.original()))
 
         set_forward(target, KernelForward(forward, class_forward(target), on_error, after_first=after_first))
@@ -350,6 +374,12 @@ class InstanceDoor(Door):
         except Exception as error:  # a stranger's code: never let it break the inventory
             self.host.catalog.record_probe(candidate, mode, ProbeVerdict(CANNOT_RUN, explain(error)))
         return self.host.catalog.availability(candidate, device=self.host.device, mode=mode)
+
+
+def one_line(text: str) -> str:
+    """A multi-line answer ("No kernel ... can run here:\n  candidate: why") as the one line a row shows."""
+    head, *rest = text.strip().splitlines() or [""]
+    return " ".join([head, "; ".join(line.strip() for line in rest)]).strip()
 
 
 def _kernel_package(forward: Any) -> Any | None:

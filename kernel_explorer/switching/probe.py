@@ -17,12 +17,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.platform import ops_without_kernel
-from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, ProbeVerdict
+from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, WRONG, ProbeVerdict
+from kernel_explorer.measure.divergence import divergence, wrong_bound
 
 if TYPE_CHECKING:
     from kernel_explorer.switching.door import DoorHost
 
-__all__ = ["CANNOT_RUN", "OK", "UNVERIFIED", "ProbeVerdict", "cached", "explain", "settled", "trial_verdict"]
+__all__ = [
+    "CANNOT_RUN",
+    "OK",
+    "UNVERIFIED",
+    "WRONG",
+    "ProbeVerdict",
+    "cached",
+    "explain",
+    "settled",
+    "trial_verdict",
+    "wrong_values",
+]
 
 
 def cached(host: DoorHost, candidate: Any, layer: str, mode: Any) -> ProbeVerdict | None:
@@ -84,13 +96,85 @@ def explain(error: BaseException, kernel_module: Any | None = None) -> str:
 
 
 def trial_verdict(
-    output: Any, expected: Any, changes: str = "", kept: int = 0, in_place: bool = False
+    output: Any,
+    expected: Any,
+    changes: str = "",
+    kept: int = 0,
+    in_place: bool = False,
+    *,
+    reference: Any = None,
+    where: str = "",
 ) -> ProbeVerdict:
-    """The verdict of a trial call that returned: it runs here unless its output's shape is not PyTorch's."""
+    """The verdict of a trial call that returned: cannot run here when its output's shape is not
+    PyTorch's, wrong results here when its values are far from PyTorch's (`wrong_values`, against
+    `reference`, the float64 run; `where` names the instance and inputs), else runs here."""
     got, want = first_shape(output), first_shape(expected)
     if got != want:
         return ProbeVerdict(CANNOT_RUN, f"it returns shape {got} where PyTorch returns {want}")
+    off = wrong_values(first_tensor(output), first_tensor(expected), first_tensor(reference))
+    if off:
+        return ProbeVerdict(WRONG, f"{off}{f', on {where}' if where else ''}", changes, kept, in_place)
     return ProbeVerdict(OK, "", changes, kept, in_place)
+
+
+def wrong_values(kernel: Any, pytorch: Any, reference: Any = None) -> str:
+    """How far off `kernel`'s output is, in one phrase, when it is beyond `wrong_bound`; "" when not.
+
+    Both outputs are measured against `reference` (the original forward in float64), so the bound
+    scales with PyTorch's own error there; without a reference (a layer that cannot run in float64)
+    the kernel is measured against PyTorch's output, with PyTorch's error taken as zero.
+    """
+    import torch
+
+    if kernel is None or pytorch is None or kernel.shape != pytorch.shape or not kernel.is_floating_point():
+        return ""
+    if kernel.numel() == 0:
+        return ""
+    finite = torch.isfinite(pytorch)
+    bad = int((finite & ~torch.isfinite(kernel)).sum())
+    if bad:
+        return f"{bad} of {kernel.numel()} values are NaN or infinite where PyTorch's are finite"
+    usable = (
+        reference is not None and reference.shape == kernel.shape and bool(torch.isfinite(reference).all())
+    )
+    found = divergence(kernel, pytorch, reference if usable else None)
+    if usable:
+        err, own, scale = found["kernel_err64"], found["pytorch_err64"], found["reference_max_abs"]
+        against = "float64"
+    else:
+        err, own = found["max_abs"], 0.0
+        scale = pytorch.detach().double().abs().max().item()
+        against = "PyTorch (no float64 run)"
+    bound = wrong_bound(own, scale, kernel.dtype)
+    if not err > bound:
+        return ""
+    return (
+        f"off by {err:.3g} against {against} ({err / scale if scale else float('inf'):.2g} of the "
+        f"output's largest value {scale:.3g}) where PyTorch is off by {own:.2g} (wrong past {bound:.2g})"
+    )
+
+
+def describe_call(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """`model.layers.0.mlp.act_fn with inputs (1, 7, 128) float32`: where a trial ran."""
+    import torch
+
+    shapes = [
+        f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+        for value in (*args, *kwargs.values())
+        if isinstance(value, torch.Tensor)
+    ][:3]
+    return f"{path} with inputs {', '.join(shapes)}" if shapes else path
+
+
+def first_tensor(value: Any) -> Any:
+    """The first tensor of an output (a tensor, or a tuple/list whose first leaf is one), or None."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)) and value:
+        return first_tensor(value[0])
+    return None
 
 
 def _where(error: BaseException) -> str:

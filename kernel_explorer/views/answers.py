@@ -96,8 +96,8 @@ def layer_answer(frame: pd.DataFrame, run_id: str) -> Answer:
     rows = []
     for _, row in frame.iterrows():
         what = str(row["layer"]) + (f" ({row['kernel']})" if _text(row, "kernel") else "")
-        speed = _speedup(row, "speedup_median", "speedup_low", "speedup_high")
-        parts = [f"{speed} {_text(row, 'verdict')}".strip() if speed else "not timed"]
+        speed = _speedup(row, "speedup", "speedup_low", "speedup_high")
+        parts = [f"{speed} {_text(row, 'verdict')}".strip() if speed else _no_speed(row)]
         if _text(row, "accuracy"):
             parts.append(_text(row, "accuracy"))
         basis = f"{int(row.get('pairs', 0))} pairs over {int(row.get('instances', 0))} instances"
@@ -140,3 +140,14 @@ def model_answer(frame: pd.DataFrame, run_id: str, results: ResultLog) -> Answer
         frame,
         "nothing was measured",
     )
+
+
+def _no_speed(row: pd.Series) -> str:
+    """What stands in for a speed: why the machine made it unmeasurable, or that it was not timed."""
+    from kernel_explorer.measure.verdict import Verdict, describe
+
+    verdict = row.get("verdict")
+    if isinstance(verdict, str) and verdict == Verdict.NOT_MEASURABLE:
+        stalled, pairs = _number(row.get("stalled")), _number(row.get("pairs"))
+        return describe(Verdict.NOT_MEASURABLE, stalled=int(stalled or 0), pairs=int(pairs or 0))
+    return "not timed"

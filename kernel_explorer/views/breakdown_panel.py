@@ -16,11 +16,10 @@ from kernel_explorer.measure.records import RunEvent
 from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.measure.records import Record
     from kernel_explorer.measure.runner import RunHandle
+    from kernel_explorer.views.live_plot import LivePlot
 
 _EMPTY_NOTE = (
     "Profile one prefill and one decode step on PyTorch to see which share of the model's time "
@@ -49,7 +48,7 @@ class BreakdownPanel:
         self.line.add_class("kx-breakdown-line")
         # made with the first breakdown: a FigureWidget carries plotly.js (5 MB) in its state, sent
         # to the browser (and stored by nbconvert) even while hidden
-        self.chart: go.FigureWidget | None = None
+        self.chart: LivePlot | None = None
         self.chart_box = widgets.Box([], layout={"display": "none", "width": "100%"})
         self.widget = widgets.VBox([widgets.HBox([self.button, self.line]), self.chart_box])
         self.button.on_click(lambda _: guard(self.profile))
@@ -79,17 +78,21 @@ class BreakdownPanel:
         figure = breakdown_figure(self.explorer.results, self.explorer.layers)
         if figure is None:
             return
-        if self.chart is None:
-            from kernel_explorer.views.shared_plotly import figure_classes
+        import json
 
-            # plotly.js comes with the dashboard's live plots (their carrier figure), not again here
-            self.chart = figure_classes()[1]()
+        whole = json.loads(figure.to_json())  # plain data: plotly's encoder turns arrays into lists
+        layout = {**whole["layout"], "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)"}
+        if self.chart is None:
+            from kernel_explorer.views.live_plot import LivePlot
+
+            # plotly.js comes with the dashboard's live plots (their carrier plot), not again here
+            self.chart = LivePlot(whole["data"], layout)
             self.chart.add_class("kx-breakdown")
+            self.chart.add_class("kx-plot")
             self.chart_box.children = (self.chart,)
-        with self.chart.batch_update():
-            self.chart.data = ()
-            self.chart.add_traces(list(figure.data))
-            self.chart.layout = figure.layout
+        else:
+            self.chart.react(whole["data"], layout)
+            self.chart.send_pending()
         self.chart_box.layout.display = "flex"
         self.line.value = html.escape(covered_line(self.explorer.results))
 

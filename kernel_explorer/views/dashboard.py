@@ -35,11 +35,10 @@ _THEME_CSS = """
 .kx-dashboard .kx-plot .main-svg text { fill: var(--jp-ui-font-color1, #1f2328) !important; }
 .kx-dashboard .kx-plot .gridlayer path, .kx-dashboard .kx-plot .zerolinelayer path {
   stroke: var(--jp-border-color2, #d0d7de) !important; }
+.kx-dashboard .kx-plot .errorbars path { stroke: var(--jp-ui-font-color1, #1f2328) !important; }
+.kx-dashboard .kx-plot .xaxislayer-above path, .kx-dashboard .kx-plot .yaxislayer-above path {
+  stroke: var(--jp-ui-font-color2, #57606a) !important; }
 .kx-dashboard .kx-status { color: var(--jp-ui-font-color1, inherit); }
-.kx-dashboard .kx-breakdown .main-svg .infolayer text,
-.kx-dashboard .kx-breakdown .main-svg .xaxislayer-above text,
-.kx-dashboard .kx-breakdown .main-svg .yaxislayer-above text {
-  fill: var(--jp-ui-font-color1, #1f2328) !important; }
 """
 
 
@@ -72,8 +71,6 @@ class Dashboard:
         self.status.add_class("kx-status")
         self.output = widgets.Output(layout={"max_height": "160px", "overflow": "auto"})  # download bars
         self.table = LayerTable(explorer, on_error=self.show_error, output=self.output)
-        self.plots = LivePlots(explorer.results)
-        self.breakdown = BreakdownPanel(explorer, on_error=self.show_error, guard=self._guarded)
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(
             description="Stop", button_style="danger", icon="stop", disabled=True
@@ -87,8 +84,12 @@ class Dashboard:
         self.progress.add_class("kx-progress")
         self.run_button.on_click(lambda _: self._guarded(self.run))
         self.stop_button.on_click(lambda _: self._guarded(self.stop))
+        # the status line hears of a record first (a run's end: "cancelled" at once), the plots
+        # and the breakdown panel after it
         self._unsubscribe = explorer.results.subscribe(self._on_record)
         self._unsubscribe_switches = explorer.subscribe_switches(self._on_switch)
+        self.plots = LivePlots(explorer.results)
+        self.breakdown = BreakdownPanel(explorer, on_error=self.show_error, guard=self._guarded)
         self._cycle = 0
         self._cycle_layers: set[str] = set()  # layers concluded in this cycle (or the shown run)
         self._starting = False

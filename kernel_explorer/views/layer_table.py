@@ -31,6 +31,30 @@ def _short(label: str) -> str:
     return label.split(" (", 1)[0]
 
 
+def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
+    """The row's picker: each kernel once per device (a Hub mapping lists one repository for every
+    device, capability and mode: six identical "no mapping" lines), this device's first, and no
+    PyTorch implementation. Picking "eager" as the attention "kernel" gave a row whose checkbox
+    said off while PyTorch's eager ran, measured as a kernel against PyTorch; PyTorch is what the
+    switch's off state runs, so it is not offered as a kernel."""
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for candidate, availability in found:
+        if getattr(candidate, "pytorch", False):
+            continue
+        key = (_short(candidate.label), candidate.device)
+        if key in kept and (kept[key]["usable"] or not availability.state.usable):
+            continue
+        kept[key] = {
+            "label": candidate.label,
+            "short": key[0],
+            "device": candidate.device,
+            "usable": availability.state.usable,
+            "state": availability.state.value,
+            "reason": availability.details,
+        }
+    return sorted(kept.values(), key=lambda option: option["device"] != device)  # stable: this device first
+
+
 def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The table's state: per layer name its switch, badge, candidates (and the one picked),
     instances and what runs."""
@@ -60,16 +84,19 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "state_key": best[1].state.key if best else State.NO_MAPPING.key,
                 "reason": best[1].details if best else "no mapping from any source",
                 "candidate": picked,
-                "candidates": [
+                "candidates": picker_candidates(row.candidates, explorer.device),
+                "given": [  # the user's own candidates, each with its state, even when another ranks first
                     {
-                        "label": candidate.label,
                         "short": _short(candidate.label),
-                        "usable": found.state.usable,
+                        "source": candidate.source,
                         "state": found.state.value,
+                        "state_key": found.state.key,
                         "reason": found.details,
                     }
-                    for candidate, found in row.candidates
+                    for candidate, found in row.given
                 ],
+                "warning": row.warning,  # a named kernel with wrong results runs: in the state's colour
+                "warning_key": State.WRONG_RESULTS.key,
                 "runs": row.running_summary,
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]
@@ -97,7 +124,8 @@ class LayerTable(anywidget.AnyWidget):
         self.output = output  # an Output widget: progress bars of downloads a switch starts show there
         self.on_msg(self._handle_message)
         # any switch of the model, from Python, a magic, a run or another view, redraws the rows
-        self._unsubscribe = explorer.subscribe_switches(self.refresh)
+        self._acting = False  # a click being answered: it refreshes once, after its switches
+        self._unsubscribe = explorer.subscribe_switches(self._on_switch)
         self.refresh()
 
     def close(self) -> None:
@@ -107,15 +135,23 @@ class LayerTable(anywidget.AnyWidget):
     def refresh(self) -> None:
         self.rows = table_rows(self.explorer, self.chosen)
 
+    def _on_switch(self) -> None:
+        """A switch from anywhere redraws the rows; one this table's click made is redrawn once,
+        when the click is answered (each redraw reads every instance of every row)."""
+        if not self._acting:
+            self.refresh()
+
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
         # Caught inside the Output context: in a kernel, Output swallows exceptions (it prints them).
         with self.output if self.output is not None else contextlib.nullcontext():
             try:
+                self._acting = True
                 self._act(content)
             except Exception as error:  # shown in the dashboard's status line, not lost in the log
                 if self.on_error is not None:
                     self.on_error(f"{content.get('layer')}: {type(error).__name__}: {error}")
             finally:
+                self._acting = False
                 self.refresh()
                 # the row shows "switching…" from the click until this answer (a Linear switch packs
                 # weights for seconds); sent even when the rows did not change

@@ -1,155 +1,219 @@
 """The live dashboard's four figures and the points of their traces (what `LivePlots` draws on).
 
 Built once per dashboard: one look for every plot (`_layout`), one copy of plotly.js for the four
-(`shared_plotly.py`), markers with intervals where a log axis makes bars meaningless.
+(the first is `live_plot.carrier`), markers with intervals where a log axis makes bars meaningless.
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
+from kernel_explorer.views.live_plot import LivePlot, carrier
 from kernel_explorer.views.plot_style import (
     CATEGORY_AXIS,
     ERROR_AXIS,
     SPEEDUP_AXIS,
     empty_note,
+    log_ticks,
     one_x_line,
 )
-from kernel_explorer.views.shared_plotly import figure_classes
 
-MAX_DRAWN = 3000  # points per per-pair trace; beyond, each point is the median of consecutive pairs
+
+def speedup_axis(low: float = 0.5, high: float = 2.0) -> dict[str, Any]:
+    """The live plots' speedup axis: the shared look, at most `MAX_TICKS` labels for [low, high]."""
+    axis = {key: value for key, value in SPEEDUP_AXIS.items() if key != "minor"}
+    return {**axis, **log_ticks(min(low, 1.0), max(high, 1.0))}
+
+
+def error_axis(low: float = 1e-8, high: float = 1e-4) -> dict[str, Any]:
+    """The error plot's axis: decades as powers of ten, at most `MAX_TICKS` of them."""
+    axis = {key: value for key, value in ERROR_AXIS.items() if key != "minor"}
+    return {**axis, **log_ticks(low, high, unit="", decades_only=True)}
+
+
+#: points per per-pair trace in the browser and in Python's copy of the figure: past it, each point
+#: becomes the median of 2, 4, 8... consecutive pairs (folded again each time the budget fills)
+MAX_DRAWN = 1000
 
 
 class Series:
-    """The points of one trace, kept here: the figure is assigned all of them once per batch."""
+    """Every pair of one trace (8 bytes each), and the points drawn of them: a fixed budget.
 
-    def __init__(self) -> None:
-        self.x: list[float] = []
-        self.y: list[float] = []
-        self.text: list[str] = []
+    Each point is the exact median of `step` consecutive pairs (`step` 1 until the trace holds
+    `budget` points, then doubled each time it fills again), so the figure never holds more than
+    `budget` points and a redraw sends only the points completed since the last one.
+    """
 
-    def drawn(self) -> tuple[list[float], list[float], list[str], int]:
-        """The points to draw and how many pairs each stands for (1: every pair as it is)."""
-        n = len(self.x)
-        step = -(-n // MAX_DRAWN)  # ceil: consecutive pairs per point
-        if step <= 1:
-            return self.x, self.y, self.text, 1
-        x, y, text = [], [], []
-        for start in range(0, n, step):
-            ys = sorted(self.y[start : start + step])
-            x.append(self.x[start])
-            y.append(ys[len(ys) // 2])
-            text.append(f"median of {len(ys)} pairs: {y[-1]:.2f}x")
-        return x, y, text, step
+    def __init__(self, budget: int = MAX_DRAWN) -> None:
+        self.budget = budget
+        self.x = array("d")
+        self.y = array("d")
+        self.step = 1
+        self.drawn = 0  # points already handed to the figure
+
+    def add(self, x: float, y: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def points(self, first: int, last: int) -> tuple[list[float], list[float]]:
+        """Points `first` to `last` (exclusive) at the current step: the middle pair's time and the
+        median speedup of each run of `step` pairs."""
+        import numpy as np
+
+        if last <= first:
+            return [], []
+        step = self.step
+        ys = np.frombuffer(self.y, dtype=float)[first * step : last * step].reshape(-1, step)
+        xs = np.frombuffer(self.x, dtype=float)[first * step + step // 2 : last * step : step]
+        return [round(float(v), 3) for v in xs], [float(f"{v:.5g}") for v in np.median(ys, axis=1)]
+
+    def new_points(self) -> tuple[list[float], list[float], bool]:
+        """(x, y, whole): the points completed since the last call; `whole` when the budget filled
+        and the step doubled, so the points are the whole trace again (at most budget / 2)."""
+        complete = len(self.y) // self.step
+        if complete > self.budget:
+            while len(self.y) // self.step > self.budget // 2:
+                self.step *= 2
+            self.drawn = len(self.y) // self.step
+            return (*self.points(0, self.drawn), True)
+        x, y = self.points(self.drawn, complete)
+        self.drawn = complete
+        return x, y, False
 
 
-HEIGHT, TOP_MARGIN, LEGEND_ROW = 320, 62, 18  # pixels: a plot, the title and a legend row above it
+HEIGHT, TOP_MARGIN, BOTTOM_MARGIN, LEGEND_ROW = 320, 40, 50, 20  # pixels
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    """One look for every live plot: width follows the page, transparent so the theme shows through."""
-    return {
-        # at the top of the figure, not in the middle of its top margin: the legend's rows grow
-        # that margin (plots._fit_legend), and a centred title sat among them
+    """One look for every live plot: width follows the cell, transparent so the theme shows through.
+
+    The title sits at the top left and the legend under the plot (its rows add to the bottom
+    margin, `plots.LivePlots`), so neither can run into the other however many layers there are,
+    and there is no toolbar over either (`live_plot.CONFIG`). Axes stay hidden until the first
+    point: an empty plot shows its note, not a scale of nothing.
+    """
+    layout = {
         "title": {
             "text": title,
             "font": {"size": 13},
+            "x": 0.0,
+            "xanchor": "left",
+            "xref": "container",
             "y": 1.0,
-            "yref": "container",
             "yanchor": "top",
-            "pad": {"t": 8},
+            "yref": "container",
+            "pad": {"t": 8, "l": 10},
         },
         "height": HEIGHT,
         "autosize": True,
-        "margin": {"t": TOP_MARGIN, "b": 45, "l": 60, "r": 40},  # the title, then the legend, above
+        "margin": {"t": TOP_MARGIN, "b": BOTTOM_MARGIN, "l": 60, "r": 30},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
-        # above the plot, right-aligned: below it the legend ran into the axis title and, growing
-        # with every layer, squeezed the plot
+        "showlegend": True,
         "legend": {
             "orientation": "h",
+            "yref": "container",
+            "y": 0.0,
             "yanchor": "bottom",
-            "y": 1.0,
-            "xanchor": "right",
-            "x": 1.0,
+            "x": 0.0,
+            "xanchor": "left",
             "font": {"size": 11},
         },
         "annotations": [empty_note()],
         **extra,
     }
+    for axis in ("xaxis", "yaxis"):
+        layout[axis] = {**layout.get(axis, {}), "visible": False}
+    return layout
 
 
-def live_figures() -> tuple[Any, Any, Any, Any]:
-    """(speedup per pair, median speedup per layer, throughput, divergence), empty."""
-    import plotly.graph_objects as go
-
-    # one copy of plotly.js for the four (shared_plotly.py): the latency figure carries it
-    carrier, light = figure_classes()
-    latency = carrier(
-        layout=_layout(
-            "Speedup per pair (PyTorch time / time of what runs now)",
-            xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
-            yaxis=SPEEDUP_AXIS,
-            shapes=[one_x_line()],
-        )
+def latency_layout() -> dict[str, Any]:
+    return _layout(
+        "Speedup per pair (PyTorch time / time of what runs now)",
+        xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
+        yaxis=speedup_axis(),
+        shapes=[one_x_line()],
     )
-    speedup = light(
-        [
-            # a marker with its interval, not a bar: on a log axis a bar's length means nothing
-            go.Scatter(
-                x=[],
-                y=[],
-                mode="markers+text",
-                name="median speedup",
-                text=[],
-                textposition="middle right",
-                cliponaxis=False,  # the last layer's "3.86x" beyond the axis' end stays whole
-                marker={"size": 9},
-                error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": []},
-                hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
-            )
-        ],
-        layout=_layout(
+
+
+def speedup_trace() -> dict[str, Any]:
+    # a marker with its interval, not a bar: on a log axis a bar's length means nothing
+    return {
+        "type": "scatter",
+        "x": [],
+        "y": [],
+        "mode": "markers+text",
+        "name": "median speedup",
+        "text": [],
+        "textposition": "middle right",
+        "cliponaxis": False,  # the last layer's "3.86x" beyond the axis' end stays whole
+        "marker": {"size": 9},
+        "error_y": {"type": "data", "symmetric": False, "array": [], "arrayminus": []},
+        "customdata": [],
+        "hovertemplate": "%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
+        "showlegend": False,
+    }
+
+
+def throughput_trace() -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "x": [],
+        "y": [],
+        "mode": "lines+markers",
+        "name": "model",
+        "hovertemplate": "%{y:.1f} tokens/s<extra></extra>",
+        "showlegend": False,
+    }
+
+
+def divergence_traces() -> list[dict[str, Any]]:
+    # markers: a bar on a log axis starts at the axis' bottom, so 2e-6 against 4e-6 looked like 1 to 30
+    return [
+        {
+            "type": "scatter",
+            "x": [],
+            "y": [],
+            "mode": "markers",
+            "name": name,
+            "marker": {"size": 10, "symbol": symbol},
+            "hovertext": [],
+            "hovertemplate": "%{x}: %{hovertext}<extra></extra>",
+        }
+        for name, symbol in (("kernel vs float64", "circle"), ("PyTorch vs float64", "diamond-open"))
+    ]
+
+
+def live_figures() -> tuple[LivePlot, LivePlot, LivePlot, LivePlot]:
+    """(speedup per pair, median speedup per layer, throughput, divergence), empty."""
+    latency = carrier([], latency_layout())  # the first: it brings plotly.js for all
+    speedup = LivePlot(
+        [speedup_trace()],
+        _layout(
             "Median speedup per layer with its 95% interval",
-            xaxis=CATEGORY_AXIS,
-            yaxis=SPEEDUP_AXIS,
+            xaxis=dict(CATEGORY_AXIS),
+            yaxis=speedup_axis(),
             shapes=[one_x_line()],
         ),
     )
-    throughput = light(
-        [
-            go.Scatter(
-                x=[],
-                y=[],
-                mode="lines+markers",
-                name="model",
-                hovertemplate="%{y:.1f} tokens/s<extra></extra>",
-            )
-        ],
-        layout=_layout(
+    throughput = LivePlot(
+        [throughput_trace()],
+        _layout(
             "Model throughput (one forward over the prompt)",
             xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
             yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero"},
         ),
     )
-    divergence = light(
-        [
-            # markers: a bar on a log axis starts at the axis' bottom, so 2e-6 against 4e-6
-            # looked like 1 to 30
-            go.Scatter(
-                x=[],
-                y=[],
-                mode="markers",
-                name=name,
-                marker={"size": 10, "symbol": symbol},
-                hovertemplate="%{x}: %{hovertext}<extra></extra>",
-            )
-            for name, symbol in (("kernel vs float64", "circle"), ("PyTorch vs float64", "diamond-open"))
-        ],
-        layout=_layout(
+    divergence = LivePlot(
+        divergence_traces(),
+        _layout(
             "Largest error against a float64 run (lower is more accurate)",
-            xaxis=CATEGORY_AXIS,
-            yaxis=ERROR_AXIS,
+            xaxis=dict(CATEGORY_AXIS),
+            yaxis=error_axis(),
         ),
     )
     return latency, speedup, throughput, divergence

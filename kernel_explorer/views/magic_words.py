@@ -14,9 +14,10 @@ from kernel_explorer.errors import KernelExplorerError
 COMMANDS: dict[str, tuple[str, str]] = {
     "hardware": ("", "the machine and the build variants it accepts"),
     "explore": (
-        "MODEL [--inputs VAR] [--mode MODE] [--dtype D] [--device DEV]",
+        "[MODEL] [--inputs VAR] [--mode MODE] [--dtype D] [--device DEV]",
         "the dashboard of MODEL: a notebook variable, a folder or a Hub id (loaded with from_pretrained"
-        " in dtype D: auto, float32, bfloat16, float16); MODE: inference, training, torch.compile",
+        " in dtype D: auto, float32, bfloat16, float16); no MODEL: the notebook's `model`, or the"
+        " default model (SmolLM2-135M), loaded as `model`; MODE: inference, training, torch.compile",
     ),
     "on": (
         "LAYER [--instances PATH ...] [--candidate NAME]",
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     commands = {name: sub.add_parser(name, add_help=False) for name in COMMANDS}
     explore = commands["explore"]
-    explore.add_argument("model")
+    explore.add_argument("model", nargs="?")
     explore.add_argument("--inputs")
     explore.add_argument("--mode", choices=["inference", "training", "torch.compile"])
     explore.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])

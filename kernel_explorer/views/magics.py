@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from typing import Any
 
 from kernel_explorer.errors import KernelExplorerError
@@ -33,6 +34,10 @@ _EXPLORE_STEPS = [
     "capturing the layers' inputs",
     "building the dashboard (the browser draws it next, a few seconds)",
 ]
+
+
+#: the variable `%kernels explore` without a model explores (and loads the default model into)
+DEFAULT_VARIABLE = "model"
 
 
 def _names_a_model(word: str) -> bool:
@@ -201,14 +206,35 @@ class KernelsMagic:
             )
         return model, self.shell.user_ns.get("tokenizer")
 
+    def _default_model(self) -> tuple[Any, Any]:
+        """No model named and no `model` in the notebook: load the default one, and say so."""
+        from kernel_explorer.loading import load_default_model
+
+        print(
+            "%kernels explore: no `model` in this notebook, so the default model "
+            "(SmolLM2-135M-Instruct) is loaded as `model` (and its tokenizer as `tokenizer`)"
+        )
+        model, tokenizer = load_default_model()
+        self.shell.user_ns[DEFAULT_VARIABLE] = model
+        self.shell.user_ns.setdefault("tokenizer", tokenizer)
+        return model, tokenizer
+
     def _do_explore(self, args: argparse.Namespace) -> Any:
         from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
         from kernel_explorer.views.dashboard import Dashboard
         from kernel_explorer.views.progress import cell_progress
 
-        by_name = args.model not in self.shell.user_ns and _names_a_model(args.model)
-        found = None if by_name else self._model_variable(args.model)  # a bad name fails before any bar
+        found = None
+        if args.model is None:  # the README's first line in a fresh notebook: the default model
+            if DEFAULT_VARIABLE in self.shell.user_ns:
+                args.model = DEFAULT_VARIABLE
+            else:
+                found = self._default_model()
+                args.model = DEFAULT_VARIABLE
+        by_name = found is None and args.model not in self.shell.user_ns and _names_a_model(args.model)
+        if found is None and not by_name:
+            found = self._model_variable(args.model)  # a bad name fails before any bar
         inputs = None if args.inputs is None else self._variable(args.inputs)
         names = [s for s in _EXPLORE_STEPS if inputs is not None or "capturing" not in s]
         steps = _Steps([f"loading {args.model} (from_pretrained)"] * by_name + names)
@@ -283,10 +309,54 @@ class KernelsMagic:
     def _started(self, handle: Any, background: bool) -> None:
         self.handle = handle
         if background:
-            print(
-                f"run {handle.run_id} measures in the background: explorer.results fills as it goes; "
-                "%kernels stop cancels it"
+            self._announce(handle)
+
+    def _announce(self, handle: Any) -> None:
+        """A background run's line in its cell, replaced by how it ended when it ends: the cell
+        said "measures in the background" forever, and `%kernels stop` then said "nothing to stop"
+        with no word that the run had finished."""
+        from IPython.display import display
+
+        from kernel_explorer.measure.records import LayerVerdict, RunEvent
+
+        results = self.explorer.results
+        going = (
+            f"run {handle.run_id} measures in the background: explorer.results fills as it goes; "
+            "%kernels stop cancels it"
+        )
+        shown = display({"text/plain": going}, raw=True, display_id=True)
+        told: list[bool] = []
+
+        def ended(record: Any) -> None:
+            values = record.values
+            if (
+                record.run_id != handle.run_id
+                or not isinstance(values, RunEvent)
+                or values.event == "started"
+            ):
+                return
+            if told:
+                return
+            told.append(True)
+            unsubscribe()
+            verdicts = [
+                f"{r.layer}: {r.values.summary}"
+                for r in results.records("layer_verdict", handle.run_id)
+                if isinstance(r.values, LayerVerdict)
+            ]
+            when = time.strftime("%H:%M:%S", time.localtime(record.time))
+            line = f"run {handle.run_id} {values.event} at {when}" + (
+                f": {'; '.join(verdicts)}" if verdicts else ""
             )
+            if values.event == "failed" and values.detail:
+                line += f" ({values.detail})"
+            if shown is not None:
+                shown.update({"text/plain": line}, raw=True)
+
+        unsubscribe = results.subscribe(ended)
+        ended_already = [r for r in results.records("run", handle.run_id) if r.values.event != "started"]
+        if ended_already:  # it ended before the subscription
+            ended(ended_already[-1])
 
     def _do_compare(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
@@ -346,7 +416,9 @@ class KernelsMagic:
                 dashboard.stop()
                 running.append(handle)
         if not running:
-            print("nothing to stop: no measurement started by %kernels or its dashboard is running")
+            last = self.handle
+            ended = f" (run {last.run_id} {last.outcome})" if last is not None and last.done else ""
+            print(f"nothing to stop: no measurement started by %kernels or its dashboard is running{ended}")
             return
         for handle in running:
             handle.cancel()

@@ -91,7 +91,40 @@ def one_x_line() -> dict[str, Any]:
 def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
     """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise:
     the colour of `stats.speed_verdict`'s answer (the one place a verdict is decided)."""
-    from kernel_explorer.measure.stats import FASTER, SLOWER, Interval, speed_verdict
+    from kernel_explorer.measure.stats import Interval, speed_verdict
+    from kernel_explorer.measure.verdict import Verdict
 
     verdict = speed_verdict(Interval((low * high) ** 0.5, low, high, 0, 0.0), floor)
-    return {FASTER: FASTER_COLOUR, SLOWER: SLOWER_COLOUR}.get(verdict, UNSURE_COLOUR)
+    return {Verdict.FASTER: FASTER_COLOUR, Verdict.SLOWER: SLOWER_COLOUR}.get(verdict, UNSURE_COLOUR)
+
+
+#: at most this many labelled ticks on a log axis: 16 labels (0.002x ... 2000x) in a plot 110 px
+#: high overlapped
+MAX_TICKS = 6
+
+
+def log_ticks(low: float, high: float, *, unit: str = "x", decades_only: bool = False) -> dict[str, Any]:
+    """Tick values and labels for a log axis spanning [low, high]: 1-2-5 steps while they fit in
+    `MAX_TICKS`, then decades, then every second (third...) decade; never more than `MAX_TICKS`.
+
+    The labels are written in full ("0.5x", "2x") with `unit`, or as powers of ten when `unit` is ""
+    (an error in the output's own units: "10⁻⁶").
+    """
+    import math
+
+    low, high = max(min(low, high), 1e-30), max(high, low, 1e-30)
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    values: list[float] = []
+    if not decades_only:
+        values = [m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)]
+        values = [v for v in values if low <= v * 1.0001 and v <= high * 1.0001]
+    if decades_only or len(values) > MAX_TICKS or len(values) < 2:
+        exponents = list(range(first, last + 1))
+        every = max(1, math.ceil(len(exponents) / MAX_TICKS))
+        values = [10.0**e for e in exponents if e % every == 0]
+
+    def label(value: float) -> str:
+        return f"{_plain(value)}{unit}" if unit else _decade(round(math.log10(value)))
+
+    text = [label(v) for v in values]
+    return {"tickmode": "array", "tickvals": values, "ticktext": text}

@@ -1,20 +1,26 @@
 """Live plots of the run in progress: speedup per pair, per-layer speedup with its 95% interval,
-model throughput and divergence, fed by ResultLog records in batches.
+model throughput and divergence, fed by ResultLog records.
 
-Records arrive on the measurement thread; they are buffered and drawn every `interval` seconds in
-one `batch_update`, so the browser gets one message per batch instead of one per sample. Inside
-`batch_update` a trace's `x` reads what it was before the block, so points are kept here, per
-trace, and each trace is assigned once per batch: every pair logged is drawn (a trace longer than
-`MAX_DRAWN` shows the median of each run of consecutive pairs, and its legend says so). The plots
-follow the latest run: a run's start clears them (its records stay in the log and the report).
-Conventions shared with the report: a log speedup axis with a dotted 1x line, units on every axis
-and hover, pairs of instances on PyTorch drawn apart (open grey markers) and never in a bar.
+What a redraw costs is bounded by what is new, however long the run: records are buffered, and a
+redraw sends the points completed since the last one (`live_plot.LivePlot` extends the traces in
+the browser), the per-layer markers (one per layer) and a few layout properties. Each per-pair
+trace keeps a fixed budget of points (`live_figures.Series`: past it, each point becomes the median
+of 2, 4, 8... consecutive pairs), in Python's copy and in the browser alike.
+
+Redraws run on the thread that appends the records, right after a record is appended, at most
+every `interval` seconds and once more when a run ends: for a measurement that is between two
+timed pairs, so nothing this view does (reading records, serializing, sending) runs while a pair is
+timed, and no thread of the view competes with the measurement for the interpreter. The plots
+follow the latest run: a run's start clears them (its records stay in the log and the report); a
+new dashboard opens with the latest run the log holds. Conventions shared with the report: a log
+speedup axis with a dotted 1x line, units on every axis and hover, pairs of instances on PyTorch
+drawn apart (open grey markers) and never in a bar.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -30,188 +36,153 @@ from kernel_explorer.measure.records import (
     RunEvent,
 )
 from kernel_explorer.measure.stats import MIN_PAIRS
-from kernel_explorer.views.live_figures import LEGEND_ROW, TOP_MARGIN, Series, live_figures
-from kernel_explorer.views.plot_style import (
-    UNSURE_COLOUR,
-    one_x_line,
-    verdict_colour,
+from kernel_explorer.views.live_figures import (
+    BOTTOM_MARGIN,
+    HEIGHT,
+    LEGEND_ROW,
+    MAX_DRAWN,
+    Series,
+    error_axis,
+    live_figures,
+    speedup_axis,
 )
+from kernel_explorer.views.live_plot import LivePlot
+from kernel_explorer.views.plot_style import UNSURE_COLOUR, verdict_colour
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
 
+#: the width a legend is laid out for: half a 1280 px page (two plots side by side)
+_LEGEND_WIDTH = 560
+
+
+def kernel_off_name(layer: str) -> str:
+    """The legend entry of a layer's pairs on PyTorch (PyTorch against PyTorch): short, so that the
+    legend of five layers keeps to a row or two."""
+    return f"{layer} (kernel off)"
+
+
+def latest_drawn_run(log: ResultLog) -> list[Record]:
+    """The records of the latest run the plots would draw (with its start), oldest first."""
+    records = log.records()
+    run = next((r.run_id for r in reversed(records) if isinstance(r.values, _DRAWN)), None)
+    return [r for r in records if r.run_id == run] if run is not None else []
+
 
 class LivePlots:
-    """Four FigureWidgets (speedup per pair, per layer, throughput, divergence) that follow a ResultLog."""
+    """Four live plots (speedup per pair, per layer, throughput, divergence) that follow a ResultLog."""
 
-    def __init__(self, log: ResultLog, *, interval: float = 0.3) -> None:
-        import pandas  # noqa: F401 - plotly imports it lazily; import it here, not in the flush thread
-
+    def __init__(self, log: ResultLog, *, interval: float = 0.5) -> None:
         self.log = log
         self.interval = interval
         self.latency, self.speedup, self.throughput, self.divergence = live_figures()
-        for figure in (self.latency, self.speedup, self.throughput, self.divergence):
-            # plotly.js's own responsive mode: each figure refits its box on window resize
-            figure._config = {**figure._config, "responsive": True, "displaylogo": False}
-            # an empty plot shows no made-up numbers (0-6 s, 0-4 tokens/s): its axes get their
-            # tick labels with the first point, when the note goes
-            figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = False
+        self.figures: tuple[LivePlot, ...] = (self.latency, self.speedup, self.throughput, self.divergence)
+        self._empty = {id(plot): plot.figure() for plot in self.figures}  # what a new run starts from
         self._lock = threading.Lock()  # guards the pending records and marks
-        self._drawing = threading.Lock()  # one batch drawn at a time, whoever flushes
+        self._drawing = threading.RLock()  # one redraw at a time, whoever draws
         self._pending: list[Record] = []
         self._marks: list[float] = []
+        self._last_drawn = 0.0
         self._run_id: str | None = None
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
         self._start: float | None = None
         self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
-        self._series: dict[str, Series] = {}  # per-pair trace name -> every point of this run
-        self._throughput = Series()
-        self._dirty: set[str] = set()  # traces with points not yet assigned to the figure
-        self._received = 0  # latency records of this run received (drawn or pending)
-        self._receiving: str | None = None
+        self._series: dict[str, Series] = {}  # per-pair trace name -> every pair of this run
+        self._index: dict[str, int] = {}  # per-pair trace name -> its index in the latency figure
+        self._steps: dict[str, int] = {}  # the step each trace's hover and the axis title say
         self._verdicts: dict[str, LayerVerdict] = {}
         self._worst: dict[str, dict[str, float]] = defaultdict(dict)
+        self._bars_changed = self._errors_changed = False
+        self._ranges: dict[int, tuple[float, float]] = {}  # plot -> (low, high) of what it shows
+        self._ticks: dict[int, Any] = {}  # plot -> the y ticks last sent
+        self._shown: set[int] = set()  # plots whose axes show (they have a point)
+        self._received = 0  # latency records of this run received (drawn or pending)
+        self._receiving: str | None = None
+        self.seconds_drawing = 0.0  # CPU seconds the redraws took (what the view costs the kernel)
         self._unsubscribe = log.subscribe(self._on_record)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._flush_loop, name="kernel-explorer-plots", daemon=True)
-        self._thread.start()
+        earlier = latest_drawn_run(log)  # the model's earlier measurements, from the first draw
+        with self._lock:
+            waiting = {id(r) for r in self._pending}
+            self._pending[:0] = [r for r in earlier if id(r) not in waiting]
+            for record in earlier:
+                self._count(record)
+        self.flush()
 
     def close(self) -> None:
-        self._stop.set()
         self._unsubscribe()
+
+    def _count(self, record: Record) -> None:
+        if isinstance(record.values, LayerLatency) and record.layer and record.values.mode == INFERENCE:
+            if record.run_id != self._receiving:
+                self._receiving, self._received = record.run_id, 0
+            self._received += 1
 
     def _on_record(self, record: Record) -> None:
         with self._lock:
             self._pending.append(record)
-            if isinstance(record.values, LayerLatency) and record.layer and record.values.mode == INFERENCE:
-                if record.run_id != self._receiving:
-                    self._receiving, self._received = record.run_id, 0
-                self._received += 1
+            self._count(record)
+        ended = isinstance(record.values, RunEvent) and record.values.event != "started"
+        if ended or time.monotonic() - self._last_drawn >= self.interval:
+            self.flush()  # here, between two pairs of the measurement that appended the record
 
     def pairs_received(self) -> int:
-        """Per-pair records of the latest run received so far: what the status line counts (every
-        one is drawn by the next flush)."""
+        """Per-pair records of the latest run received so far: what the status line counts."""
         with self._lock:
             return self._received
 
     def mark_switch(self, when: float) -> None:
-        """A dashed line on the per-pair plot where a switch happened during the run (time.time())."""
-        with self._lock:  # drawn by the flush thread, like everything else
+        """A dashed line on the per-pair plot where a switch happened during the run (time.time());
+        drawn with the next redraw."""
+        with self._lock:
             self._marks.append(when)
 
-    def _flush_loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.flush()
+    def bytes_sent(self) -> int:
+        """What the four plots have sent to the browser so far (JSON bytes of their messages)."""
+        return sum(plot.bytes_sent for plot in self.figures)
 
     def flush(self) -> None:
-        """Draw the buffered records now; returns once every record received so far is drawn.
-
-        The flush thread may be drawing a batch it took a moment ago: waiting for it here is what
-        makes "flush, then read the figures" see every record (without it, a caller could find
-        nothing pending and read the plots before that batch reached them).
-        """
+        """Draw the buffered records now; returns once every record received so far is sent."""
         with self._drawing:
-            self._flush_batch()
+            self._last_drawn = time.monotonic()
+            with self._lock:
+                batch, self._pending = self._pending, []
+                marks, self._marks = self._marks, []
+            if not batch and not marks:
+                return
+            began = time.thread_time()
+            try:
+                self._redraw(batch, marks)
+            finally:
+                self.seconds_drawing += time.thread_time() - began
 
-    def _flush_batch(self) -> None:
-        with self._lock:
-            batch, self._pending = self._pending, []
-            marks, self._marks = self._marks, []
-        if not batch and not marks:
-            return
-        figures = (self.latency, self.speedup, self.throughput, self.divergence)
-        with contextlib.ExitStack() as stack:
-            for figure in figures:
-                stack.enter_context(figure.batch_update())
-            for record in batch:
-                self._draw(record)
-            self._assign_points()
+    def _redraw(self, batch: list[Record], marks: list[float]) -> None:
+        for record in batch:
+            self._draw(record)
+        self._send_points()
+        if self._bars_changed:
             self._draw_speedup_bars()
-        # the "no measurement yet" note goes with the first point (read after the batch: inside
-        # it, a figure still returns its old x)
-        for figure in figures:
-            drawn = any(len(trace.x or ()) for trace in figure.data)
-            if drawn and figure.layout.annotations:
-                with figure.batch_update():
-                    figure.layout.annotations = ()
-                    figure.layout.xaxis.showticklabels = figure.layout.yaxis.showticklabels = True
-        self._fit_legend(self.latency)
-        for when in marks:  # shapes, outside batch_update (plotly adds them with their own message)
-            if self._start is not None:
-                self.latency.add_vline(x=when - self._start, line_dash="dash", line_color=UNSURE_COLOUR)
+        if self._errors_changed:
+            self._draw_errors()
+        if marks and self._start is not None:
+            lines = [self._switch_line(when - self._start) for when in marks]
+            self.latency.relayout(shapes=[*self.latency.plot_layout.get("shapes", []), *lines])
+        self._fit()
+        for plot in self.figures:
+            plot.send_pending()
 
-    @staticmethod
-    def _fit_legend(figure: Any) -> None:
-        """Room above the plot for the legend's rows: a legend that grew into the title, or under
-        the plot into its axis title, as layers were added, gets rows of its own. Rows are
-        estimated from the longest name (plotly gives every entry of a row that width; about
-        6.5 px a character and 40 px for the marker, on a plot about 380 px wide: half a 1280 px
-        page)."""
-        names = [trace.name or "" for trace in figure.data]
-        entry = max((len(name) for name in names), default=0) * 6.5 + 40  # plotly's entries align
-        rows = max(1, -(-len(names) // max(1, int(380 // entry))))
-        top = TOP_MARGIN + LEGEND_ROW * (rows - 1)
-        if figure.layout.margin.t != top:  # not the height: set from Python, the figure kept its
-            figure.layout.margin.t = top  # old width when the page narrowed (test_dashboard.py)
+    # -- per record ------------------------------------------------------------------------------
 
     def _reset(self, run_id: str, start: float) -> None:
         """A new run: clear every plot (the log keeps the old run's records)."""
         self._run_id, self._start = run_id, start
-        self._samples.clear()
-        self._verdicts.clear()
-        self._worst.clear()
-        self._series.clear()
-        self._throughput = Series()
-        self._dirty.clear()
-        self.latency.data = ()
-        self.latency.layout.shapes = (one_x_line(),)
-        self.throughput.data[0].x, self.throughput.data[0].y = (), ()
-        for bars in self.divergence.data:
-            bars.x, bars.y = (), ()
-
-    def _draw_speedup_bars(self) -> None:
-        layers = list(dict.fromkeys([*self._verdicts, *self._samples]))
-        shown = []
-        for name in layers:
-            samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
-            if len(samples) >= MIN_PAIRS or (samples and verdict is None):
-                found = Comparison(tuple(samples)).interval
-                shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
-            elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
-                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict))
-            elif verdict is not None:
-                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
-                shown.append(
-                    (
-                        name,
-                        verdict.speedup,
-                        verdict.speedup_low,
-                        verdict.speedup_high,
-                        verdict.noise_floor,
-                        what,
-                    )
-                )
-        bars = self.speedup.data[0]
-        bars.x = [s[0] for s in shown]
-        bars.y = [s[1] for s in shown]
-        bars.error_y.array = [s[3] - s[1] for s in shown]
-        bars.error_y.arrayminus = [s[1] - s[2] for s in shown]
-        bars.text = ["not measurable" if s[5].startswith("not measurable") else f"{s[1]:.2f}x" for s in shown]
-        bars.customdata = [f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown]
-        bars.marker.color = [verdict_colour(s[2], s[3], s[4]) for s in shown]
-
-    def _trace(self, layer: str, kernel_on: bool) -> Any:
-        """The per-pair trace of `layer` (kernel on or off), keyed by its `legendgroup`: its name
-        changes when it is decimated."""
-        name = layer if kernel_on else f"{layer}: kernel off (PyTorch vs PyTorch)"
-        for trace in self.latency.data:
-            if trace.legendgroup == name:
-                return trace
-        marker = {"symbol": "circle"} if kernel_on else {"symbol": "circle-open", "color": UNSURE_COLOUR}
-        self.latency.add_scatter(
-            x=[], y=[], mode="markers", name=name, legendgroup=name, marker=marker, hovertext=[]
-        )
-        return self.latency.data[-1]
+        for state in (self._samples, self._verdicts, self._worst, self._series, self._index, self._steps):
+            state.clear()
+        self._ranges.clear()
+        self._ticks.clear()
+        self._shown.clear()
+        for plot in self.figures:
+            empty = self._empty[id(plot)]
+            plot.react(empty["data"], empty["layout"])
 
     def _draw(self, record: Record) -> None:
         values = record.values
@@ -227,24 +198,21 @@ class LivePlots:
         if getattr(values, "mode", INFERENCE) != INFERENCE:
             return  # training pairs: training_summary() and the report
         if isinstance(values, LayerLatency) and record.layer:
-            name = self._trace(record.layer, values.kernel_on).legendgroup
-            series = self._series.setdefault(name, Series())
-            series.x.append(seconds)
-            series.y.append(values.speedup)
-            series.text.append(
-                f"{values.speedup:.2f}x: PyTorch {values.pytorch_s * 1e6:.1f} us, "
-                f"{'kernel' if values.kernel_on else 'PyTorch again'} {values.kernel_s * 1e6:.1f} us"
-            )
-            self._dirty.add(name)
+            name = record.layer if values.kernel_on else kernel_off_name(record.layer)
+            if name not in self._series:
+                self._series[name] = Series()
+                self._index[name] = self.latency.add_trace(self._pair_trace(name, values.kernel_on))
+            self._series[name].add(seconds, values.speedup)
             if values.kernel_on and not values.stalled:  # a stalled pair measured the machine
                 self._samples[record.layer].append(values.speedup)
+                self._bars_changed = True
         elif isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
             self._verdicts[record.layer] = values
             self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
+            self._bars_changed = True
         elif isinstance(values, ModelThroughput):
-            self._throughput.x.append(seconds)
-            self._throughput.y.append(values.tokens_s)
-            self._dirty.add("")  # "": the throughput line
+            self.throughput.extend(0, [round(seconds, 3)], [round(values.tokens_s, 2)], MAX_DRAWN)
+            self._widen(self.throughput, values.tokens_s, values.tokens_s)
         elif isinstance(values, LayerDivergence) and record.layer:
             worst = self._worst[record.layer]
             measured = {
@@ -256,44 +224,170 @@ class LivePlots:
             for key, value in measured.items():
                 if value is not None:
                     worst[key] = max(worst.get(key, 0.0), float(value))
-            layers = list(self._worst)
-            kernel, pytorch = self.divergence.data
-            kernel.x = pytorch.x = layers
-            kernel.y = [max(self._worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
-            pytorch.y = [max(self._worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
-            kernel.hovertext = [
-                f"kernel: max abs error {self._worst[n].get('kernel_err64', 0.0):.2e} vs float64; "
-                f"vs PyTorch: max abs {self._worst[n].get('max_abs', 0.0):.2e}, "
-                f"max {int(self._worst[n].get('max_ulp', 0))} ULP"
-                for n in layers
-            ]
-            pytorch.hovertext = [
-                f"PyTorch: max abs error {self._worst[n].get('pytorch_err64', 0.0):.2e} vs float64"
-                for n in layers
-            ]
+            self._errors_changed = True
 
-    def _assign_points(self) -> None:
-        """Each trace with new points gets all of them, in one assignment (see the module doc)."""
-        for name in self._dirty:
-            if name == "":
-                line = self.throughput.data[0]
-                line.x, line.y = list(self._throughput.x), list(self._throughput.y)
+    @staticmethod
+    def _pair_trace(name: str, kernel_on: bool) -> dict[str, Any]:
+        marker = {"symbol": "circle", "size": 5}
+        if not kernel_on:
+            marker = {"symbol": "circle-open", "size": 5, "color": UNSURE_COLOUR}
+        side = "kernel" if kernel_on else "PyTorch again (kernel off)"
+        return {
+            "type": "scatter",
+            "x": [],
+            "y": [],
+            "mode": "markers",
+            "name": name,
+            "legendgroup": name,
+            "marker": marker,
+            "hovertemplate": f"%{{y:.2f}}x at %{{x:.1f}} s: PyTorch / {side}<extra>{name}</extra>",
+        }
+
+    @staticmethod
+    def _switch_line(seconds: float) -> dict[str, Any]:
+        return {
+            "type": "line",
+            "xref": "x",
+            "x0": seconds,
+            "x1": seconds,
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "line": {"dash": "dash", "color": UNSURE_COLOUR},
+        }
+
+    # -- per redraw ------------------------------------------------------------------------------
+
+    def _send_points(self) -> None:
+        """The points each per-pair trace completed since the last redraw, appended in the browser;
+        a trace whose budget filled is sent whole once, at its new step (half the budget)."""
+        for name, series in self._series.items():
+            x, y, whole = series.new_points()
+            if not x:
                 continue
-            trace = self._trace_named(name)
-            x, y, text, step = self._series[name].drawn()
-            trace.x, trace.y, trace.hovertext = list(x), list(y), list(text)
-            pairs = len(self._series[name].x)
-            trace.name = name if step == 1 else f"{name} (median of each {step} of {pairs:,} pairs)"
-        self._dirty.clear()
+            index = self._index[name]
+            if whole:
+                self.latency.restyle(index, x=x, y=y)
+            else:
+                self.latency.extend(index, x, y, MAX_DRAWN)
+            self._widen(self.latency, min(y), max(y))
+            if series.step != self._steps.get(name, 1):
+                self._steps[name] = series.step
+                hover = self._pair_trace(name, "(kernel off)" not in name)["hovertemplate"]
+                self.latency.restyle(
+                    index,
+                    hovertemplate=hover.replace("%{y:.2f}x", f"%{{y:.2f}}x (median of {series.step} pairs)"),
+                )
+                step = max(self._steps.values())
+                self.latency.relayout(
+                    **{"xaxis.title.text": f"seconds into the run (a point: median of up to {step} pairs)"}
+                )
+
+    def _widen(self, plot: LivePlot, low: float, high: float) -> None:
+        found = self._ranges.get(id(plot))
+        self._ranges[id(plot)] = (low, high) if found is None else (min(found[0], low), max(found[1], high))
+
+    def _fit(self) -> None:
+        """After the points: axes once a plot has one, at most six labelled log ticks for what it
+        shows, and room under the per-pair plot for its legend's rows."""
+        for plot in self.figures:
+            if id(plot) not in self._ranges:
+                continue
+            if id(plot) not in self._shown:
+                self._shown.add(id(plot))
+                plot.relayout(**{"annotations": [], "xaxis.visible": True, "yaxis.visible": True})
+            low, high = self._ranges[id(plot)]
+            if plot is self.latency or plot is self.speedup:
+                ticks = speedup_axis(low, high)
+            elif plot is self.divergence:
+                ticks = error_axis(low, high)
+            else:
+                continue
+            chosen = (tuple(ticks["tickvals"]), tuple(ticks["ticktext"]))
+            if self._ticks.get(id(plot)) != chosen:
+                self._ticks[id(plot)] = chosen
+                plot.relayout(**{"yaxis.tickvals": ticks["tickvals"], "yaxis.ticktext": ticks["ticktext"]})
+        names = list(self._series)
+        if names:
+            entry = max(len(name) for name in names) * 6.5 + 40  # plotly gives every entry one width
+            rows = max(1, -(-len(names) // max(1, int(_LEGEND_WIDTH // entry))))
+            bottom = BOTTOM_MARGIN + LEGEND_ROW * rows
+            if self.latency.plot_layout["margin"].get("b") != bottom:
+                self.latency.relayout(**{"margin.b": bottom, "height": HEIGHT + LEGEND_ROW * (rows - 1)})
+
+    def _draw_speedup_bars(self) -> None:
+        self._bars_changed = False
+        layers = list(dict.fromkeys([*self._verdicts, *self._samples]))
+        shown = []
+        for name in layers:
+            samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
+            if len(samples) >= MIN_PAIRS or (samples and verdict is None):
+                found = Comparison(tuple(samples)).interval
+                shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
+            elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
+                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
+            elif verdict is not None:
+                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
+                shown.append(
+                    (
+                        name,
+                        verdict.speedup,
+                        verdict.speedup_low,
+                        verdict.speedup_high,
+                        verdict.noise_floor,
+                        what,
+                    )
+                )
+        if not shown:
+            return
+        unmeasured = {name for name, v in self._verdicts.items() if not v.measurable}
+        self.speedup.restyle(
+            0,
+            x=[s[0] for s in shown],
+            y=[s[1] for s in shown],
+            **{
+                "error_y.array": [s[3] - s[1] for s in shown],
+                "error_y.arrayminus": [s[1] - s[2] for s in shown],
+                "marker.color": [verdict_colour(s[2], s[3], s[4]) for s in shown],
+            },
+            text=["not measurable" if s[0] in unmeasured else f"{s[1]:.2f}x" for s in shown],
+            customdata=[f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown],
+        )
+        self._ranges[id(self.speedup)] = (min(s[2] for s in shown), max(s[3] for s in shown))
+
+    def _draw_errors(self) -> None:
+        self._errors_changed = False
+        layers = list(self._worst)
+        worst = self._worst
+        kernel_y = [max(worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
+        pytorch_y = [max(worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
+        self.divergence.restyle(
+            0,
+            x=layers,
+            y=kernel_y,
+            hovertext=[
+                f"kernel: max abs error {worst[n].get('kernel_err64', 0.0):.2e} vs float64; "
+                f"vs PyTorch: max abs {worst[n].get('max_abs', 0.0):.2e}, "
+                f"max {int(worst[n].get('max_ulp', 0))} ULP"
+                for n in layers
+            ],
+        )
+        self.divergence.restyle(
+            1,
+            x=layers,
+            y=pytorch_y,
+            hovertext=[
+                f"PyTorch: max abs error {worst[n].get('pytorch_err64', 0.0):.2e} vs float64" for n in layers
+            ],
+        )
+        shown = [v for v in (*kernel_y, *pytorch_y) if v > 1e-30] or [1e-30]
+        self._ranges[id(self.divergence)] = (min(shown), max(shown))
 
     def points(self) -> int:
         """Pairs drawn so far in this run, each point counted for the pairs it stands for: after a
-        flush, the per-pair records of the run (what the browser test waits for)."""
-        with self._drawing:  # not while the flush thread adds traces
-            return sum(len(series.x) for name, series in self._series.items() if name not in self._dirty)
-
-    def _trace_named(self, name: str) -> Any:
-        return next(trace for trace in self.latency.data if trace.legendgroup == name)
+        flush, the run's per-pair records but those of a median still being filled."""
+        with self._drawing:
+            return sum(series.drawn * series.step for series in self._series.values())
 
 
 def static_html(log: ResultLog) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.stats import noise_warning
+from kernel_explorer.measure.verdict import Verdict
 from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
@@ -91,14 +92,12 @@ def figures(log: ResultLog) -> list[Any]:
 
     found = []
     summary = log.layer_summary()
-    if "speedup_median" in summary.columns:
-        on = summary[summary["verdict"] != "PyTorch against PyTorch (kernel off)"].dropna(
-            subset=["speedup_median"]
-        )
+    if "speedup" in summary.columns:
+        on = summary[summary["verdict"] != Verdict.KERNEL_OFF].dropna(subset=["speedup"])
         if not on.empty:
-            frame = on.assign(
-                speedup=on["speedup_median"], label=on["layer"] + " (" + on["run_id"] + ")"
-            ).fillna({"noise_floor": 0.0})
+            frame = on.assign(speedup=on["speedup"], label=on["layer"] + " (" + on["run_id"] + ")").fillna(
+                {"noise_floor": 0.0}
+            )
             found.append(
                 _speedup_bars(frame, "label", "Median speedup per layer and run, with its 95% interval")
             )
@@ -158,7 +157,9 @@ def _table(rows: list[tuple[str, ...]], head: tuple[str, ...]) -> str:
 
 
 def _verdict_class(verdict: object) -> str:
-    return {"faster": "faster", "slower": "slower"}.get(str(verdict), "unsure")
+    """The CSS class of a verdict cell: its colour says faster, slower, or neither."""
+    decided = isinstance(verdict, str) and verdict in (Verdict.FASTER, Verdict.SLOWER)
+    return Verdict.parse(verdict).value if decided else "unsure"
 
 
 def _number(value: object) -> float | None:
@@ -166,7 +167,7 @@ def _number(value: object) -> float | None:
 
 
 def _speedup_cell(record: dict[str, Any]) -> str:
-    median, low, high = (_number(record.get(k)) for k in ("speedup_median", "speedup_low", "speedup_high"))
+    median, low, high = (_number(record.get(k)) for k in ("speedup", "speedup_low", "speedup_high"))
     if median is None or low is None or high is None:
         return ""
     text = f"{median:.2f}x [{low:.2f}, {high:.2f}]"
@@ -191,7 +192,7 @@ _SUMMARY_CELLS: tuple[tuple[str, Any], ...] = (
     ("run", lambda r: str(r.get("run_id", ""))),
     ("layer", _layer_cell),
     ("speedup [95% interval]", _speedup_cell),
-    ("across runs", lambda r: _pair(r, "across_runs_low", "across_runs_high", "[{:.2f}, {:.2f}]")),
+    ("across runs", lambda r: _pair(r, "across_low", "across_high", "[{:.2f}, {:.2f}]")),
     ("verdict", lambda r: str(r.get("verdict") or "")),
     ("noise floor", lambda r: "" if _number(r.get("noise_floor")) is None else f"{r['noise_floor']:.0%}"),
     ("pairs", lambda r: str(r.get("pairs", ""))),
@@ -249,14 +250,14 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             _table(list(context.switches), ("layer", "runs now", "last measured speedup [95% interval]")),
         ]
     summary = log.layer_summary()
-    if "speedup_median" in summary.columns:
+    if "speedup" in summary.columns:
         parts += [
             "<h2>Layers</h2>",
             "<p>speedup_low and speedup_high bound the 95% interval of the median speedup; noise_floor is "
             "how far PyTorch against itself moved (A/A): a verdict needs the interval to clear it. "
             "runs_agree is false where another run's interval does not overlap this one: each interval "
             "is its run's, and separate runs can move by up to the noise floor when the machine changes "
-            "state between them, so across_runs_low and across_runs_high widen it by the floor (what another "
+            "state between them, so across_low and across_high widen it by the floor (what another "
             "run here may give), and a verdict needs that wider interval to clear 1x. confidence is "
             "the interval's real coverage (below 0.95: too few pairs); stopped_by says what ended the "
             "pairs: pairs (the count asked for), precision (the interval was narrow enough) or budget "

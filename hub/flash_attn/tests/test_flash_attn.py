@@ -55,6 +55,44 @@ def test_kvcache_appends_and_attends(kernel):
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
 
 
+def reference_with_sinks(q, k, v, sinks, causal):
+    """float64 eager attention with one sink logit per head in each softmax's denominator, as
+    Transformers' GPT-OSS and DeepSeek-V4 compute it (cat the sink column, softmax, drop it)."""
+    q64, k64, v64 = (t.double().transpose(1, 2) for t in (q, k, v))
+    groups = q64.shape[1] // k64.shape[1]
+    k64, v64 = k64.repeat_interleave(groups, 1), v64.repeat_interleave(groups, 1)
+    scores = q64 @ k64.transpose(-1, -2) * q.shape[-1] ** -0.5
+    if causal:
+        lq, lk = q.shape[1], k.shape[1]
+        keep = torch.ones(lq, lk, dtype=torch.bool).tril(diagonal=lk - lq)
+        scores = scores.masked_fill(~keep, float("-inf"))
+    sink = sinks.double().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    probs = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    return (probs @ v64).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sinks_as_transformers_passes_them(kernel, dtype, shape):
+    b, lq, lk, h, hk, d = shape
+    q = torch.randn(b, lq, h, d).to(dtype)
+    k, v = torch.randn(b, lk, hk, d).to(dtype), torch.randn(b, lk, hk, d).to(dtype)
+    sinks = torch.randn(h)
+    ref = reference_with_sinks(q, k, v, sinks, True)
+    tol = tolerance(dtype)
+    out = kernel.flash_attn_func(q, k, v, causal=True, s_aux=sinks)
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+    cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32)
+    cu_k = torch.arange(0, (b + 1) * lk, lk, dtype=torch.int32)
+    varlen = kernel.flash_attn_varlen_func(
+        q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k, lq, lk, causal=True, s_aux=sinks
+    )
+    torch.testing.assert_close(varlen.double(), ref.flatten(0, 1), atol=tol, rtol=tol)
+    if lk < 50 and dtype == torch.float32:  # few keys: a sink takes a share a kernel without sinks loses
+        without = kernel.flash_attn_func(q, k, v, causal=True)
+        assert (without.double() - ref).abs().max() > 100 * tol
+
+
 def test_unsupported_options_raise(kernel):
     q = torch.randn(1, 2, 2, 16)
     with pytest.raises(ValueError, match="dropout_p"):

@@ -46,7 +46,16 @@ const kx::OpChoice& op_for(int code, bool decode);
 
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                        const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
-                                       const std::optional<at::Tensor>& seqused_k, double scale, bool causal) {
+                                       const std::optional<at::Tensor>& seqused_k, double scale, bool causal,
+                                       bool heads_first = false) {
+  // heads_first: dense q/k/v as (batch, heads, seqlen, head_dim), Transformers' attention-interface
+  // layout; the views are swapped here (three Python transposes cost more than a 16-token call's
+  // arithmetic). The output is (batch, seqlen_q, heads, head_dim) either way.
+  if (heads_first) {
+    TORCH_CHECK(!cu_q.has_value() && q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4,
+                "flash_attn: heads_first takes dense (batch, heads, seqlen, head_dim) tensors, got q ", q_in.sizes());
+    return fwd(q_in.transpose(1, 2), k_in.transpose(1, 2), v_in.transpose(1, 2), cu_q, cu_k, seqused_k, scale, causal);
+  }
   const int dc = kx::dtype_code(q_in, "flash_attn");
   TORCH_CHECK(k_in.scalar_type() == q_in.scalar_type() && v_in.scalar_type() == q_in.scalar_type(),
               "flash_attn: q, k and v must share a dtype, got ", q_in.scalar_type(), ", ", k_in.scalar_type(), ", ",
@@ -235,7 +244,7 @@ const kx::OpChoice& op_for(int code, bool decode) { return by_dtype[code][decode
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
-      "float softmax_scale, bool causal) -> (Tensor, Tensor)");
+      "float softmax_scale, bool causal, bool heads_first=False) -> (Tensor, Tensor)");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
   m.def("reset_isa() -> str", &kx::reset_isa);

@@ -32,9 +32,18 @@ ValueError rather than a different result: dropout_p > 0, window_size other than
 softcap != 0, alibi_slopes, block_table (paged KV), rotary in kvcache, cache_batch_idx,
 cache_leftpad.
 
-Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal)
--> (out, lse)``; ``isa()`` / ``set_isa(name)`` report and force the code path (avx512bf16,
-avx512, avx2, portable).
+Attention sinks: every function takes ``s_aux`` (nheads,), as vllm's flash-attn 3 does and as
+Transformers' flash glue passes them (it drops sinks for a kernel whose function takes neither
+``s_aux`` nor ``learnable_sink``; GPT-OSS and DeepSeek-V4 pass them): one extra logit per head in
+each softmax's denominator and none in its numerator, as eager's ``cat([scores, sinks]).softmax()
+[..., :-1]``. Applied from the log-sum-exp the op returns: with ``lse`` the row's log-sum-exp of
+its scores, the softmax with the sink is the one without, times ``exp(lse) / (exp(lse) +
+exp(s_aux))`` = ``sigmoid(lse - s_aux)``, in float32; the returned lse includes the sink.
+
+Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
+heads_first=False) -> (out, lse)`` (heads_first: dense q/k/v as (batch, heads, seqlen, headdim),
+the output still (batch, seqlen, heads, headdim)); ``isa()`` / ``set_isa(name)`` report and force
+the code path (avx512bf16, avx512, avx2, portable).
 """
 
 from __future__ import annotations
@@ -73,6 +82,28 @@ def _scale(q: torch.Tensor, softmax_scale: float | None) -> float:
     return float(q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale)
 
 
+def _with_sinks(
+    out: torch.Tensor, lse: torch.Tensor, s_aux: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`out` and `lse` with one sink logit per head added to every softmax's denominator.
+
+    lse is (..., nheads, seqlen) ((nheads, total) for varlen), out (..., seqlen, nheads, headdim); a
+    row that sees no key (lse +inf, as flash-attn) keeps its 0.
+    """
+    if s_aux is None:
+        return out, lse
+    heads = lse.shape[-2]
+    sinks = s_aux.detach().to(device=lse.device, dtype=torch.float32).reshape(-1)
+    if sinks.numel() != heads:
+        raise ValueError(
+            f"{_NAME}: s_aux must hold one sink per query head ({heads}), got {tuple(s_aux.shape)}"
+        )
+    sinks = sinks.reshape(heads, 1)
+    keep = torch.sigmoid(lse - sinks)  # exp(lse) / (exp(lse) + exp(sink)), without overflow
+    out = (out.float() * keep.transpose(-1, -2).unsqueeze(-1)).to(out.dtype)
+    return out, torch.logaddexp(lse, sinks.expand_as(lse))
+
+
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -85,10 +116,12 @@ def flash_attn_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    s_aux: torch.Tensor | None = None,
 ):
     """Attention over (batch, seqlen, heads, headdim) tensors; see the module docstring."""
     _check_options(dropout_p, window_size, softcap, alibi_slopes)
     out, lse = ops.fwd(q, k, v, None, None, None, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -109,11 +142,13 @@ def flash_attn_varlen_func(
     deterministic: bool = False,
     return_attn_probs: bool = False,
     block_table: torch.Tensor | None = None,
+    s_aux: torch.Tensor | None = None,
 ):
     """Attention over packed sequences (total, heads, headdim) cut by cu_seqlens; max_seqlen_* are
     accepted for the contract and not needed (the lengths come from cu_seqlens)."""
     _check_options(dropout_p, window_size, softcap, alibi_slopes, block_table)
     out, lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, None, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -153,6 +188,7 @@ def flash_attn_with_kvcache(
     alibi_slopes: torch.Tensor | None = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    s_aux: torch.Tensor | None = None,
 ):
     """Decode against a KV cache: the keys of each sequence are split over the threads and the
     partial softmaxes merged; see the module docstring."""
@@ -174,7 +210,78 @@ def flash_attn_with_kvcache(
         _append_to_cache(v_cache, v, seqused, "v")
         seqused = seqused + k.shape[1]
     out, lse = ops.fwd(q, k_cache, v_cache, None, None, seqused, _scale(q, softmax_scale), bool(causal))
+    out, lse = _with_sinks(out, lse, s_aux)
     return (out, lse) if return_softmax_lse else out
+
+
+#: keywords that make `attention_forward` answer with SDPA when set (what the kernel does not do)
+_SDPA_ONLY = frozenset(("softcap", "position_bias", "s_aux", "cache", "output_attentions"))
+_fwd = ops.fwd.default  # the overload itself: skips the packet's lookup on each call
+
+
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+):
+    """Transformers' attention-interface function (the signature of its `sdpa_attention_forward`),
+    running this kernel without Transformers' flash-attention glue.
+
+    Registered under a name with `transformers.AttentionInterface.register(name, attention_forward)`
+    and SDPA's mask (`AttentionMaskInterface.register(name, transformers.masking_utils.sdpa_mask)`),
+    then `model.set_attn_implementation(name)`, a model calls it with (batch, heads, seqlen,
+    headdim) tensors and SDPA's mask. Where SDPA would run without a mask (no padding: a causal
+    prefill, or one decode token against a cache), the kernel runs on those tensors as they are
+    (the op's heads_first layout), with SDPA's causal semantics (a prefill whose
+    keys outnumber its queries keeps the first seqlen_q keys, as `sdpa_attention_forward` does;
+    one query token sees every key). Anything else (a padding or static-cache mask, dropout,
+    position_bias, attention sinks, a paged cache, softcap, value head_dim != query head_dim) is
+    answered by Transformers' own `sdpa_attention_forward`, so the result is always PyTorch's where
+    the kernel does not apply. Returns (out (batch, seqlen, heads, headdim), None).
+
+    Why it exists: through `flash_attn_func`, Transformers wraps the kernel in
+    `flash_attention_forward`, whose Python (kwargs processing, PEFT dtype check, and for a batch of
+    one with position_ids, `_is_packed_sequence`: six small ATen ops reading the position ids)
+    costs more than the whole SDPA call at 16 tokens (bench/attention_glue.py).
+    """
+    # the common call (a model's own keywords only: position_ids, use_cache, ...) decides in a few
+    # attribute reads: this runs 30 times per token and at 16 tokens the op itself takes ~25 us
+    if (
+        attention_mask is not None
+        or dropout
+        or not (
+            _SDPA_ONLY.isdisjoint(kwargs) or all(kwargs.get(name) in (None, False) for name in _SDPA_ONLY)
+        )
+        or not (key.shape[-1] == value.shape[-1] == query.shape[-1] <= 256)
+        or query.shape[1] % key.shape[1]
+    ):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+    q_len, k_len = query.shape[2], key.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(causal) and q_len > 1
+    if causal and k_len > q_len:  # as sdpa_attention_forward: top-left, the first q_len keys
+        key, value = key[:, :, :q_len], value[:, :, :q_len]
+    scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    out, _ = _fwd(query, key, value, None, None, None, scale, causal, True)  # heads_first: no transposes
+    return out, None
 
 
 def isa() -> str:
@@ -218,6 +325,7 @@ from . import _registrations  # noqa: E402, F401  (fake kernel + a backward that
 has_backward = False
 
 __all__ = [
+    "attention_forward",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",

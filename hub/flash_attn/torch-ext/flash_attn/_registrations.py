@@ -25,8 +25,12 @@ def _fwd_fake(
     seqused_k: torch.Tensor | None,
     softmax_scale: float,
     causal: bool,
+    heads_first: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     varlen = cu_seqlens_q is not None
+    torch._check(not (heads_first and varlen), lambda: "flash_attn: heads_first takes dense tensors")
+    if heads_first:
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
     torch._check(q.dim() == (3 if varlen else 4), lambda: f"flash_attn: q has shape {tuple(q.shape)}")
     torch._check(q.shape[-2] % k.shape[-2] == 0, lambda: "flash_attn: heads must be a multiple of kv heads")
     lse_shape = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])

@@ -87,15 +87,34 @@ def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
     return data
 
 
+def traced_packed_weight(module: nn.Module, format: str) -> torch.Tensor:
+    """The packed weight as torch.compile traces a forward: the one an eager forward packed before.
+
+    `packed_weight`'s staleness check reads `data_ptr()` and `_version`, which Dynamo cannot trace
+    (a graph break in each of the 211 Linear calls of a decode step). Under compile the packed
+    tensor becomes a constant of the graph, guarded by identity: run one eager forward first (it
+    packs), and compile again after changing the weight (the graph keeps the old packed copy).
+    """
+    packed = module.__dict__.get(PACKED_ATTR)
+    if packed is None or packed.format != format:
+        raise RuntimeError(
+            f"quantized-linear: the weight is not packed as {format} yet; run one forward eagerly "
+            "before torch.compile traces this layer (packing reads Python state Dynamo cannot trace)"
+        )
+    return packed.data
+
+
 class Q8_0Linear(nn.Module):
     """nn.Linear with its weight as Q8_0 blocks (fp16 scale per 32 weights, int8 values)."""
 
     has_backward = False
-    can_torch_compile = False  # packs lazily from Python state (data_ptr, _version): not traceable
+    can_torch_compile = True  # traced with the weight packed before (see traced_packed_weight)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
         int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
+        if torch.compiler.is_compiling():
+            return ops.linear_q8_0(input, traced_packed_weight(self, "q8_0"), self.bias, int8)
         return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias, int8)
 
 
@@ -103,8 +122,10 @@ class Q4_1Linear(nn.Module):
     """nn.Linear with its weight as Q4_1 blocks (fp16 scale and min per 32 weights, 4-bit values)."""
 
     has_backward = False
-    can_torch_compile = False
+    can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
+        if torch.compiler.is_compiling():
+            return ops.linear_q4_1(input, traced_packed_weight(self, "q4_1"), self.bias, int8)
         return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias, int8)

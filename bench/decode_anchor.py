@@ -1,0 +1,307 @@
+"""SmolLM2 from its GGUF file against llama.cpp on the same file: prefill and greedy decode, side by side.
+
+The default model (`kernel_explorer.load_default_model()`, SmolLM2-135M-Instruct converted from
+`SmolLM2-135M-Instruct.Q4_1.gguf`) runs five ways in one process, in interleaved rounds (each
+round runs every side once, the order rotating):
+
+- eager PyTorch (float32, SDPA, Transformers' dynamic cache),
+- eager + kernels: every bundled kernel on, the decoder Linears on the Q4_1 kernel and lm_head on
+  Q8_0 (the GGUF's own formats, as bench/quantized_model.py switches them), attention on the
+  bundled flash_attn's direct `attention_forward`,
+- compiled PyTorch and compiled + kernels: `torch.compile` over the model's forward with a static
+  KV cache (bench/compiled_decode.py: one graph per shape bucket, compiled before the rounds),
+- llama.cpp (llama-cpp-python) on the very GGUF file, when `llama_cpp` is importable.
+
+Measured: prefill of 512 tokens (tokens/s) and greedy decode of 64 tokens after a 128-token prompt
+(64 one-token steps, tokens/s), medians with their intervals over the rounds (min..max when the
+rounds are too few for 95%), each side's ratio to llama.cpp per round. The decode bound: the weight
+bytes a token reads (Linear weights: float32 for PyTorch, the packed blocks for the kernels and
+llama.cpp) over this machine's copy bandwidth measured in the same run. Then agreement: greedy
+tokens of compiled + kernels against the same kernel model uncompiled on 3 prompts, and the
+last-token logits' KL and top-1 against eager PyTorch.
+
+    python bench/decode_anchor.py [--rounds 5] [--threads 2] [--no-compile] [--no-llama]
+
+llama.cpp is not a dependency of the package or its tests. To build it from source (about 10
+minutes on 2 cores), in the project's environment:
+
+    CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \\
+        pip install llama-cpp-python typing_extensions numpy diskcache jinja2
+
+An AVX2 host is emulated with `KERNEL_EXPLORER_ISA=avx2` (bench/isa_env.py caps eager PyTorch's
+and Inductor's ISA too; llama.cpp keeps the ISA it was built for, which the header says).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import isa_env  # first: the AVX2 emulation, set before torch is imported
+
+PROMPTS = (
+    "What is the capital of France?",
+    "Write a short poem about the sea.",
+    "Explain why the sky is blue in one sentence.",
+)
+TEXT = (
+    "The history of computing is a story of abstraction: each generation of engineers built tools "
+    "that hid the details of the machine below, so that the next could think in larger pieces. "
+)
+PREFILL, PROMPT, DECODE = 512, 128, 64
+
+
+def copy_bandwidth(threads: int) -> float:
+    """GB/s of a 256 MB float32 copy (bytes read + written), median of 7."""
+    import torch
+
+    a = torch.ones(64 * 2**20)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(8):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        times.append(time.perf_counter() - t0)
+    return 2 * a.nbytes / statistics.median(times[1:]) / 1e9
+
+
+class Side:
+    """One way of running the model: prefill(ids) and decode(prompt) return seconds."""
+
+    def __init__(self, name: str, prefill: Callable[[], float], decode: Callable[[], float]) -> None:
+        self.name, self.prefill, self.decode = name, prefill, decode
+        self.times: dict[str, list[float]] = {"prefill": [], "decode": []}
+
+
+def torch_sides(model, kmodel, ids512, ids128, compiled: bool) -> list[Side]:
+    import torch
+    from compiled_decode import StaticDecoder
+    from transformers import DynamicCache
+
+    def eager(m) -> tuple[Callable[[], float], Callable[[], float]]:
+        def prefill() -> float:
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                cache = DynamicCache(config=m.config)
+                m(input_ids=ids512, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                return time.perf_counter() - t0
+
+        def decode() -> float:
+            cache = DynamicCache(config=m.config)
+            with torch.no_grad():
+                logits = m(input_ids=ids128, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+                token = logits[:, -1].argmax(-1, keepdim=True)
+                t0 = time.perf_counter()
+                for _ in range(DECODE):
+                    out = m(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    token = out.logits[:, -1].argmax(-1, keepdim=True)
+                return time.perf_counter() - t0
+
+        return prefill, decode
+
+    def static(m) -> tuple[Callable[[], float], Callable[[], float]]:
+        long = StaticDecoder(m, PREFILL + 8, compiled=True)
+        short = StaticDecoder(m, PROMPT + DECODE + 8, compiled=True)
+        t0 = time.perf_counter()
+        long.prefill(ids512)
+        first = short.prefill(ids128).argmax(-1, keepdim=True)
+        short.decode(first, PROMPT, 3)
+        took = ", ".join(f"{k} {v:.0f} s" for d in (long, short) for k, v in d.compile_s.items())
+        print(f"  compiled {took} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+
+        def prefill() -> float:
+            t0 = time.perf_counter()
+            long.prefill(ids512)
+            return time.perf_counter() - t0
+
+        def decode() -> float:
+            first = short.prefill(ids128).argmax(-1, keepdim=True)
+            t0 = time.perf_counter()
+            short.decode(first, PROMPT, DECODE + 1)  # 64 one-token steps
+            return time.perf_counter() - t0
+
+        return prefill, decode
+
+    sides = [Side("eager PyTorch", *eager(model)), Side("eager + kernels", *eager(kmodel))]
+    if compiled:
+        print("compiling (each side: prefill 512, prefill 128, decode step) ...", flush=True)
+        sides += [Side("compiled PyTorch", *static(model)), Side("compiled + kernels", *static(kmodel))]
+    return sides
+
+
+def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama.cpp: llama_cpp is not importable; build it as the module docstring says")
+        return None
+    import numpy as np
+
+    llm = llama_cpp.Llama(
+        model_path=str(gguf),
+        n_ctx=1024,
+        n_batch=PREFILL,
+        n_ubatch=PREFILL,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=False,
+        verbose=False,
+    )
+    info = llama_cpp.llama_print_system_info().decode()
+    print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__}, {info}")
+    long, short = ids512[0].tolist(), ids128[0].tolist()
+
+    def last_token() -> int:
+        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+
+    def prefill() -> float:
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(long)
+        return time.perf_counter() - t0
+
+    def decode() -> float:
+        llm.reset()
+        llm.eval(short)
+        token = last_token()
+        t0 = time.perf_counter()
+        for _ in range(DECODE):
+            llm.eval([token])
+            token = last_token()
+        return time.perf_counter() - t0
+
+    prefill(), decode()
+    side = Side("llama.cpp (same GGUF)", prefill, decode)
+    side.llm = llm
+    return side
+
+
+def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: float) -> None:
+    from kernel_explorer.measure.stats import median_interval, speedup_interval
+
+    anchor = next((s for s in sides if s.name.startswith("llama.cpp")), None)
+    for measure, tokens in (("prefill", PREFILL), ("decode", DECODE)):
+        what = f"{PREFILL} tokens" if measure == "prefill" else f"{DECODE} tokens after {PROMPT}"
+        print(f"\n{measure} {what}: tokens/s median [interval]")
+        for side in sides:
+            rates = [tokens / t for t in side.times[measure]]
+            iv = median_interval(rates)
+            line = f"  {side.name:24} {iv.median:8.1f} [{iv.low:7.1f}, {iv.high:7.1f}]"
+            if iv.too_few:
+                line += f" ({iv.confidence:.0%})"
+            if anchor is not None and side is not anchor:
+                pairs = zip(anchor.times[measure], side.times[measure], strict=True)
+                ratio = speedup_interval([a / s for a, s in pairs])
+                line += f"   {ratio.median:5.2f}x llama.cpp [{ratio.low:.2f}, {ratio.high:.2f}]"
+            if measure == "decode" and side.name in bytes_per_token:
+                weights = bytes_per_token[side.name]
+                limit = bandwidth * 1e9 / weights
+                line += (
+                    f"   bound {limit:6.0f} tok/s ({weights / 1e6:.0f} MB/token), at {iv.median / limit:.0%}"
+                )
+            print(line)
+
+
+def agreement(model, kmodel, tokenizer, compiled: bool) -> None:
+    import torch
+    from compiled_decode import StaticDecoder, eager_generate
+
+    print("\nagreement (3 prompts, 32 greedy tokens):")
+    reference = StaticDecoder(kmodel, 64, compiled=False)
+    candidate = StaticDecoder(kmodel, 64, compiled=compiled)
+    same = 0
+    for prompt in PROMPTS:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"]
+        ours = candidate.generate(ids, 32)
+        identical = torch.equal(ours, reference.generate(ids, 32))
+        same += identical
+        with torch.no_grad():
+            p = torch.log_softmax(model(ids, logits_to_keep=1).logits[0, -1].double(), -1)
+            q = torch.log_softmax(kmodel(ids, logits_to_keep=1).logits[0, -1].double(), -1)
+        kl = torch.sum(p.exp() * (p - q)).item()
+        eager_same = torch.equal(eager_generate(model, ids, 32), ours)
+        text = tokenizer.decode(ours[0, ids.shape[1] :])
+        top1 = bool(p.argmax() == q.argmax())
+        print(
+            f"  {prompt!r}: {'compiled' if compiled else 'eager'} kernels "
+            f"{'identical to' if identical else 'DIFFERENT from'} uncompiled kernels; "
+            f"last-token KL vs eager PyTorch {kl:.1e}, top-1 {'same' if top1 else 'DIFFERENT'}; "
+            f"{'same' if eager_same else 'different'} text as eager PyTorch: {text!r}"
+        )
+    print(f"identical greedy generations (compiled + kernels vs uncompiled): {same} of {len(PROMPTS)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--no-llama", action="store_true")
+    args = parser.parse_args()
+
+    import platform
+
+    import torch
+    from compiled_decode import kernel_model
+    from kernel_explorer.bundled import bundled_repo_path
+    from kernel_explorer.models import default_model_gguf, load_default_model
+    from kernels import get_local_kernel
+    from torch import nn
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_default_model(progress=False)
+    model.eval()
+    kmodel = copy.deepcopy(model)
+    explorer = kernel_model(kmodel, tokenizer)
+    quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
+    with open("/proc/cpuinfo") as info:
+        cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "?")
+    print(f"host: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; torch {torch.__version__}")
+    print(f"{args.threads} threads")
+    print(f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}")
+    running = sorted({f"{n.layer_name}: {n.kernel_id}" for n in explorer.running() if n.is_kernel})
+    print("kernels:", ", ".join(running), "; attention:", kmodel.config._attn_implementation)
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    ids512 = tokenizer(TEXT * 12, return_tensors="pt").input_ids[:, :PREFILL]
+    ids128 = ids512[:, :PROMPT]
+    assert ids512.shape[1] == PREFILL
+
+    fp32 = sum(m.weight.numel() * 4 for m in model.modules() if isinstance(m, nn.Linear))
+    packed = sum(m._kernel_packed.nbytes for m in kmodel.modules() if hasattr(m, "_kernel_packed"))
+    bytes_per_token = {
+        "eager PyTorch": fp32,
+        "compiled PyTorch": fp32,
+        "eager + kernels": packed,
+        "compiled + kernels": packed,
+        "llama.cpp (same GGUF)": packed,
+    }
+    sides = torch_sides(model, kmodel, ids512, ids128, not args.no_compile)
+    if not args.no_llama:
+        anchor = llama_side(default_model_gguf(), args.threads, ids512, ids128)
+        if anchor is not None:
+            sides.append(anchor)
+    bandwidth = copy_bandwidth(args.threads)
+    print(f"copy bandwidth: {bandwidth:.1f} GB/s ({args.threads} threads, 256 MB float32 copy)")
+    for r in range(args.rounds):
+        order = sides[r % len(sides) :] + sides[: r % len(sides)]
+        for side in order:
+            side.times["prefill"].append(side.prefill())
+        for side in order[::-1]:
+            side.times["decode"].append(side.decode())
+        print(f"  round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
+    report(sides, bytes_per_token, bandwidth)
+    print(f"\nload average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    agreement(model, kmodel, tokenizer, not args.no_compile)
+
+
+if __name__ == "__main__":
+    main()

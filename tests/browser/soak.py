@@ -1,0 +1,304 @@
+"""The dashboard through a whole session, as a person uses it: one Run left going for minutes on the
+default model while another process keeps a core busy, a layer switched off and on during it, then
+Stop, then `compare` of every layer the Run measured. Shared by `test_soak.py` (5 minutes, in the
+slow tests) and `bench/dashboard_soak.py` (N minutes, printed).
+
+What it records: bytes the browser received on the notebook's websocket (every kernel message,
+the plots' and the table's included), Chromium's and the kernel's resident memory, the kernel's CPU
+time and the part of it the live plots took (`LivePlots.seconds_drawing`), the time from a click on
+a switch to the row saying so, the time from Stop to "cancelled" on the status line (both measured
+in the page, `performance.now()`), and each layer's verdict from the Run beside a `compare` of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab_server import Lab
+
+#: the layer switched off and on during the Run (a Llama model's activation: 30 instances)
+SWITCHED = "SiLU"
+#: how often it is switched, seconds
+SWITCH_EVERY_S = 30.0
+#: how often memory and bytes are sampled, seconds
+SAMPLE_EVERY_S = 10.0
+
+CELLS = [
+    "%load_ext kernel_explorer",
+    "%kernels explore",  # no model in a fresh notebook: the default model, saying so
+    "import os\nimport kernel_explorer as kx\nexplorer = kx.Explorer.of(model)\n"
+    f"explorer.on('RMSNorm'); explorer.on('{SWITCHED}')\nprint('PID', os.getpid())",
+    "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing)",
+    # the Run's last verdict of each layer measured on its kernel, beside a compare of that layer
+    "import json\n"
+    "def _v(v):\n"
+    "    return [str(getattr(v.verdict, 'value', v.verdict)), v.speedup, v.speedup_low, v.speedup_high,"
+    " v.noise_floor]\n"
+    "run = Out[2].handle.run_id\n"
+    "live = {r.layer: r.values for r in explorer.results.records('layer_verdict', run)\n"
+    "        if r.values.kernel_on}\n"
+    "rows = []\n"
+    "for layer, v in live.items():\n"
+    "    h = explorer.compare(layer)\n"
+    "    c = explorer.results.records('layer_verdict', h.run_id)[-1].values\n"
+    "    rows.append([layer, *_v(v), *_v(c)])\n"
+    "print('VERDICTS', json.dumps(rows))",
+]
+
+_CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
+  const wanted = new RegExp(pattern);
+  const seen = () => { const e = document.querySelector(watched); return e && wanted.test(e.textContent); };
+  const started = performance.now();
+  document.querySelector(selector).click();
+  return await new Promise((resolve) => {
+    if (seen()) return resolve(performance.now() - started);
+    const observer = new MutationObserver(() => {
+      if (seen()) { observer.disconnect(); resolve(performance.now() - started); }
+    });
+    observer.observe(document.querySelector(scope), { subtree: true, childList: true, characterData: true });
+    setTimeout(() => { observer.disconnect(); resolve(-1); }, 60000);
+  });
+}"""
+
+
+#: what a person sees of each live plot: labelled y ticks, whether the legend or the toolbar
+#: overlaps the title, the legend's marker symbols, the fill of texts and the stroke of error bars
+PLOT_CHECKS = """() => [...document.querySelectorAll('.kx-dashboard .kx-plot .js-plotly-plot')].map(p => {
+  const box = (e) => e ? e.getBoundingClientRect() : null;
+  const meet = (a, b) => a && b && a.width && b.width
+    && !(a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top);
+  const title = box(p.querySelector('.gtitle'));
+  const legend = box(p.querySelector('.legend .bg'));
+  const toolbar = box(p.querySelector('.modebar'));
+  const texts = [...p.querySelectorAll('.main-svg text')].map(t => getComputedStyle(t).fill);
+  return {
+    title: p.querySelector('.gtitle')?.textContent || '',
+    yticks: [...p.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent).filter(Boolean),
+    legend_over_title: meet(title, legend),
+    toolbar_over_title: meet(title, toolbar),
+    legend_entries: p.querySelectorAll('.legend .traces').length,
+    legend_markers: p.querySelectorAll('.legend .traces .legendpoints path').length,
+    text_fills: [...new Set(texts)],
+    errorbar_strokes: [...new Set([...p.querySelectorAll('.errorbars path')]
+      .map(e => getComputedStyle(e).stroke))],
+  };
+})"""
+
+
+@dataclass
+class Sample:
+    seconds: float  # since Run was clicked
+    bytes_in: int  # received by the browser on the notebook's websocket so far
+    chromium_mb: float
+    kernel_mb: float
+    kernel_cpu_s: float
+
+
+@dataclass
+class Verdicts:
+    layer: str
+    run: list[Any]  # verdict, median, low, high, noise floor
+    compare: list[Any]
+
+    def agree(self) -> tuple[bool, str]:
+        """Same verdict where both could give one (faster or slower on both sides), and each median
+        within the other's interval widened by the larger noise floor (and the 5% both stop at):
+        runs minutes apart on this host drift more than one run's interval (bench/engine_check.py)."""
+        (rv, rm, rl, rh, rf), (cv, cm, cl, ch, cf) = self.run, self.compare
+        decided = {"faster", "slower"}
+        margin = 1 + max(rf, cf, 0.05)
+        if rv in decided and cv in decided and rv != cv:
+            return False, f"{self.layer}: Run says {rv}, compare says {cv}"
+        if not (cl / margin <= rm <= ch * margin and rl / margin <= cm <= rh * margin):
+            return (
+                False,
+                f"{self.layer}: Run {rm:.2f}x [{rl:.2f}, {rh:.2f}], compare {cm:.2f}x [{cl:.2f}, {ch:.2f}]",
+            )
+        return True, ""
+
+
+@dataclass
+class SoakResult:
+    minutes: float
+    samples: list[Sample] = field(default_factory=list)
+    switch_ms: list[float] = field(default_factory=list)  # click on the switch -> the row says so
+    stop_ms: float = -1.0  # click on Stop -> "cancelled" on the status line
+    view_bytes: int = 0  # what the live plots sent (JSON of their messages)
+    view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
+    verdicts: list[Verdicts] = field(default_factory=list)
+    busy_load: str = ""
+    layout: dict[str, Any] = field(default_factory=dict)  # what `plot_layout_checks` found, per theme
+
+    def bytes_per_s(self) -> list[tuple[float, float]]:
+        """(seconds, bytes/s received since the previous sample)."""
+        return [
+            (b.seconds, (b.bytes_in - a.bytes_in) / max(b.seconds - a.seconds, 1e-9))
+            for a, b in zip(self.samples, self.samples[1:], strict=False)
+        ]
+
+    def report(self) -> str:
+        lines = [f"dashboard soak: {self.minutes:g} min Run on the default model; {self.busy_load}"]
+        lines.append("  t (s)   bytes/s   Chromium MB   kernel MB   kernel CPU s")
+        rates = dict(self.bytes_per_s())
+        for s in self.samples:
+            rate = rates.get(s.seconds)
+            shown = f"{rate:9.0f}" if rate is not None else "        -"
+            lines.append(
+                f"  {s.seconds:5.0f} {shown} {s.chromium_mb:13.0f} {s.kernel_mb:11.0f} {s.kernel_cpu_s:14.1f}"
+            )
+        cpu = self.samples[-1].kernel_cpu_s - self.samples[0].kernel_cpu_s if len(self.samples) > 1 else 0
+        lines.append(
+            f"live plots: {self.view_bytes:,} bytes sent, {self.view_cpu_s:.1f} s CPU "
+            f"({self.view_cpu_s / cpu:.1%} of the kernel's {cpu:.0f} s during the Run)"
+            if cpu
+            else f"live plots: {self.view_bytes:,} bytes sent, {self.view_cpu_s:.1f} s CPU"
+        )
+        lines.append(
+            f"switch clicks answered in (ms): {', '.join(f'{ms:.0f}' for ms in self.switch_ms)}; "
+            f"Stop to 'cancelled': {self.stop_ms:.0f} ms"
+        )
+        lines.append("verdicts   Run: verdict median [95%] floor   |   compare: verdict median [95%] floor")
+        for v in self.verdicts:
+            (rv, rm, rl, rh, rf), (cv, cm, cl, ch, cf) = v.run, v.compare
+            lines.append(
+                f"  {v.layer:10} {rv:>14} {rm:5.2f}x [{rl:.2f}, {rh:.2f}] {rf:4.0%}"
+                f"   |   {cv:>14} {cm:5.2f}x [{cl:.2f}, {ch:.2f}] {cf:4.0%}"
+            )
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[subprocess.Popen]:
+    """A second process that keeps one core busy for the block (an unrelated compile, say)."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield busy
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def _memory_mb(pids: list[int]) -> float:
+    import psutil
+
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(pid).memory_info().rss
+    return total / 2**20
+
+
+def chromium_pids() -> list[int]:
+    """This process's Chromium (children of Playwright's driver), not another user's browser."""
+    import psutil
+
+    return [
+        p.pid for p in psutil.Process(os.getpid()).children(recursive=True) if "chrom" in p.name().lower()
+    ]
+
+
+def _run_cell(page: Any, index: int) -> None:
+    page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputArea-editor").click(timeout=30_000)
+    page.keyboard.press("Shift+Enter")
+
+
+def _printed(page: Any, index: int, marker: str, timeout_ms: int = 300_000) -> str:
+    from playwright.sync_api import expect
+
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea-output")
+    printed = cell.filter(has_text=re.compile(f"{marker} "))
+    expect(printed).to_have_count(1, timeout=timeout_ms)
+    return printed.inner_text().split(marker, 1)[1].strip()
+
+
+def soak(
+    lab: Lab, page: Any, minutes: float, *, log: Callable[[str], None] = print, screenshot: Any = None
+) -> SoakResult:
+    """Run the session in `page` (a fresh page of `lab`, JupyterLab) and return what it measured."""
+    import psutil
+    from playwright.sync_api import expect
+
+    result = SoakResult(minutes)
+    received = [0]
+
+    def on_socket(socket: Any) -> None:
+        socket.on("framereceived", lambda payload: received.__setitem__(0, received[0] + len(payload)))
+
+    page.on("websocket", on_socket)
+    page.goto(lab.notebook("soak.ipynb", CELLS))
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=120_000)
+    for question in ("No",):  # JupyterLab's news question
+        button = page.locator(".jp-Notification-Toast").get_by_role("button", name=question)
+        if button.count():
+            button.first.click()
+    _run_cell(page, 0)
+    _run_cell(page, 1)
+    expect(page.locator(".kx-layer-table")).to_be_visible(timeout=300_000)
+    _run_cell(page, 2)
+    kernel = psutil.Process(int(_printed(page, 2, "PID")))
+    switch = f'input.kx-layer-switch[data-layer="{SWITCHED}"]'
+    runs = f'.kx-runs[data-layer="{SWITCHED}"]'
+    expect(page.locator(runs)).to_have_text(re.compile(r"^bundled/"), timeout=60_000)
+
+    def sample(since: float) -> None:
+        found = Sample(
+            time.monotonic() - since,
+            received[0],
+            _memory_mb(chromium_pids()),
+            _memory_mb([kernel.pid]),
+            sum(kernel.cpu_times()[:2]),
+        )
+        result.samples.append(found)
+        log(
+            f"  {found.seconds:5.0f} s: {found.bytes_in:,} bytes in, Chromium {found.chromium_mb:.0f} MB, "
+            f"kernel {found.kernel_mb:.0f} MB"
+        )
+
+    page.locator("button.kx-run").click()
+    expect(page.locator(".kx-status")).to_contain_text("Running", timeout=10_000)
+    started = time.monotonic()
+    sample(started)
+    on = True
+    next_switch, next_sample = started + SWITCH_EVERY_S, started + SAMPLE_EVERY_S
+    while time.monotonic() - started < minutes * 60:
+        now = time.monotonic()
+        if now >= next_switch:
+            on = not on
+            pattern = r"^bundled/" if on else r"^PyTorch"
+            ms = page.evaluate(_CLICK_AND_WAIT, [switch, runs, pattern, ".kx-layer-table"])
+            result.switch_ms.append(ms)
+            log(f"  {now - started:5.0f} s: {SWITCHED} {'on' if on else 'off'}, answered in {ms:.0f} ms")
+            next_switch += SWITCH_EVERY_S
+        if now >= next_sample:
+            sample(started)
+            next_sample += SAMPLE_EVERY_S
+        page.wait_for_timeout(500)
+    if not on:  # left as it was: on its kernel
+        result.switch_ms.append(
+            page.evaluate(_CLICK_AND_WAIT, [switch, runs, r"^bundled/", ".kx-layer-table"])
+        )
+    sample(started)
+    if screenshot is not None:
+        page.locator(".kx-dashboard").first.scroll_into_view_if_needed()
+        screenshot(page, "soak-during-run")
+    result.stop_ms = page.evaluate(
+        _CLICK_AND_WAIT, ["button.kx-stop", ".kx-status", "cancelled", ".kx-dashboard"]
+    )
+    log(f"  Stop: 'cancelled' after {result.stop_ms:.0f} ms")
+    sample(started)
+    _run_cell(page, 3)
+    view_bytes, view_cpu = _printed(page, 3, "VIEW").split()[:2]
+    result.view_bytes, result.view_cpu_s = int(view_bytes), float(view_cpu)
+    _run_cell(page, 4)
+    rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
+    result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]
+    return result
