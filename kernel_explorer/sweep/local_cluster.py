@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-#: detect a dead node within seconds, not Ray's default half a minute
+#: detect a dead node within seconds, not Ray's default half a minute; and give a node's agents
+#: (Python processes, slow to start on a loaded machine) time before the raylet gives up on them
 FAST_HEALTH_CHECKS = {
+    "RAY_agent_register_timeout_ms": "300000",
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
@@ -117,23 +119,13 @@ def local_cluster(
     port = free_port()
     address = f"127.0.0.1:{port}"
     env = {**os.environ, **FAST_HEALTH_CHECKS, "RAY_USAGE_STATS_ENABLED": "0"}
-    common = ["--num-cpus=1", "--num-gpus=0", "--disable-usage-stats"]
-
-    def ports() -> list[str]:
-        """Every port a node opens, chosen free here: a raylet given port 0 waits for its agents to
-        write the ports they took, and on a loaded machine it gives up (and dies) first."""
-        names = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port")
-        return [f"--{name}={free_port()}" for name in names] + [
-            f"--node-manager-port={free_port()}",
-            f"--object-manager-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-        ]
+    common = ["--num-cpus=1", "--num-gpus=0", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
 
     head_args = [
         "--head",
         f"--port={port}",
         "--include-dashboard=false",
-        *ports(),
+        f"--dashboard-agent-listen-port={free_port()}",
         f"--temp-dir={folder / 'ray'}",
         *common,
     ]
@@ -144,7 +136,7 @@ def local_cluster(
             worker_args = [
                 f"--address={address}",
                 f'--resources={{"{label}": 1}}',
-                *ports(),
+                f"--dashboard-agent-listen-port={free_port()}",
                 *common,
             ]
             log = folder / f"worker-{label}.log"
