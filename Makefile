@@ -56,9 +56,12 @@ test-fast: setup
 BENCH_TWO_BUILDS := bench/builder_format.py bench/call_overhead.py
 # isa_env.py is imported by the benches (the AVX2 emulation), not a bench itself
 BENCH_HELPERS := bench/isa_env.py
+# dashboard_soak.py drives JupyterLab and chromium for N minutes (10 by default): run it by hand,
+# after `make browser`: .venv/bin/python bench/dashboard_soak.py --minutes 10
+BENCH_BROWSER := bench/dashboard_soak.py
 
 bench: setup
-	@for f in $(filter-out $(BENCH_TWO_BUILDS) $(BENCH_HELPERS),$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(filter-out $(BENCH_TWO_BUILDS) $(BENCH_HELPERS) $(BENCH_BROWSER),$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 lint: setup
 	$(BIN)/ruff check .

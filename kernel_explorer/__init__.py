@@ -36,6 +36,7 @@ from kernel_explorer.measure.records import (
 )
 from kernel_explorer.measure.runner import RunHandle
 from kernel_explorer.measure.stats import NoisyMachineWarning
+from kernel_explorer.measure.verdict import Verdict
 from kernel_explorer.switching.forwards import RunningNow
 
 __version__ = "0.1.0"
@@ -90,6 +91,7 @@ __all__ = [
     "RunHandle",
     "RunningNow",
     "State",
+    "Verdict",
     "__version__",
     "build_hub",
     "check_compatibility",

@@ -1,4 +1,4 @@
-"""Every record type a measurement yields, importable from one public place.
+"""Every record type a measurement yields, importable from one public place, with the `Verdict` they carry.
 
 The definitions live in `measure/records.py` beside the measurements that fill them; this module is
 their public name, so `from kernel_explorer.records import LayerVerdict` keeps working whatever moves
@@ -27,6 +27,7 @@ from kernel_explorer.measure.records import (
     TrainingAgreement,
     Values,
 )
+from kernel_explorer.measure.verdict import Verdict
 
 __all__ = [
     "VALUE_TYPES",
@@ -49,4 +50,5 @@ __all__ = [
     "TimeShare",
     "TrainingAgreement",
     "Values",
+    "Verdict",
 ]

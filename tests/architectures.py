@@ -161,6 +161,18 @@ def _shrunk(config: Any) -> dict[str, Any]:
         and "mamba" in str(values.get("model_type"))
     ):
         out["num_heads"] = expand * out.get("hidden_size", 64) // out["head_dim"]
+    if "mamba_d_ssm" in values and "mamba_n_heads" in out:  # Falcon-H1: the SSM width is heads x dim
+        out["mamba_d_ssm"] = out["mamba_n_heads"] * out["mamba_d_head"]
+    # hybrids: an attention layer among the two kept (Jamba every 8th from the 4th, Bamba by index)
+    for key, value in (("attn_layer_period", 2), ("attn_layer_offset", 1), ("attn_layer_indices", [1])):
+        if key in values:
+            out[key] = value
+    for key, value in (("expert_layer_period", 2), ("expert_layer_offset", 1)):
+        if key in values:
+            out[key] = value
+    for key, value in (("linear_head_dim", 16), ("linear_num_heads", 4)):  # Kimi-Linear's linear attention
+        if key in values:
+            out[key] = value
     if "num_key_value_heads" in values and values["num_key_value_heads"] is not None:
         out["num_key_value_heads"] = 1 if values["num_key_value_heads"] == 1 else 2
     if isinstance(layers, int):
@@ -270,9 +282,10 @@ def sweep_one(model_type: str) -> Swept:
             continue
         kernels = sum(now.is_kernel for now in running)
         reasons = {now.reason for now in running if not now.is_kernel and now.reason}
-        found.rows[name] = f"{kernels}/{len(running)} on" + (
-            f" ({next(iter(reasons))[:120]})" if reasons else ""
-        )
+        reason = next(iter(reasons), "")
+        if reason.startswith("No ") and "): " in reason:  # "No kernel for 'x' can run here (cpu, ...): why"
+            reason = reason.split("): ", 1)[1]
+        found.rows[name] = f"{kernels}/{len(running)} on" + (f" ({reason[:160]})" if reason else "")
         error = (got - base).abs().max().item() / scale if got.shape == base.shape else float("inf")
         found.errors[name] = error
         states = {found_.state for _, found_ in row.candidates}

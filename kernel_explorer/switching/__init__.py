@@ -9,11 +9,15 @@
   `routes` giving each holder its own copy.
 - `attention_door.AttentionDoor`: Transformers' attention interface, model-wide.
 - `instance_door`, `probe`, `guard`, `forwards`, `code_paths`: what per-instance doors share (the
-  trial on a copy, the exact restore, the forward that falls back, a pinned code path).
+  trial on a copy judged on its values, the exact restore, the forward that falls back, a pinned
+  code path); `attention_trial`: the attention row's trial (one call per kind of module, then the
+  whole model).
 - `events`, `model_state`: every explorer of one model hears of each switch and shares one state.
 
 A new door goes in a module here: subclass `Door` (or `InstanceDoor` for a per-instance forward),
 and say in `door_classes.door_class` which layer groups it serves. The board needs nothing more.
 
-May import `_backend`, `build`, `catalog`, `inspect` and `errors`; never `measure` or `views`.
+May import `_backend`, `build`, `catalog`, `inspect` and `errors`, and `measure.divergence` (the pure
+numbers a trial's values are judged by: it imports nothing of the package); never the rest of
+`measure`, nor `views`.
 """

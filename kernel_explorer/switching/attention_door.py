@@ -35,7 +35,7 @@ from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
-from kernel_explorer.measure.divergence import float64_reference
+from kernel_explorer.switching import attention_trial
 from kernel_explorer.switching.code_paths import (
     RunningPath,
     check_path,
@@ -46,16 +46,7 @@ from kernel_explorer.switching.code_paths import (
 )
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
-from kernel_explorer.switching.probe import (
-    CANNOT_RUN,
-    OK,
-    UNVERIFIED,
-    ProbeVerdict,
-    describe_call,
-    explain,
-    settled,
-    trial_verdict,
-)
+from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -255,76 +246,22 @@ class AttentionDoor(AttentionChoices, Door):
         return settled(self.host, chosen, ATTENTION, mode, lambda: self._try(chosen, name))
 
     def _try(self, chosen: AttentionCandidate, name: str) -> ProbeVerdict:
-        """One trial per kind of attention module (its class, layer type, window and key length):
-        DeepSeek-V4's compressed-attention layers append compressed keys behind a mask a flash
-        kernel never sees, which a trial on its first, sliding-window layer would not show."""
-        verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
-        seen: set[tuple[Any, ...]] = set()
-        for path in self.group.instances:
-            sample = self.host.sample(ATTENTION, path)
-            if sample is None:
-                continue
-            args, kwargs = sample
-            module = self._modules[path]
-            kind = (
-                type(module),
-                getattr(module, "layer_type", None),
-                kwargs.get("sliding_window"),
-                tuple(getattr(args[1], "shape", ())) if len(args) > 1 else (),
+        """`attention_trial`'s trial, with the guard raising instead of falling back meanwhile."""
+        module = self._kernel_module(chosen)
+        self._trial = True
+        try:
+            verdict = attention_trial.try_each_kind(
+                (
+                    (path, self._modules[path], self.host.sample(ATTENTION, path))
+                    for path in self.group.instances
+                ),
+                lambda path, sample: attention_trial.try_call(
+                    path, sample, self._call(path, name), self._call(path, self.baseline), module
+                ),
             )
-            if kind in seen:
-                continue
-            seen.add(kind)
-            verdict = self._try_one(chosen, name, path, args, kwargs)
-            if not verdict.runs:
-                return verdict
-        return self._try_model(chosen) if verdict.runs else verdict
-
-    def _try_model(self, chosen: AttentionCandidate) -> ProbeVerdict:
-        """One forward of the whole model on a few tokens with the kernel: a model's own code may
-        fail around a flash kernel (HY-V4's attention indexes the 4-D mask a flash implementation
-        does not build), where no fallback of the attention function can answer."""
-        import inspect
-
-        import torch
-
-        vocab = getattr(self.model.config, "vocab_size", None)
-        forward = getattr(self.model, "forward", None)
-        if (
-            not isinstance(vocab, int)
-            or forward is None
-            or "input_ids" not in inspect.signature(forward).parameters
-        ):
-            return ProbeVerdict(OK)
-        tokens = torch.arange(1, 9, device=next(self.model.parameters()).device).remainder(vocab)[None]
-        self._trial = True
-        try:
-            with torch.no_grad():
-                self.model(input_ids=tokens)
-        except Exception as error:
-            return ProbeVerdict(CANNOT_RUN, f"the model's own attention code fails with it: {explain(error)}")
+            return attention_trial.try_model(self.model) if verdict.runs else verdict
         finally:
             self._trial = False
-        return ProbeVerdict(OK)
-
-    def _try_one(
-        self, chosen: AttentionCandidate, name: str, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> ProbeVerdict:
-        import torch
-
-        self._trial = True
-        try:
-            with torch.no_grad():
-                got = self._call(path, name)(*args, **kwargs)
-                expected = self._call(path, self.baseline)(*args, **kwargs)
-        except Exception as error:
-            return ProbeVerdict(CANNOT_RUN, explain(error, self._kernel_module(chosen)))
-        finally:
-            self._trial = False
-        reference = None
-        with contextlib.suppress(Exception):  # PyTorch's attention in float64 (sinks included)
-            reference = float64_reference(self._call(path, self.baseline).__self__, args, kwargs)
-        return trial_verdict(got, expected, reference=reference, where=describe_call(path, args, kwargs))
 
     def captured_keywords(self) -> dict[str, Any] | None:
         """The keywords the model passed in one captured attention call (s_aux, sliding_window, ...)."""

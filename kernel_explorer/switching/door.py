@@ -1,10 +1,10 @@
 """The door protocol: one interface for every way a kernel enters a model.
 
 A kernel enters a Transformers model by one of four doors: a layer's forward replaced by
-`kernelize` (`layers.ModuleDoor`), a function layer the model attaches to its modules
-(`functions.FunctionDoor`), the attention implementation Transformers looks up at each call
+`kernelize` (`module_door.ModuleDoor`), a function layer the model attaches to its modules
+(`function_door.FunctionDoor`), the attention implementation Transformers looks up at each call
 (`attention_door.AttentionDoor`, model-wide), and a class the model does not mark, named by
-`Explorer.extend` (`layers.ExtensionDoor`). Each door knows how its kernels go in and out; the
+`Explorer.extend` (`module_door.ExtensionDoor`). Each door knows how its kernels go in and out; the
 switchboard keeps what is the same for all (choosing instances, the lock, snapshot/restore/holding,
 events) and asks the door, never which kind of door it is.
 

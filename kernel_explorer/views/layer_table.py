@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,7 @@ class LayerTable(anywidget.AnyWidget):
         self.on_msg(self._handle_message)
         # any switch of the model, from Python, a magic, a run or another view, redraws the rows
         self._acting = False  # a click being answered: it refreshes once, after its switches
+        self.answer_seconds: list[float] = []  # per click, the kernel's share of answering it
         self._unsubscribe = explorer.subscribe_switches(self._on_switch)
         self.refresh()
 
@@ -142,6 +144,13 @@ class LayerTable(anywidget.AnyWidget):
             self.refresh()
 
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
+        began = time.perf_counter()
+        try:
+            self._answer(content)
+        finally:  # what a click cost in the kernel, from its message to the answer sent
+            self.answer_seconds.append(time.perf_counter() - began)
+
+    def _answer(self, content: dict[str, Any]) -> None:
         # Caught inside the Output context: in a kernel, Output swallows exceptions (it prints them).
         with self.output if self.output is not None else contextlib.nullcontext():
             try:

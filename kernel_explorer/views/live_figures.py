@@ -34,7 +34,7 @@ def error_axis(low: float = 1e-8, high: float = 1e-4) -> dict[str, Any]:
 
 #: points per per-pair trace in the browser and in Python's copy of the figure: past it, each point
 #: becomes the median of 2, 4, 8... consecutive pairs (folded again each time the budget fills)
-MAX_DRAWN = 1000
+MAX_DRAWN = 500
 
 
 class Series:

@@ -72,7 +72,7 @@ def latest_drawn_run(log: ResultLog) -> list[Record]:
 class LivePlots:
     """Four live plots (speedup per pair, per layer, throughput, divergence) that follow a ResultLog."""
 
-    def __init__(self, log: ResultLog, *, interval: float = 0.5) -> None:
+    def __init__(self, log: ResultLog, *, interval: float = 1.0) -> None:
         self.log = log
         self.interval = interval
         self.latency, self.speedup, self.throughput, self.divergence = live_figures()

@@ -37,7 +37,8 @@ CELLS = [
     "%kernels explore",  # no model in a fresh notebook: the default model, saying so
     "import os\nimport kernel_explorer as kx\nexplorer = kx.Explorer.of(model)\n"
     f"explorer.on('RMSNorm'); explorer.on('{SWITCHED}')\nprint('PID', os.getpid())",
-    "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing)",
+    "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing,"
+    " *[round(s * 1000) for s in Out[2].table.answer_seconds])",
     # the Run's last verdict of each layer measured on its kernel, beside a compare of that layer
     "import json\n"
     "def _v(v):\n"
@@ -101,6 +102,7 @@ class Sample:
     chromium_mb: float
     kernel_mb: float
     kernel_cpu_s: float
+    js_heap_mb: float = 0.0  # the page's JavaScript heap in use (Chromium's performance.memory)
 
 
 @dataclass
@@ -132,6 +134,7 @@ class SoakResult:
     samples: list[Sample] = field(default_factory=list)
     switch_ms: list[float] = field(default_factory=list)  # click on the switch -> the row says so
     stop_ms: float = -1.0  # click on Stop -> "cancelled" on the status line
+    kernel_switch_ms: list[float] = field(default_factory=list)  # the kernel's share of each click
     view_bytes: int = 0  # what the live plots sent (JSON of their messages)
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
@@ -147,13 +150,14 @@ class SoakResult:
 
     def report(self) -> str:
         lines = [f"dashboard soak: {self.minutes:g} min Run on the default model; {self.busy_load}"]
-        lines.append("  t (s)   bytes/s   Chromium MB   kernel MB   kernel CPU s")
+        lines.append("  t (s)   bytes/s   Chromium MB   page JS heap MB   kernel MB   kernel CPU s")
         rates = dict(self.bytes_per_s())
         for s in self.samples:
             rate = rates.get(s.seconds)
             shown = f"{rate:9.0f}" if rate is not None else "        -"
             lines.append(
-                f"  {s.seconds:5.0f} {shown} {s.chromium_mb:13.0f} {s.kernel_mb:11.0f} {s.kernel_cpu_s:14.1f}"
+                f"  {s.seconds:5.0f} {shown} {s.chromium_mb:13.0f} {s.js_heap_mb:17.0f}"
+                f" {s.kernel_mb:11.0f} {s.kernel_cpu_s:14.1f}"
             )
         cpu = self.samples[-1].kernel_cpu_s - self.samples[0].kernel_cpu_s if len(self.samples) > 1 else 0
         lines.append(
@@ -164,7 +168,8 @@ class SoakResult:
         )
         lines.append(
             f"switch clicks answered in (ms): {', '.join(f'{ms:.0f}' for ms in self.switch_ms)}; "
-            f"Stop to 'cancelled': {self.stop_ms:.0f} ms"
+            f"Stop to 'cancelled': {self.stop_ms:.0f} ms; the kernel's share of each click (ms): "
+            f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}"
         )
         lines.append("verdicts   Run: verdict median [95%] floor   |   compare: verdict median [95%] floor")
         for v in self.verdicts:
@@ -204,6 +209,13 @@ def chromium_pids() -> list[int]:
     return [
         p.pid for p in psutil.Process(os.getpid()).children(recursive=True) if "chrom" in p.name().lower()
     ]
+
+
+def _dismiss_news(page: Any) -> None:
+    """JupyterLab's "get notified about news?" toast sits over the screenshots: answer it."""
+    button = page.locator(".jp-Notification-Toast, .Toastify").get_by_role("button", name="No")
+    if button.count():
+        button.first.click()
 
 
 def _run_cell(page: Any, index: int) -> None:
@@ -256,11 +268,12 @@ def soak(
             _memory_mb(chromium_pids()),
             _memory_mb([kernel.pid]),
             sum(kernel.cpu_times()[:2]),
+            page.evaluate("() => performance.memory ? performance.memory.usedJSHeapSize / 1048576 : 0"),
         )
         result.samples.append(found)
         log(
             f"  {found.seconds:5.0f} s: {found.bytes_in:,} bytes in, Chromium {found.chromium_mb:.0f} MB, "
-            f"kernel {found.kernel_mb:.0f} MB"
+            f"kernel {found.kernel_mb:.0f} MB, page JS heap {found.js_heap_mb:.0f} MB"
         )
 
     page.locator("button.kx-run").click()
@@ -287,6 +300,7 @@ def soak(
             page.evaluate(_CLICK_AND_WAIT, [switch, runs, r"^bundled/", ".kx-layer-table"])
         )
     sample(started)
+    _dismiss_news(page)
     if screenshot is not None:
         page.locator(".kx-dashboard").first.scroll_into_view_if_needed()
         screenshot(page, "soak-during-run")
@@ -295,9 +309,27 @@ def soak(
     )
     log(f"  Stop: 'cancelled' after {result.stop_ms:.0f} ms")
     sample(started)
+    page.wait_for_timeout(2000)  # the last redraw
+    _dismiss_news(page)
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            page.keyboard.press("Control+Shift+C")
+            page.keyboard.type("JupyterLab Dark")
+            page.keyboard.press("Enter")
+            expect(page.locator("body[data-jp-theme-light='false']")).to_have_count(1, timeout=30_000)
+            page.wait_for_timeout(1500)
+        plots = page.locator(".kx-dashboard .kx-plot")
+        for index in range(plots.count()):  # each drawn, as a person scrolling to it sees it
+            plots.nth(index).scroll_into_view_if_needed()
+            page.wait_for_timeout(300)
+        result.layout[theme] = page.evaluate(PLOT_CHECKS)
+        if screenshot is not None:
+            plots.first.scroll_into_view_if_needed()
+            screenshot(page, f"soak-plots-{theme}")
     _run_cell(page, 3)
-    view_bytes, view_cpu = _printed(page, 3, "VIEW").split()[:2]
+    view_bytes, view_cpu, *kernel_ms = _printed(page, 3, "VIEW").split()
     result.view_bytes, result.view_cpu_s = int(view_bytes), float(view_cpu)
+    result.kernel_switch_ms = [float(ms) for ms in kernel_ms]
     _run_cell(page, 4)
     rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
     result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]

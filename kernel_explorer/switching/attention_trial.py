@@ -1,0 +1,107 @@
+"""The attention row's trial: a kernel tried on the model's own attention calls before it stands.
+
+Attention is model-wide and its modules are not alike: DeepSeek-V4's compressed-attention layers
+append compressed keys behind a mask a flash kernel never sees, which a trial on its first,
+sliding-window layer would not show. So one call is tried per kind of attention module (its
+class, layer type, window and key length), each judged on its values (`probe.trial_verdict`,
+against a float64 run of PyTorch's attention), and then one forward of the whole model: a model's
+own code may fail around a flash kernel (HY-V4's attention indexes the 4-D mask a flash
+implementation does not build), where no fallback of the attention function can answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.measure.divergence import float64_reference
+from kernel_explorer.switching.probe import (
+    CANNOT_RUN,
+    OK,
+    UNVERIFIED,
+    ProbeVerdict,
+    describe_call,
+    explain,
+    trial_verdict,
+)
+
+if TYPE_CHECKING:
+    from torch import nn
+
+Sample = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def kind_of(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two attention calls alike for a trial: class, layer type, window, key shape."""
+    return (
+        type(module),
+        getattr(module, "layer_type", None),
+        kwargs.get("sliding_window"),
+        tuple(getattr(args[1], "shape", ())) if len(args) > 1 else (),
+    )
+
+
+def try_each_kind(
+    calls: Iterable[tuple[str, nn.Module, Sample | None]], try_one: Callable[[str, Sample], ProbeVerdict]
+) -> ProbeVerdict:
+    """`try_one` on the first call of each kind; the first verdict that does not run, else the last."""
+    verdict = ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+    seen: set[tuple[Any, ...]] = set()
+    for path, module, sample in calls:
+        if sample is None:
+            continue
+        kind = kind_of(module, *sample)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        verdict = try_one(path, sample)
+        if not verdict.runs:
+            return verdict
+    return verdict
+
+
+def try_call(
+    path: str,
+    sample: Sample,
+    kernel: Callable[..., Any],
+    pytorch: Callable[..., Any],
+    kernel_module: Any | None = None,
+) -> ProbeVerdict:
+    """One captured call through the kernel and through PyTorch, judged on the values."""
+    import torch
+
+    args, kwargs = sample
+    try:
+        with torch.no_grad():
+            got = kernel(*args, **kwargs)
+            expected = pytorch(*args, **kwargs)
+    except Exception as error:
+        return ProbeVerdict(CANNOT_RUN, explain(error, kernel_module))
+    reference = None
+    with contextlib.suppress(Exception):  # PyTorch's attention in float64 (sinks included)
+        reference = float64_reference(pytorch.__self__, args, kwargs)  # type: ignore[attr-defined]
+    return trial_verdict(got, expected, reference=reference, where=describe_call(path, args, kwargs))
+
+
+def try_model(model: nn.Module) -> ProbeVerdict:
+    """One forward of the whole model on 8 tokens with the implementation it runs now."""
+    import torch
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    forward = getattr(model, "forward", None)
+    if (
+        not isinstance(vocab, int)
+        or forward is None
+        or "input_ids" not in inspect.signature(forward).parameters
+    ):
+        return ProbeVerdict(OK)
+    first = next(model.parameters(), None)
+    tokens = torch.arange(1, 9, device=None if first is None else first.device).remainder(vocab)[None]
+    try:
+        with torch.no_grad():
+            model(input_ids=tokens)
+    except Exception as error:
+        return ProbeVerdict(CANNOT_RUN, f"the model's own attention code fails with it: {explain(error)}")
+    return ProbeVerdict(OK)
