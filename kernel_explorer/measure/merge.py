@@ -175,7 +175,7 @@ def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = 
     """
     import pandas as pd
 
-    if summary.empty or "speedup_median" not in summary.columns:
+    if summary.empty or "speedup" not in summary.columns:
         return pd.DataFrame(columns=["layer", "machine"])
     summary = with_machines(summary, records)
     kernels = _run_kernels(records)
@@ -197,7 +197,7 @@ def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = 
         "host",
         "hardware",
         "run_id",
-        "speedup_median",
+        "speedup",
         "speedup_low",
         "speedup_high",
         "noise_floor",
@@ -216,9 +216,9 @@ def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = 
 
 
 def _cell(row: Any) -> str:
-    if row.speedup_median is None or row.speedup_median != row.speedup_median:
+    if row.speedup is None or row.speedup != row.speedup:
         return str(row.verdict)
-    return f"{row.speedup_median:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}] {row.verdict}"
+    return f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}] {row.verdict}"
 
 
 def _run_kernels(records: list[Record]) -> dict[tuple[str, str], str]:

@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-#: detect a dead node within seconds, not Ray's default half a minute
+#: detect a dead node within seconds, not Ray's default half a minute; and give a node's agents
+#: (Python processes, slow to start on a loaded machine) time before the raylet gives up on them
 FAST_HEALTH_CHECKS = {
+    "RAY_agent_register_timeout_ms": "300000",
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
@@ -118,6 +120,7 @@ def local_cluster(
     address = f"127.0.0.1:{port}"
     env = {**os.environ, **FAST_HEALTH_CHECKS, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--num-cpus=1", "--num-gpus=0", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+
     head_args = [
         "--head",
         f"--port={port}",

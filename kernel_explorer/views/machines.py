@@ -34,7 +34,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
     rows = table[table["layer"] == layer]
     if kernel is not None:
         rows = rows[rows["kernel"] == kernel]
-    rows = rows.dropna(subset=["speedup_median"])
+    rows = rows.dropna(subset=["speedup"])
     revisions = rows[["kernel_build", "model"]].drop_duplicates()
     names = []
     for row in rows.itertuples():
@@ -42,7 +42,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
         if len(revisions) > 1:  # different models or kernel builds: said on each bar
             name += f"<br>{row.model} / {row.kernel_build}"
         names.append(name)
-    median = rows["speedup_median"].astype(float)
+    median = rows["speedup"].astype(float)
     fig = go.Figure(
         go.Bar(
             x=names,
@@ -56,7 +56,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
             marker_color=[
                 verdict_colour(r.speedup_low, r.speedup_high, r.noise_floor or 0.0) for r in rows.itertuples()
             ],
-            customdata=list(zip(rows["verdict"], rows["run_id"], strict=True)),
+            customdata=list(zip(map(str, rows["verdict"]), rows["run_id"], strict=True)),
             hovertemplate="%{x}<br>%{y:.2f}x: %{customdata[0]}<br>run %{customdata[1]}<extra></extra>",
         )
     )
