@@ -78,13 +78,13 @@ def main() -> None:
 
     import torch
     import torch.nn.functional as F
-    from kernel_explorer.builder import build_repo
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     import kernel_explorer as kx
     from kernel_explorer._backend import attention as door
+    from kernel_explorer.build.builder import build_repo
     from kernel_explorer.measure.stats import median_interval, speedup_interval
 
     torch.set_num_threads(args.threads)

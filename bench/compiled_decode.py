@@ -139,9 +139,10 @@ def use_direct_attention(model: Any) -> None:
     """The model's attention on the bundled flash_attn's `attention_forward` (Transformers'
     attention-interface signature with SDPA's mask: no flash-attention glue)."""
     from kernel_explorer._backend.attention import load_local
-    from kernel_explorer.bundled import bundled_repo_path
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
+
+    from kernel_explorer.catalog.bundled import bundled_repo_path
 
     fa = load_local(bundled_repo_path("flash_attn"))
     AttentionInterface.register(DIRECT_ATTENTION, fa.attention_forward)

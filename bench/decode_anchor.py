@@ -259,10 +259,11 @@ def main() -> None:
 
     import torch
     from compiled_decode import kernel_model
-    from kernel_explorer.bundled import bundled_repo_path
-    from kernel_explorer.models import default_model_gguf, load_default_model
     from kernels import get_local_kernel
     from torch import nn
+
+    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.loading import default_model_gguf, load_default_model
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_default_model(progress=False)

@@ -40,7 +40,8 @@ def test_quantized_layer_compiles_in_one_graph_after_an_eager_pack(hub: dict, la
 @pytest.mark.slow
 def test_tiny_llama_decodes_the_same_compiled_with_every_kernel(hub: dict) -> None:
     from compiled_decode import StaticDecoder, explain_decode, kernel_model
-    from kernel_explorer.models import tiny_llama
+
+    from kernel_explorer.loading import tiny_llama
 
     model = tiny_llama()
     for module in model.modules():  # the quantized layers need rows of whole 32-blocks
