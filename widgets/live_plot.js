@@ -68,15 +68,9 @@ function render({ model, el }) {
   let drawing = false; // a Plotly.react in flight
   let again = false; // something changed while it drew: one more draw after it
   let width = 0;
-  let visible = true; // off screen (scrolled away, another tab): changes wait until it shows again
-  let stale = false;
 
   const draw = async () => {
     if (!Plotly || !width) return;
-    if (!visible) {
-      stale = true;
-      return;
-    }
     if (drawing) {
       again = true;
       return;
@@ -115,21 +109,8 @@ function render({ model, el }) {
     }
   });
   observer.observe(el);
-  // within a screen's height of the viewport counts as shown: a plot just below the fold is drawn
-  const seen = new IntersectionObserver(
-    (entries) => {
-      visible = entries[entries.length - 1].isIntersecting;
-      if (visible && stale) {
-        stale = false;
-        draw();
-      }
-    },
-    { rootMargin: "1000px" },
-  );
-  seen.observe(el);
   return () => {
     observer.disconnect();
-    seen.disconnect();
     model.off("msg:custom", onMessage);
     if (Plotly) Plotly.purge(div);
   };

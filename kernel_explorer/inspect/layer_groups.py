@@ -4,7 +4,7 @@
 works for any `nn.Module`, Transformers or not:
 - a module class decorated with `use_kernel_forward_from_hub(name)` carries `kernel_layer_name`;
 - a function decorated the same way and attached with `use_kernelized_func` is held, as a small
-  module, by the modules that call it (read through `_backend.functions`).
+  module, by the modules that call it (read through `_backend.function_layers`).
 Instances the user gave a layer name (`extension.extend`) carry the same mark on a subclass of their
 own class; their group reads `added=True` and names that class as the original.
 """
