@@ -138,10 +138,10 @@ def eager_generate(model: Any, input_ids: Any, new_tokens: int) -> Any:
 def use_direct_attention(model: Any) -> None:
     """The model's attention on the bundled flash_attn's `attention_forward` (Transformers'
     attention-interface signature with SDPA's mask: no flash-attention glue)."""
-    from kernel_explorer._backend.attention_interface import load_local
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
+    from kernel_explorer._backend.attention_interface import load_local
     from kernel_explorer.catalog.bundled import bundled_repo_path
 
     fa = load_local(bundled_repo_path("flash_attn"))
