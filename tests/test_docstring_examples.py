@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -41,4 +42,4 @@ def test_the_package_has_docstring_examples() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("where", "code"), _examples(), ids=[w for w, _ in _examples()])
 def test_docstring_example_runs(where: str, code: str, hub: dict) -> None:
-    exec(compile(code, where, "exec"), {"__name__": "__example__"})
+    exec(compile(textwrap.dedent(code), where, "exec"), {"__name__": "__example__"})
