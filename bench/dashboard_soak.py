@@ -21,19 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
 
-from lab_server import shut_down_kernels, start_lab
+from lab_server import CHROMIUM_ARGS, shut_down_kernels, start_lab
 from soak import busy_core, soak
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 
 
 def main() -> None:

@@ -41,16 +41,8 @@ import time
 from collections.abc import Callable
 
 import isa_env  # first: the AVX2 emulation, set before torch is imported
+from quantized_model import PROMPTS, TEXT  # the same prompts and prefill text as the quantized bench
 
-PROMPTS = (
-    "What is the capital of France?",
-    "Write a short poem about the sea.",
-    "Explain why the sky is blue in one sentence.",
-)
-TEXT = (
-    "The history of computing is a story of abstraction: each generation of engineers built tools "
-    "that hid the details of the machine below, so that the next could think in larger pieces. "
-)
 PREFILL, PROMPT, DECODE = 512, 128, 64
 
 

@@ -7,18 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_server import Lab, LabError, shut_down_kernels, start_lab
+from lab_server import CHROMIUM_ARGS, Lab, LabError, shut_down_kernels, start_lab
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
 

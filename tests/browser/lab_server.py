@@ -16,6 +16,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+#: Debian's chromium, headless, with nothing that reaches the network (the machine has none)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+
 
 class LabError(RuntimeError):
     """The server did not start (its log's tail is the message)."""
