@@ -5,6 +5,11 @@ of the whole process tree at once: the notebook kernel plus any compiler it runs
 `run_metered` samples the tree's summed RSS (an over-count of shared pages, so it errs on the safe
 side) and also keeps each process's own high-water mark (`VmHWM`, exact even between samples).
 Linux only: it reads /proc.
+
+The command is started by a small reaper (`_REAPER`), not by the caller: a forked child's
+`ru_maxrss` starts at its parent's size (Linux keeps the copied memory's high-water mark across
+exec), so a command forked straight from a pytest process of 1 GiB would read 1 GiB however little
+it used. Forked from the reaper, it starts at the reaper's ~10 MiB.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -73,14 +80,54 @@ def _status_kib(pid: int, field: str) -> int:
     return 0
 
 
+#: runs argv[2:] as its child, reaps it with wait4 and writes "<ru_maxrss KiB> <exit code>" to argv[1]
+_REAPER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as error:
+        print(f"{sys.argv[2]}: {error}", file=sys.stderr, flush=True)
+    os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
 def run_metered(
     command: list[str], *, cwd: Path, env: dict[str, str], timeout: float, interval: float = 0.1
 ) -> Metered:
     """Run `command` to completion while sampling its process tree's memory every `interval` s.
 
-    The command is reaped with `wait4`, whose rusage adds the exact peak of the command and of every
-    descendant it waited for, including any that lived between two samples.
+    The command is reaped with `wait4` (by `_REAPER`), whose rusage adds the exact peak of the
+    command and of every descendant it waited for, including any that lived between two samples.
     """
+    with tempfile.TemporaryDirectory(prefix="kx-meter-") as folder:
+        reaped = Path(folder) / "reaped"
+        reaper = [sys.executable, "-c", _REAPER, str(reaped), *command]
+        metered = _run_reaped(reaper, cwd, env, timeout, interval, shown=" ".join(command))
+        if not reaped.exists():
+            raise RuntimeError(
+                f"the meter's reaper ended with {metered.returncode}: {metered.stderr[-2000:]}"
+            )
+        maxrss_kib, returncode = (int(word) for word in reaped.read_text().split())
+    return Metered(
+        returncode=returncode,
+        stdout=metered.stdout,
+        stderr=metered.stderr,
+        seconds=metered.seconds,
+        tree_peak_bytes=metered.tree_peak_bytes,
+        process_peak_bytes=max(metered.process_peak_bytes, maxrss_kib * 1024),  # ru_maxrss is in KiB
+    )
+
+
+def _run_reaped(
+    command: list[str], cwd: Path, env: dict[str, str], timeout: float, interval: float, *, shown: str
+) -> Metered:
+    """Run the reaper to completion, sampling its tree; its own exit code and rusage are not the
+    command's (the caller reads those from the reaper's file)."""
     start = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -100,13 +147,13 @@ def run_metered(
         reader.start()
     tree_peak = process_peak = 0
     while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        pid, status = os.waitpid(process.pid, os.WNOHANG)
         if pid:
             break
         if time.perf_counter() - start > timeout:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            raise TimeoutError(f"{' '.join(command)} ran past {timeout:.0f} s")
+            raise TimeoutError(f"{shown} ran past {timeout:.0f} s")
         rss = 0
         for member in _tree(process.pid):
             rss += _status_kib(member, "VmRSS") * 1024
@@ -122,5 +169,5 @@ def run_metered(
         stderr=outputs["stderr"],
         seconds=time.perf_counter() - start,
         tree_peak_bytes=tree_peak,
-        process_peak_bytes=max(process_peak, usage.ru_maxrss * 1024),  # ru_maxrss is in KiB on Linux
+        process_peak_bytes=process_peak,
     )
