@@ -148,3 +148,16 @@ def test_a_log_axis_labels_at_most_six_ticks(low: float, high: float) -> None:
     assert all(text.endswith("x") for text in ticks["ticktext"])
     errors = log_ticks(1e-30, 1e-4, unit="", decades_only=True)
     assert (len(errors["tickvals"]) <= MAX_TICKS and "10⁻⁶" in errors["ticktext"]) or len(errors["ticktext"])
+
+
+def test_the_live_plots_send_plotly_js_once() -> None:
+    """One copy of plotly.js per dashboard: the first plot carries the bundle (about 4.6 MB), the
+    others only their own module, which waits for it (a FigureWidget carried it in every figure)."""
+    plots = LivePlots(ResultLog(), interval=60)
+    try:
+        figures = (plots.latency, plots.speedup, plots.throughput, plots.divergence)
+        sizes = [len(figure.get_state()["_esm"]) for figure in figures]
+        assert sizes[0] > 4_000_000, "the first plot brings plotly.js"
+        assert max(sizes[1:]) < 50_000, f"a later plot carries plotly.js again: {sizes}"
+    finally:
+        plots.close()
