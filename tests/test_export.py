@@ -119,6 +119,7 @@ def test_every_door_exported_gives_the_explorers_logits_bitwise(
     assert torch.equal(got["logits"], expected)
     assert len(got["switched"]["RMSNorm"]) == len(explorer.group("RMSNorm").instances)
     assert len(got["switched"]["Linear"]) == 9  # 3 layers x gate, up, down; attention's Linear stay
+    explorer.reset()  # the pins and the shared rotary function as they were, for the tests after
 
 
 def test_some_instances_and_a_pinned_path_are_said_and_kept(folder: Path, tmp_path: Path, hub: dict) -> None:
@@ -149,6 +150,7 @@ def test_some_instances_and_a_pinned_path_are_said_and_kept(folder: Path, tmp_pa
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "RMSNorm: 2 instances on a kernel" in shown.stdout
     assert "SiLU: 3 instances on a kernel" in shown.stdout
+    explorer.reset()  # the pins and the shared rotary function as they were, for the tests after
 
 
 def test_pins_for_kernels_lock_and_bad_paths(tmp_path: Path, hub: dict) -> None:
@@ -199,3 +201,4 @@ def test_pins_for_kernels_lock_and_bad_paths(tmp_path: Path, hub: dict) -> None:
         explorer.export(tmp_path / "x.txt")
     with pytest.raises(KernelExplorerError, match="does not exist"):
         explorer.export(tmp_path / "missing" / "x.py")
+    explorer.reset()  # the pins and the shared rotary function as they were, for the tests after

@@ -134,6 +134,26 @@ def test_one_attention_module_switches_rotary_alone(explorer: Explorer) -> None:
     assert_untouched(explorer.model)
 
 
+def test_a_model_dropped_with_its_function_switched_leaves_the_shared_function_as_built(hub: dict) -> None:
+    """A notebook cell run again drops its model with rotary still on: nothing of it stays on the
+    process's function (the router goes at its next call), and other models run PyTorch's."""
+    import gc
+
+    import transformers.models.llama.modeling_llama as llama
+
+    dropped = Explorer(tiny_llama(), include_transformers=False)
+    dropped.on("rotary_pos_emb", ["model.layers.1.self_attn"])
+    assert "forward" in vars(llama.apply_rotary_pos_emb)  # the router, while a copy is on
+    del dropped
+    gc.collect()
+    other = tiny_llama(seed=1)
+    counter = KernelOpCounter()
+    with torch.no_grad(), counter:
+        other(TOKENS)
+    assert not [ns for ns in counter.calls if ns.startswith("_")]
+    assert_untouched(other)
+
+
 def test_glob_patterns_choose_instances(explorer: Explorer) -> None:
     running = explorer.on("RMSNorm", "model.layers.0.*")
     assert [now.instance for now in running] == [

@@ -237,3 +237,31 @@ def test_a_kernel_whose_reason_or_reset_raises_is_read_and_let_go_of_in_one_line
     with pytest.warns(RuntimeWarning, match=r"stays on code path fast: .*\(cannot reset\)"):
         code_paths.unpin("holder")
     assert not code_paths.running_path(kernel).pinned  # let go of all the same
+
+
+def test_a_model_dropped_while_pinned_lets_go_of_its_pin(hub: dict) -> None:
+    """A notebook cell run again drops its model and explorer with a `@path` still on: the pin goes
+    with the model, so a new explorer neither reads "pinned while ..." nor is refused its own path."""
+    import gc
+
+    if len(PATHS) < 2:
+        pytest.skip("this CPU runs one code path")
+    activation = hub["activation"]
+    chosen = activation.isa()
+    other = next(path for path in PATHS if path != PINNED)
+    dropped = Explorer(tiny_llama(), include_transformers=False)
+    dropped.on("SiLU", candidate=f"bundled@{PINNED}")
+    dropped.on(ATTENTION, candidate=f"bundled@{PINNED}")
+    assert activation.isa() == PINNED
+    del dropped
+    gc.collect()
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    try:
+        (now, *_) = explorer.on("SiLU")
+        assert not now.code_path.pinned and "pinned while" not in now.code_path.why
+        assert activation.isa() == chosen  # the measured choice is back
+        running = explorer.on("SiLU", candidate=f"bundled@{other}")  # not refused: nobody holds it
+        assert all(now.is_kernel and now.code_path.path == other for now in running)
+    finally:
+        explorer.reset()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -51,6 +52,34 @@ from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
+
+
+#: attention module -> (its door, the candidate it was switched to): what `_guarded` answers for
+_GUARDED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref[AttentionDoor], AttentionCandidate]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` (a registered attention implementation) with the explorer's fallback: an error in
+    a module an explorer switched sends that model back to PyTorch and the call to PyTorch's."""
+    if getattr(function, "kernel_explorer_guarded", False):
+        return function
+
+    @functools.wraps(function)  # `__wrapped__` is Transformers' own function
+    def guarded(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(module, *args, **kwargs)
+        except Exception as error:
+            found = _GUARDED.get(module)
+            door = found[0]() if found is not None else None
+            if door is None or door._trial:  # not an explorer's, or a trial: the error is the verdict
+                raise
+            door.host.kernel_raised(ATTENTION, "*", found[1], error)
+            return attention_interface.attention_function(module, door.baseline)(module, *args, **kwargs)
+
+    guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
+    return guarded
 
 
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
@@ -230,7 +259,7 @@ class AttentionDoor(AttentionChoices, Door):
             unpin(self._holder)
             return
         try:
-            pin(self._kernel_module(chosen), chosen.path, self._holder, chosen.label)
+            pin(self._kernel_module(chosen), chosen.path, self._holder, chosen.label, owner=self.model)
         except KernelSwitchError:
             self.to_pytorch()
             raise
@@ -278,29 +307,15 @@ class AttentionDoor(AttentionChoices, Door):
     def _guard(self, name: str, chosen: AttentionCandidate) -> None:
         """Wrap the function registered as `name`: a kernel that raises in one of this model's
         attention modules switches the model back to PyTorch, and that call is answered by PyTorch.
-        During a trial (`_probe`) the error is raised instead, so the trial can say why."""
-        mine = {id(module) for module in self._modules.values()}
+        During a trial (`_probe`) the error is raised instead, so the trial can say why.
 
-        def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
-            if getattr(function, "kernel_explorer_guarded", False):
-                return function
-
-            @functools.wraps(function)  # `__wrapped__` is Transformers' own function
-            def guarded(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                try:
-                    return function(module, *args, **kwargs)
-                except Exception as error:
-                    if self._trial or id(module) not in mine:
-                        raise
-                    self.host.kernel_raised(ATTENTION, "*", chosen, error)
-                    return attention_interface.attention_function(module, self.baseline)(
-                        module, *args, **kwargs
-                    )
-
-            guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
-            return guarded
-
-        attention_interface.wrap_registered(name, wrap)
+        The wrapper lives in Transformers' process-wide registry, so it finds the door through
+        `_GUARDED` (attention module -> its door, both weak): every explorer's modules are guarded
+        by one wrapper per name, and a dropped model leaves nothing of itself in the registry."""
+        door = weakref.ref(self)
+        for module in self._modules.values():
+            _GUARDED[module] = (door, chosen)
+        attention_interface.wrap_registered(name, _guarded)
         self._calls = {key: call for key, call in self._calls.items() if key[1] != name}
 
     def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:

@@ -12,6 +12,10 @@ last holder lets go the module gets back what it ran before: its measured choice
 or the path a user had set by hand (`set_isa()`). Two holders asking one module for different
 paths cannot both be right, so the second is refused with who holds it. Every call into the module
 is a stranger's code: what it raises comes back as one line.
+
+A pin lasts while its owner (the model) lives: a notebook cell run again drops its model and
+explorer without switching anything off, and a pin that outlived them would report "pinned while
+... is on" to every later explorer and refuse their paths, with nothing left to switch off.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,20 @@ class _Pin:
 
 _lock = threading.Lock()
 _pins: dict[int, _Pin] = {}  # id(kernel module) -> its pin; a loaded kernel stays for the process
+_owned: dict[int, set[Hashable]] = {}  # id(owner) -> the holders it pins with, until it is collected
+_gone: list[int] = []  # owners collected since the last call: their pins are let go under the lock
+
+
+def _owner_collected(key: int) -> None:
+    """Runs from the garbage collector, possibly while this thread holds `_lock`: only queue."""
+    _gone.append(key)
+
+
+def _let_go_of_the_collected() -> None:
+    """Release every holder of an owner the collector took (called under `_lock`)."""
+    while _gone:
+        for holder in _owned.pop(_gone.pop(), ()):
+            _release(holder)
 
 
 def _line(error: BaseException) -> str:
@@ -77,12 +96,14 @@ def _set_by_hand(module: Any) -> str | None:
     return None
 
 
-def pin(module: Any, path: str, holder: Hashable, label: str) -> None:
-    """Run `path` in `module` until `holder` lets go (`unpin`); a holder that pins again moves its
-    pin. `label` names the holder's candidate in a refusal. Raises `KernelSwitchError` (one line) for
-    a module without that path here, one another holder pins to another path, or a failing switch."""
+def pin(module: Any, path: str, holder: Hashable, label: str, owner: Any = None) -> None:
+    """Run `path` in `module` until `holder` lets go (`unpin`) or `owner` (the model) is collected; a
+    holder that pins again moves its pin. `label` names the holder's candidate in a refusal. Raises
+    `KernelSwitchError` (one line) for a module without that path here, one another holder pins to
+    another path, or a failing switch."""
     check_path(module, path)
     with _lock:
+        _let_go_of_the_collected()
         current = _pins.get(id(module))
         others = {k: v for k, v in current.holders.items() if k != holder} if current is not None else {}
         if current is not None and current.path != path and others:
@@ -100,12 +121,17 @@ def pin(module: Any, path: str, holder: Hashable, label: str) -> None:
             current = _pins[id(module)] = _Pin(module, path, before)
         _release(holder, keep=id(module))
         current.holders[holder] = label
+        if owner is not None and id(owner) not in _owned:
+            weakref.finalize(owner, _owner_collected, id(owner))
+        if owner is not None:
+            _owned.setdefault(id(owner), set()).add(holder)
 
 
 def unpin(holder: Hashable) -> None:
     """`holder` lets go of its pin; a module nobody pins any more runs what it ran before the first
     pin. A kernel that cannot go back says so in a warning (its layers are off by then)."""
     with _lock:
+        _let_go_of_the_collected()
         _release(holder)
 
 
@@ -207,6 +233,7 @@ def running_path(module: Any, layer: str = "", dtype: str = "") -> RunningPath:
     except Exception as error:  # a forced path this CPU lacks: the repository's one line
         return RunningPath("?", _line(error))
     with _lock:
+        _let_go_of_the_collected()
         current = _pins.get(id(module))
         holders = sorted(set(current.holders.values())) if current is not None else []
     if holders:

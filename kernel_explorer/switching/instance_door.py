@@ -234,7 +234,13 @@ class InstanceDoor(Door):
             return None
         if chosen.path is not None:  # "bundled@avx2": the kernel module runs that path while on
             try:
-                pin(_kernel_package(forward), chosen.path, self._holder(path), chosen.label)
+                pin(
+                    _kernel_package(forward),
+                    chosen.path,
+                    self._holder(path),
+                    chosen.label,
+                    owner=self.host.model,
+                )
             except KernelSwitchError as refused:
                 self._to_pytorch(path)
                 self._reasons[path] = str(refused)

@@ -11,6 +11,10 @@ that has a copy runs (tracked per thread by forward hooks), calls go to that cop
 forward the shared object had before. Detaching the last copy removes the router and the hooks,
 leaving the shared object exactly as it was. The copies and hooks live on the router itself (which
 lives on the shared object), so no table outside the objects involved keeps them.
+
+A model dropped with copies still attached (a notebook cell run again, without switching off) takes
+its copies with it (the router holds its holders weakly); the router then has nothing to route and
+takes itself off at its next call, so the process's function is as it was built again.
 """
 
 from __future__ import annotations
@@ -42,18 +46,22 @@ class _Router:
         self._shared = weakref.ref(shared)
         self.previous = installed_forward(shared)
         self._original = type(shared).forward
-        # holder -> (its copy, the hooks that tell the router it runs)
-        self.copies: weakref.WeakKeyDictionary[nn.Module, tuple[nn.Module, tuple[RemovableHandle, ...]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # holder -> (its copy, the hooks that tell the router it runs); both weak: the copy's kernel
+        # forward reaches back to the model that holds it, and a strong value would keep the key alive
+        self.copies: weakref.WeakKeyDictionary[
+            nn.Module, tuple[weakref.ref[nn.Module], tuple[RemovableHandle, ...]]
+        ] = weakref.WeakKeyDictionary()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         shared = self._shared()
+        if shared is not None and not self.copies:  # every holder with a copy was collected
+            _retire(shared, self)
         stack = getattr(_running, "holders", None)
         if stack and shared is not None:
             found = self.copies.get(stack[-1])
-            if found is not None:
-                return found[0].forward(*args, **kwargs)
+            copy = found[0]() if found is not None else None
+            if copy is not None:
+                return copy.forward(*args, **kwargs)
         if self.previous is not None:
             return self.previous(*args, **kwargs)
         return self._original(shared, *args, **kwargs)
@@ -96,7 +104,7 @@ def copy_for(holder: nn.Module, key: str) -> nn.Module:
             holder.register_forward_pre_hook(_enter),
             holder.register_forward_hook(_leave, always_call=True),
         )
-        router.copies[holder] = (copy, hooks)
+        router.copies[holder] = (weakref.ref(copy), hooks)  # the holder keeps the copy alive
         return copy
 
 
@@ -115,10 +123,18 @@ def detach(holder: nn.Module, key: str) -> None:
         for handle in hooks:
             handle.remove()
         if not router.copies:
-            if router.previous is None:
-                remove_forward(shared)
-            else:
-                set_forward(shared, router.previous)
+            _retire(shared, router)
+
+
+def _retire(shared: nn.Module, router: _Router) -> None:
+    """Give `shared` back the forward it had before `router` came (nothing of ours stays)."""
+    with _lock:
+        if installed_forward(shared) is not router:
+            return
+        if router.previous is None:
+            remove_forward(shared)
+        else:
+            set_forward(shared, router.previous)
 
 
 def is_routed(shared: nn.Module) -> bool:
