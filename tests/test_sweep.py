@@ -8,7 +8,6 @@ on one layer with a fixed number of pairs, to keep CI time to about a minute.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -21,16 +20,7 @@ from kernel_explorer.loading import tiny_llama
 from kernel_explorer.sweep import sweep
 from kernel_explorer.views.cli import main
 
-#: Opt-in for now (KX_RAY=1): the two-node cluster passed once here, then failed to start several
-#: times on this 2-core machine under load (raylet "Timed out waiting for ... metrics_agent_port", Ray's
-#: 30 s registration wait); issue 36 stays open until it passes reliably.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not os.environ.get("KX_RAY"),
-        reason="the two-node Ray sweep runs with KX_RAY=1 (its local cluster starts unreliably under load)",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 WORKER = f"{socket.gethostname()}/worker_b"  # the labelled node's name in the records
 HEAD = socket.gethostname()

@@ -108,6 +108,29 @@ def _wait_for_nodes(
         time.sleep(1.0)
 
 
+#: `ray start` tries per node: a raylet whose agents take over Ray's fixed 15 s to write their ports
+#: (Python start-up on a loaded 2-core machine) exits at start, and the same start then succeeds
+START_TRIES = 3
+
+
+def _start_node(
+    address: str, count: int, arguments: list[str], env: dict[str, str], log: Path, label: str | None
+) -> RayNode:
+    """A node started and seen alive (`count` nodes in the cluster), tried `START_TRIES` times; each
+    failed try is kept in the log (`log`.1, .2) and the last one raises."""
+    for attempt in range(1, START_TRIES + 1):
+        node = RayNode(_start(arguments, env, log), label)
+        try:
+            _wait_for_nodes(address, count, [(node.process, log)], timeout=150.0)
+            return node
+        except (RuntimeError, TimeoutError):
+            node.kill()
+            if attempt == START_TRIES:
+                raise
+            log.rename(log.with_name(f"{log.name}.{attempt}"))
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def local_cluster(
     folder: Path, labels: tuple[str, ...] = ("worker_b",)
@@ -129,9 +152,9 @@ def local_cluster(
         f"--temp-dir={folder / 'ray'}",
         *common,
     ]
-    nodes = [RayNode(_start(head_args, env, folder / "head.log"), None)]
+    nodes: list[RayNode] = []
     try:
-        _wait_for_nodes(address, 1, [(nodes[0].process, folder / "head.log")])
+        nodes.append(_start_node(address, 1, head_args, env, folder / "head.log", None))
         for label in labels:
             worker_args = [
                 f"--address={address}",
@@ -140,8 +163,7 @@ def local_cluster(
                 *common,
             ]
             log = folder / f"worker-{label}.log"
-            nodes.append(RayNode(_start(worker_args, env, log), label))
-            _wait_for_nodes(address, len(nodes), [(nodes[-1].process, log)])
+            nodes.append(_start_node(address, len(nodes) + 1, worker_args, env, log, label))
         yield address, nodes
     finally:
         for node in reversed(nodes):
