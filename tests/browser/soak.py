@@ -53,6 +53,11 @@ CELLS = [
     "    c = explorer.results.records('layer_verdict', h.run_id)[-1].values\n"
     "    rows.append([layer, *_v(v), *_v(c)])\n"
     "print('VERDICTS', json.dumps(rows))",
+    # the switched layer's pairs in the Run, in order: what its plot drew (seconds since the first)
+    f"pairs = [r for r in explorer.results.records('layer_latency', run) if r.layer == '{SWITCHED}']\n"
+    "t0 = pairs[0].time if pairs else 0\n"
+    "print('PAIRS', json.dumps([[round(r.time - t0, 2), r.values.pytorch_s, r.values.kernel_s,"
+    " r.values.kernel_on, r.values.stalled, r.values.repeat] for r in pairs]))",
 ]
 
 _CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
@@ -138,6 +143,9 @@ class SoakResult:
     view_bytes: int = 0  # what the live plots sent (JSON of their messages)
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
+    #: the switched layer's pairs: (s since the first, PyTorch s, other side s, kernel on, stalled, repeat)
+    pairs: list[list[Any]] = field(default_factory=list)
+    switched_at: list[tuple[float, bool]] = field(default_factory=list)  # (s since Run, on) per click
     busy_load: str = ""
     layout: dict[str, Any] = field(default_factory=dict)  # what `plot_layout_checks` found, per theme
 
@@ -147,6 +155,23 @@ class SoakResult:
             (b.seconds, (b.bytes_in - a.bytes_in) / max(b.seconds - a.seconds, 1e-9))
             for a, b in zip(self.samples, self.samples[1:], strict=False)
         ]
+
+    def pair_timeline(self, bucket_s: float = 5.0) -> list[str]:
+        """The switched layer's pairs per `bucket_s` seconds: how many, how many on its kernel and
+        stalled, and the median and extremes of the kernel pairs' speedups (what its plot drew)."""
+        if not self.pairs:
+            return []
+        lines = [f"{SWITCHED} pairs per {bucket_s:g} s (s since the first): n, on kernel, stalled, speedups"]
+        buckets: dict[int, list[list[Any]]] = {}
+        for pair in self.pairs:
+            buckets.setdefault(int(pair[0] // bucket_s), []).append(pair)
+        for index in sorted(buckets):
+            pairs = buckets[index]
+            on = sorted(p[1] / p[2] for p in pairs if p[3] and p[2] > 0)
+            shown = f"median {on[len(on) // 2]:.2f}x, min {on[0]:.3f}x, max {on[-1]:.2f}x" if on else "-"
+            stalled = sum(bool(p[4]) for p in pairs)
+            lines.append(f"  {index * bucket_s:5.0f} {len(pairs):4d} {len(on):4d} {stalled:4d}  {shown}")
+        return lines
 
     def report(self) -> str:
         lines = [f"dashboard soak: {self.minutes:g} min Run on the default model; {self.busy_load}"]
@@ -171,6 +196,7 @@ class SoakResult:
             f"Stop to 'cancelled': {self.stop_ms:.0f} ms; the kernel's share of each click (ms): "
             f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}"
         )
+        lines += self.pair_timeline()
         lines.append("verdicts   Run: verdict median [95%] floor   |   compare: verdict median [95%] floor")
         for v in self.verdicts:
             (rv, rm, rl, rh, rf), (cv, cm, cl, ch, cf) = v.run, v.compare
@@ -289,6 +315,7 @@ def soak(
             pattern = r"^bundled/" if on else r"^PyTorch"
             ms = page.evaluate(_CLICK_AND_WAIT, [switch, runs, pattern, ".kx-layer-table"])
             result.switch_ms.append(ms)
+            result.switched_at.append((now - started, on))
             log(f"  {now - started:5.0f} s: {SWITCHED} {'on' if on else 'off'}, answered in {ms:.0f} ms")
             next_switch += SWITCH_EVERY_S
         if now >= next_sample:
@@ -333,4 +360,6 @@ def soak(
     _run_cell(page, 4)
     rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
     result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]
+    _run_cell(page, 5)
+    result.pairs = json.loads(_printed(page, 5, "PAIRS").splitlines()[0])
     return result
