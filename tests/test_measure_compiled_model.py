@@ -97,6 +97,30 @@ def test_a_static_cache_decodes_as_the_dynamic_one_and_again_from_the_same_posit
         static.decode(first, PROMPT.shape[1], 9)
 
 
+def test_each_decoder_compiles_over_code_of_its_own() -> None:
+    """Dynamo keeps graphs on the code object and never frees those of a dead decoder: on a shared
+    code object, after 8 graphs (say two compiled runs) every later call would run eagerly unsaid."""
+    from torch._dynamo.utils import counters
+
+    from kernel_explorer.measure.compiled_decode import _own_code
+
+    class Scaled:
+        def __init__(self, by: float) -> None:
+            self.by = by  # a constant the graph is guarded on: one graph per instance
+            self.fn = torch.compile(_own_code(self.forward), backend="eager", dynamic=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.by
+
+    before = counters["stats"]["unique_graphs"]
+    for by in range(12):  # more than the recompile limit, one instance alive at a time
+        assert torch.equal(Scaled(float(by)).fn(torch.ones(2)), torch.full((2,), float(by)))
+    assert counters["stats"]["unique_graphs"] - before == 12
+    model = tiny_llama()
+    first, second = StaticDecoder(model, 8), StaticDecoder(model, 8)  # nothing compiles before a call
+    assert first._fn._torchdynamo_orig_callable.__code__ is not second._fn._torchdynamo_orig_callable.__code__
+
+
 @pytest.mark.parametrize(
     ("kwargs", "says"),
     [

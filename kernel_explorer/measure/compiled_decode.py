@@ -37,11 +37,22 @@ unpads by the mask (data-dependent shapes, a graph break per layer).
 from __future__ import annotations
 
 import time
+import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+
+def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The bound `method` over a copy of its code object (what Dynamo keys its graphs on)."""
+    func = method.__func__  # type: ignore[attr-defined]
+    own = types.FunctionType(
+        func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
+    )
+    return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
 
 
 class _GreedyLoop:
@@ -99,9 +110,11 @@ class StaticDecoder(_GreedyLoop):
         import torch
         from transformers import StaticCache
 
-        # Dynamo keeps its graphs per code object (this class's _forward), guarded on the instance
-        # and its model: every decoder and every bucket is one entry, and past the limit (8 by
-        # default) a call silently runs eagerly
+        # Dynamo keeps its graphs on the code object, guarded on the instance and its model: on
+        # this class's shared _forward every bucket of every decoder ever made would be one entry,
+        # never freed, and past the recompile limit (8) every later call runs eagerly without a
+        # word. A copy of the code per decoder keeps its graphs its own, and lets them go with it.
+        # Frames past a graph break (Transformers' code, shared) still add up: hence the limits.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         torch._dynamo.config.accumulated_recompile_limit = max(
             torch._dynamo.config.accumulated_recompile_limit, 256
@@ -110,7 +123,7 @@ class StaticDecoder(_GreedyLoop):
         self.max_cache_len = max_cache_len
         self.compiled = compiled
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)  # type: ignore[arg-type]
-        self._fn = torch.compile(self._forward, dynamic=False) if compiled else self._forward
+        self._fn = torch.compile(_own_code(self._forward), dynamic=False) if compiled else self._forward
         self.compile_s: dict[str, float] = {}
 
     def _forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
