@@ -94,14 +94,8 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
         cosine = (k.flatten() @ p.flatten()).item() / both if both > 0 else float(diff == 0)
         rows.append((rel, name, (k - p).abs().max().item(), cosine))
     if not rows:
-        return {
-            "parameters": 0,
-            "worst_parameter": "",
-            "worst_rel_err": 0.0,
-            "worst_max_abs": 0.0,
-            "min_cosine": 1.0,
-            "median_rel_err": 0.0,
-        }
+        return {"parameters": 0, "worst_parameter": "", "worst_rel_err": 0.0, "worst_max_abs": 0.0,
+                "min_cosine": 1.0, "median_rel_err": 0.0}  # fmt: skip
     rel, name, max_abs, _ = max(rows)
     return {
         "parameters": len(rows),
