@@ -437,6 +437,7 @@ class Explorer:
         background: bool = False,
         name: str | None = None,
         mode: str = "inference",
+        compiled: bool = False,
     ) -> RunHandle:
         """The model as switched now against all-PyTorch: prefill, decode tok/s, logits, greedy agreement.
 
@@ -445,6 +446,17 @@ class Explorer:
         interval says how sure it is (three decode pairs cover the median with 75%, and say so).
         `mode="training"`: a training step per length instead (loss and gradient agreement, then
         step pairs); `mode="torch.compile"`: compiled-with-kernels against compiled PyTorch prefill.
+
+        `compiled=True`: inference under torch.compile, three sides: the model as switched (its
+        kernels in torch.compile mode) compiled, against an all-PyTorch copy compiled (the headline)
+        and that copy eagerly, on a static KV cache (one graph per prefill length, one for the
+        decode step; eager PyTorch runs Transformers' dynamic cache). Records: `CompileTime` (seconds
+        per side and graph: compiling is paid before any timing, once), `ModelAgreement` against each
+        reference (KL, top-1, identical greedy tokens over `decode_tokens`), then `ModelPair`s and a
+        `ModelVerdict` per measure: "compiled prefill" per length and "compiled decode"
+        (`decode_tokens` steps after the prompt), each also "... against eager PyTorch". The prompt
+        (`inputs`) must be one sequence; its length is one more graph per compiled side. Slow on
+        a CPU: each graph takes seconds (tiny model) to minutes to compile. Inference modes only.
         See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
@@ -452,6 +464,8 @@ class Explorer:
 
         check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
+        if not isinstance(compiled, bool):
+            raise KernelExplorerError(f"compiled is True or False, not {compiled!r}.")
         check_runnable(self.model)
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
         measurements = model_plan(
@@ -463,6 +477,7 @@ class Explorer:
             vocab_size=self._vocab_size("compare_model"),
             decode_tokens=decode_tokens,
             decode_pairs=decode_pairs,
+            compiled=compiled,
             floor_so_far=lambda run_id: max(
                 (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
             ),

@@ -7,6 +7,7 @@ below it.
 
 from kernel_explorer.measure.records import (
     VALUE_TYPES,
+    CompileTime,
     GradientDivergence,
     KernelsBenchmark,
     LayerCalibration,
@@ -31,6 +32,7 @@ from kernel_explorer.measure.verdict import Verdict
 
 __all__ = [
     "VALUE_TYPES",
+    "CompileTime",
     "GradientDivergence",
     "KernelsBenchmark",
     "LayerCalibration",

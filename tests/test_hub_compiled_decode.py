@@ -1,7 +1,8 @@
 """The bundled kernels under torch.compile: the quantized Linear layers trace without a graph
 break once an eager forward packed their weight (and refuse to trace before, with a reason), and
 a tiny Llama with every bundled kernel and the quantized Linear layers on decodes greedily under
-torch.compile with a static KV cache (bench/compiled_decode.py) exactly as it does uncompiled."""
+torch.compile with a static KV cache (kernel_explorer/measure/compiled_decode.py, with the bench's
+kernel model from bench/compiled_decode.py) exactly as it does uncompiled."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ def test_every_kind_is_one_value_class() -> None:
         "model_verdict",
         "time_share",
         "model_agreement",
+        "compile_time",
         "model_throughput",
         "gradient_divergence",
         "training_agreement",

@@ -175,26 +175,49 @@ def compare_outputs(
     board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
 ) -> Iterator[Record]:
     """Logits (max diff, KL, top-1 agreement) and greedy generation, kernels as switched vs all-PyTorch."""
-    import torch
-
     with board.lock:
         kernel_logits = run_model(board.model, kwargs).logits.double()
         with all_pytorch(board):
             pytorch_logits = run_model(board.model, kwargs).logits.double()
-    log_p = torch.log_softmax(pytorch_logits, dim=-1)
-    log_q = torch.log_softmax(kernel_logits, dim=-1)
-    kl = (log_p.exp() * (log_p - log_q)).sum(-1).mean().item()
-    top1 = (pytorch_logits.argmax(-1) == kernel_logits.argmax(-1)).double().mean().item()
     kernel_tokens = _generate(board, kwargs, new_tokens)
     with all_pytorch(board):
         pytorch_tokens = _generate(board, kwargs, new_tokens)
     start = kwargs["input_ids"].shape[-1]
-    differs = (kernel_tokens[0, start:] != pytorch_tokens[0, start:]).nonzero()
-    values = ModelAgreement(
-        logits_max_abs=(kernel_logits - pytorch_logits).abs().max().item(),
-        kl=kl,
-        top1_agreement=top1,
-        greedy_tokens=new_tokens,
-        first_divergence=None if len(differs) == 0 else int(differs[0, 0]),
+    yield Record(
+        run_id, agreement(kernel_logits, pytorch_logits, kernel_tokens[0, start:], pytorch_tokens[0, start:])
     )
-    yield Record(run_id, values)
+
+
+def agreement(
+    kernel_logits: torch.Tensor,
+    pytorch_logits: torch.Tensor,
+    kernel_tokens: torch.Tensor,
+    pytorch_tokens: torch.Tensor,
+    reference: str = "PyTorch",
+    *,
+    greedy: bool = False,
+) -> ModelAgreement:
+    """How far two sides agree: logits (max abs difference; KL of the kernel side from the
+    reference, and top-1 agreement, both averaged over positions) and greedy tokens (the first
+    generated position that differs). `greedy`: the logits are those each generated token was
+    chosen from, compared up to the first token that differs (after it, the sides read different
+    tokens)."""
+    import torch
+
+    differs = (kernel_tokens != pytorch_tokens).nonzero()
+    if greedy and len(differs):
+        kernel_logits, pytorch_logits = (
+            kernel_logits[: differs[0, 0] + 1],
+            pytorch_logits[: differs[0, 0] + 1],
+        )
+    kernel_logits, pytorch_logits = kernel_logits.double(), pytorch_logits.double()
+    log_p = torch.log_softmax(pytorch_logits, dim=-1)
+    log_q = torch.log_softmax(kernel_logits, dim=-1)
+    return ModelAgreement(
+        logits_max_abs=(kernel_logits - pytorch_logits).abs().max().item(),
+        kl=(log_p.exp() * (log_p - log_q)).sum(-1).mean().item(),
+        top1_agreement=(pytorch_logits.argmax(-1) == kernel_logits.argmax(-1)).double().mean().item(),
+        greedy_tokens=len(kernel_tokens),
+        first_divergence=None if len(differs) == 0 else int(differs[0, 0]),
+        reference=reference,
+    )

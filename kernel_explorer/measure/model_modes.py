@@ -1,4 +1,4 @@
-"""Whole-model comparisons beyond eager inference: a training step, and prefill under torch.compile.
+"""Whole-model comparisons beyond eager inference: a training step, and the model under torch.compile.
 
 Training step: forward, cross-entropy of each position against the next token, backward to every
 parameter that requires grad, with the model as switched (its kernels in `Mode.TRAINING`) against
@@ -8,21 +8,34 @@ make the two sides differ by chance, not by kernel.
 
 torch.compile: recompiling at every switch would cost more than the measurement, so each side is
 compiled once: the model as switched (kernels in `Mode.TORCH_COMPILE`), and a deep copy taken while
-every layer runs PyTorch. Both warm up, then run interleaved.
+every layer runs PyTorch (`pytorch_copy`). Both warm up, then run interleaved. `compare_compiled`
+times prefill only (`mode="torch.compile"`); `compare_compiled_inference` (`compiled=True`) times
+prefill per length and greedy decode on a static KV cache (measure/compiled_decode.py), compiled +
+kernels against compiled PyTorch (the headline) and against eager PyTorch (the copy uncompiled, on
+Transformers' dynamic cache), checks the three agree and says what compiling cost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import itertools
 import statistics
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import first_tensor, run_model
 from kernel_explorer.measure.layer_training import kernels_in_mode
-from kernel_explorer.measure.model_comparison import all_pytorch, kernels_on, model_verdict, sides, token_ids
-from kernel_explorer.measure.records import ModelPair, Record, TrainingAgreement
+from kernel_explorer.measure.model_comparison import (
+    agreement,
+    all_pytorch,
+    kernels_on,
+    model_verdict,
+    sides,
+    token_ids,
+)
+from kernel_explorer.measure.records import CompileTime, ModelPair, ModelVerdict, Record, TrainingAgreement
 from kernel_explorer.measure.stats import StallWatch
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 
@@ -34,6 +47,9 @@ if TYPE_CHECKING:
 
 TRAINING_STEP = "training step"
 COMPILED_PREFILL = "compiled prefill"
+COMPILED_DECODE = "compiled decode"
+AGAINST_EAGER = " against eager PyTorch"  # the third side's measures: "compiled decode against eager PyTorch"
+KERNEL_SIDE, COMPILED_SIDE, EAGER_SIDE = "compiled + kernels", "compiled PyTorch", "eager PyTorch"
 
 
 def _trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -125,9 +141,11 @@ def _records(
     measure: str,
     length: int,
     run_id: str,
+    floor_hint: float = 0.0,
 ) -> Iterator[Record]:
     """The records of `_pairs`' output: a `ModelPair` per interleaved pair (the A/A ones give the
-    floor), then the measure's `ModelVerdict`, stalled pairs left out as at the layer level."""
+    floor; without any, `floor_hint`), then the measure's `ModelVerdict`, stalled pairs left out as
+    at the layer level."""
     ratios: list[float] = []
     speedups: list[float] = []
     stalls: list[bool] = []
@@ -138,7 +156,9 @@ def _records(
         speedups.append(pytorch_s / kernel_s)
         stalls.append(stalled)
         yield Record(run_id, ModelPair(measure, length, pytorch_s, kernel_s, pytorch_s / kernel_s, stalled))
-    verdict = model_verdict(measure, length, speedups, ratios, on=kernels_on(board), stalled=stalls)
+    verdict = model_verdict(
+        measure, length, speedups, ratios, floor_hint, on=kernels_on(board), stalled=stalls
+    )
     yield Record(run_id, verdict)
 
 
@@ -190,14 +210,19 @@ def compare_training_step(
             yield from _records(board, timed, calibration_pairs, TRAINING_STEP, length, run_id)
 
 
+def pytorch_copy(board: Switchboard) -> nn.Module:
+    """A deep copy of the model taken while every layer runs PyTorch: the reference side of a
+    compiled comparison, which no later switch of the model reaches (a switch would recompile)."""
+    with board.lock, all_pytorch(board):
+        return copy.deepcopy(board.model)
+
+
 def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(the model as switched, compiled; an all-PyTorch deep copy, compiled). Call it with the
     kernels in torch.compile mode (`_switched(board, "torch.compile")`)."""
     import torch
 
-    with board.lock, all_pytorch(board):
-        reference = copy.deepcopy(board.model)
-    return torch.compile(board.model), torch.compile(reference)
+    return torch.compile(board.model), torch.compile(pytorch_copy(board))
 
 
 def compare_compiled(
@@ -233,3 +258,137 @@ def compare_compiled(
                 clock, board, kernel, pytorch, calibration_pairs=calibration_pairs, pairs=pairs, switch=False
             )
             yield from _records(board, timed, calibration_pairs, COMPILED_PREFILL, length, run_id)
+
+
+def _against_references(
+    clock: Clock,
+    board: Switchboard,
+    kernel: Callable[[], Any],
+    references: dict[str, Callable[[], Any]],
+    floors: dict[str, float],
+    *,
+    measure: str,
+    tokens: int,
+    pairs: int,
+    calibration_pairs: int,
+    run_id: str,
+) -> Iterator[Record]:
+    """`measure` of the compiled kernel side against each reference side (separate models: nothing
+    is switched): per reference its A/A pairs, interleaved `ModelPair`s and `ModelVerdict`, the
+    references taking turns pair by pair, so a drift of the machine meets each alike. Without A/A
+    pairs a verdict's floor is `floors[reference]`; with them, the floor found is kept there."""
+    streams = []
+    for side, reference in references.items():
+        timed = _pairs(
+            clock, board, kernel, reference, calibration_pairs=calibration_pairs, pairs=pairs, switch=False
+        )
+        named = measure if side == COMPILED_SIDE else measure + AGAINST_EAGER
+        streams.append(_records(board, timed, calibration_pairs, named, tokens, run_id, floors[side]))
+    for batch in itertools.zip_longest(*streams):
+        for side, record in zip(references, batch, strict=True):
+            if record is None:
+                continue
+            if calibration_pairs and isinstance(record.values, ModelVerdict):
+                floors[side] = max(floors[side], record.values.noise_floor)
+            yield record
+
+
+def compare_compiled_inference(
+    board: Switchboard,
+    kwargs: dict[str, Any],
+    *,
+    run_id: str,
+    lengths: tuple[int, ...] = (128, 512),
+    pairs: int = 7,
+    vocab_size: int,
+    decode_tokens: int = 32,
+    decode_pairs: int = 3,
+    calibration_pairs: int = 3,
+) -> Iterator[Record]:
+    """Inference under torch.compile, three sides: the model as switched with its kernels in
+    torch.compile mode, compiled; a compiled all-PyTorch copy; and that copy eagerly.
+
+    Each compiled side has a `StaticDecoder` per prefill length (a cache of exactly that length)
+    and one for decode (the prompt in `kwargs`, then `decode_tokens` steps). In order:
+    `CompileTime` per side and graph (every graph compiled once, before any timing); `ModelAgreement`
+    of compiled + kernels against compiled PyTorch and against eager PyTorch (greedy tokens after the
+    prompt, and the logits each was chosen from, up to the first that differs); per length, A/A
+    pairs and `pairs` interleaved pairs against each reference (`ModelPair`, "compiled prefill" and
+    "compiled prefill against eager PyTorch", alternating) and their `ModelVerdict`s; then
+    `decode_pairs` pairs of `decode_tokens` decode steps ("compiled decode", "... against eager
+    PyTorch"), whose noise floor is prefill's against the same reference.
+    """
+    from kernel_explorer.measure.compiled_decode import EagerDecoder, StaticDecoder
+
+    clock = Clock(board.device)
+    prompt = kwargs["input_ids"]
+    start = prompt.shape[-1]
+    with _switched(board, "torch.compile"):
+        reference = pytorch_copy(board)
+        models = {KERNEL_SIDE: board.model, COMPILED_SIDE: reference}
+        prefills = {(side, n): StaticDecoder(model, n) for side, model in models.items() for n in lengths}
+        decoders = {side: StaticDecoder(model, start + decode_tokens + 1) for side, model in models.items()}
+        eager = EagerDecoder(reference)
+        inputs = {n: token_ids(vocab_size, n) for n in lengths}
+        with board.lock:  # every graph compiled, every side warm, before anything is timed
+            for n in lengths:
+                for run in (
+                    prefills[KERNEL_SIDE, n].prefill,
+                    prefills[COMPILED_SIDE, n].prefill,
+                    eager.prefill,
+                ):
+                    run(inputs[n])
+                    run(inputs[n])
+            for decoder in decoders.values():
+                decoder.generate(prompt, 3)
+        for (side, n), decoder in prefills.items():
+            yield Record(run_id, CompileTime(side, f"prefill {n}", decoder.compile_s[f"prefill {n}"]))
+        for side, decoder in decoders.items():
+            yield Record(run_id, CompileTime(side, f"prompt {start}", decoder.compile_s[f"prefill {start}"]))
+            yield Record(run_id, CompileTime(side, "decode", decoder.compile_s["decode"]))
+
+        with board.lock:
+            kernel_tokens, kernel_logits = decoders[KERNEL_SIDE].generate_with_logits(prompt, decode_tokens)
+            for side, decoder in ((COMPILED_SIDE, decoders[COMPILED_SIDE]), (EAGER_SIDE, eager)):
+                tokens, logits = decoder.generate_with_logits(prompt, decode_tokens)
+                found = agreement(
+                    kernel_logits, logits, kernel_tokens[0, start:], tokens[0, start:], side, greedy=True
+                )
+                yield Record(run_id, found)
+
+        floors = {COMPILED_SIDE: 0.0, EAGER_SIDE: 0.0}  # the largest prefill floor against each reference
+        for n in lengths:
+            yield from _against_references(
+                clock,
+                board,
+                functools.partial(prefills[KERNEL_SIDE, n].prefill, inputs[n]),
+                {
+                    COMPILED_SIDE: functools.partial(prefills[COMPILED_SIDE, n].prefill, inputs[n]),
+                    EAGER_SIDE: functools.partial(eager.prefill, inputs[n]),
+                },
+                floors,
+                measure=COMPILED_PREFILL,
+                tokens=n,
+                pairs=pairs,
+                calibration_pairs=calibration_pairs,
+                run_id=run_id,
+            )
+
+        steps = {}
+        with board.lock:  # one prefill of the prompt per side; every decode starts again after it
+            for side, decoder in (*decoders.items(), (EAGER_SIDE, eager)):
+                first = decoder.prefill(prompt).argmax(-1, keepdim=True)
+                steps[side] = functools.partial(decoder.decode, first, start, decode_tokens + 1)
+        kernel = steps.pop(KERNEL_SIDE)
+        yield from _against_references(
+            clock,
+            board,
+            kernel,
+            steps,
+            floors,
+            measure=COMPILED_DECODE,
+            tokens=decode_tokens,
+            pairs=decode_pairs,
+            calibration_pairs=0,
+            run_id=run_id,
+        )

@@ -13,6 +13,8 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 
 if TYPE_CHECKING:
+    from kernels import Mode
+
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.measure.capture import CapturedInputs
     from kernel_explorer.measure.records import Record
@@ -122,15 +124,29 @@ def model_plan(
     decode_tokens: int,
     decode_pairs: int,
     floor_so_far: Callable[[str], float],
+    compiled: bool = False,
 ) -> list[Measurement]:
     """The model comparison in `mode`: inference (logits and greedy agreement, prefill, decode),
     "training" (a training step per length) or "torch.compile" (compiled prefill per length).
-    `floor_so_far(run_id)` is the run's prefill noise floor, which decode borrows."""
+    `floor_so_far(run_id)` is the run's prefill noise floor, which decode borrows. `compiled`:
+    inference under torch.compile, compiled + kernels against compiled and eager PyTorch (prefill
+    per length, decode, agreement, compile seconds); it takes an inference mode only."""
     from kernel_explorer.measure.model_comparison import compare_decode, compare_outputs, compare_prefill
-    from kernel_explorer.measure.model_modes import compare_compiled, compare_training_step
+    from kernel_explorer.measure.model_modes import (
+        compare_compiled,
+        compare_compiled_inference,
+        compare_training_step,
+    )
 
     chosen = parse_mode(mode)
     sized = {"lengths": lengths, "pairs": pairs, "vocab_size": vocab_size}
+    if compiled:
+        _check_compiled(chosen, mode, kwargs)
+        return [
+            lambda run_id: compare_compiled_inference(
+                board, kwargs, run_id=run_id, decode_tokens=decode_tokens, decode_pairs=decode_pairs, **sized
+            )
+        ]
     if chosen == parse_mode("training"):
         return [lambda run_id: compare_training_step(board, run_id=run_id, **sized)]
     if chosen == parse_mode("torch.compile"):
@@ -151,3 +167,20 @@ def model_plan(
             noise_floor_hint=floor_so_far(run_id),
         ),
     ]
+
+
+def _check_compiled(chosen: Mode, mode: str, kwargs: dict[str, Any]) -> None:
+    """What `compare_model(compiled=True)` needs: an inference mode, one prompt of token ids."""
+    if chosen & parse_mode("training"):
+        raise KernelExplorerError(
+            f"compare_model(compiled=True) compares inference (prefill and decode) under torch.compile; "
+            f"mode {mode!r} is a training mode. For a training step drop compiled=True "
+            "(compare_model(mode='training')); for compiled inference leave mode at 'inference'."
+        )
+    ids = kwargs.get("input_ids")
+    if ids is None or ids.dim() != 2 or ids.shape[0] != 1:
+        shape = None if ids is None else tuple(ids.shape)
+        raise KernelExplorerError(
+            f"compare_model(compiled=True) decodes one prompt of token ids (batch 1), got input_ids "
+            f"of shape {shape}: pass inputs= one text prompt or a (1, n) tensor of ids."
+        )

@@ -247,6 +247,22 @@ class ModelAgreement:
     top1_agreement: float
     greedy_tokens: int
     first_divergence: int | None  # first generated position that differs; None: identical
+    # what the kernel side is held against: "PyTorch" (eager, the prompt's logits), or under
+    # compare_model(compiled=True) "compiled PyTorch" / "eager PyTorch" (the greedy steps' logits)
+    reference: str = "PyTorch"
+
+
+@dataclass(frozen=True)
+class CompileTime:
+    """Seconds one side of `compare_model(compiled=True)` spent on a graph's first call: tracing,
+    Inductor's code generation and that one run (each shape bucket compiles once, then is reused).
+    What this process paid: Inductor's on-disk cache makes a graph compiled before (same model,
+    shapes and versions) come back in about a second."""
+
+    kind: ClassVar[str] = "compile_time"
+    side: str  # "compiled + kernels" or "compiled PyTorch"
+    graph: str  # "prefill 128" (a timed prefill length), "prompt 16" (decode's prompt), "decode"
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -334,6 +350,7 @@ Values = (
     | ModelVerdict
     | TimeShare
     | ModelAgreement
+    | CompileTime
     | ModelThroughput
     | GradientDivergence
     | TrainingAgreement
@@ -356,6 +373,7 @@ VALUE_TYPES: dict[str, type[Values]] = {
         ModelVerdict,
         TimeShare,
         ModelAgreement,
+        CompileTime,
         ModelThroughput,
         GradientDivergence,
         TrainingAgreement,

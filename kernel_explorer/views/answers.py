@@ -133,7 +133,8 @@ def model_answer(frame: pd.DataFrame, run_id: str, results: ResultLog) -> Answer
             if v.first_divergence is None
             else f"greedy tokens differ from token {v.first_divergence} of {v.greedy_tokens}"
         )
-        rows.append(("outputs", f"top-1 agreement {v.top1_agreement:.1%}, logits KL {v.kl:.1e}, {greedy}"))
+        what = "outputs" if v.reference == "PyTorch" else f"outputs against {v.reference}"
+        rows.append((what, f"top-1 agreement {v.top1_agreement:.1%}, logits KL {v.kl:.1e}, {greedy}"))
     return Answer(
         f"Run {run_id}: the model as switched against all-PyTorch, 95% intervals",
         rows,

@@ -1,0 +1,255 @@
+"""Greedy decoding under torch.compile with a static KV cache, and the same loop eagerly.
+
+Why a loop of our own: `model.generate` under torch.compile recompiles as Transformers' dynamic
+cache grows (a new shape every token) and spends most of a small model's decode step in Python
+around the kernels. A static cache gives every decode step the same shapes, so one graph serves
+them all and the kernels' custom ops (registered with torch.library, with fake implementations)
+run inside it.
+
+    decoder = StaticDecoder(model, max_cache_len=192, compiled=True)
+    tokens = decoder.generate(ids, new_tokens=64)    # greedy, (1, prompt + 64) LongTensor
+    tokens, logits = decoder.generate_with_logits(ids, 64)  # + the (64, vocab) logits behind them
+    decoder.generate(other, 64, compiled_prefill=False)  # a one-off prompt length: eager prefill
+    logits = decoder.prefill(ids)                    # a fresh cache, the prompt's last-token logits
+    decoder.decode(first, ids.shape[1], 64)          # again from the same cache position
+    decoder.compile_s                                # {"prefill 128": 21.3, "decode": 9.8}: first calls
+    print(explain_decode(decoder, ids))              # graphs and graph breaks of one decode step
+    EagerDecoder(model).generate(ids, 64)            # the loop on Transformers' dynamic cache
+
+`StaticDecoder` holds one `transformers.StaticCache` of `max_cache_len` tokens and one compiled
+function (`torch.compile(dynamic=False)`): the prompt's length and the one-token decode step are its
+shape buckets, each compiled on its first call (the seconds are kept in `compile_s`) and reused after
+(the decode step's cache position is a tensor, so every step runs one graph). Only the last
+token's logits are computed (`logits_to_keep=1`, as llama.cpp does), in prefill and decode alike.
+`compiled=False` runs the very same loop eagerly. `EagerDecoder` is what eager PyTorch is measured
+with: the same loop on the dynamic cache a user's eager model runs (a static cache eagerly attends
+over its whole masked length).
+
+`decode` may start again from the same position after one prefill: a static cache's write count is
+set back (the slots past it are overwritten, and masked until then), a dynamic cache is cropped back
+to it. So decode is timed without the prefill in every call.
+
+The static cache gives SDPA a mask (the cache's unused tail), so attention runs PyTorch's SDPA in
+these graphs whatever the model's attention row says: the bundled flash_attn's Transformers glue
+unpads by the mask (data-dependent shapes, a graph break per layer).
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The bound `method` over a copy of its code object (what Dynamo keys its graphs on)."""
+    func = method.__func__  # type: ignore[attr-defined]
+    own = types.FunctionType(
+        func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
+    )
+    return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
+
+
+class _GreedyLoop:
+    """What both decoders share: greedy steps after a prefill, with or without their logits."""
+
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """A fresh cache holding the prompt (batch 1); the last token's logits (1, vocab)."""
+        raise NotImplementedError
+
+    def _step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        """One token (1, 1) at cache `position`: its logits (1, vocab)."""
+        raise NotImplementedError
+
+    def _rewind(self, start: int) -> None:
+        """The cache back to its first `start` positions (what a new decode from `start` needs)."""
+
+    def decode(
+        self, first: torch.Tensor, start: int, new_tokens: int, logits: list[torch.Tensor] | None = None
+    ) -> list[int]:
+        """Greedy steps from the token `first` (1, 1) at cache position `start`: `new_tokens` ids
+        (`first` included); each step's logits are appended to `logits` when given."""
+        import torch
+
+        self._rewind(start)
+        out = []
+        token = first
+        with torch.no_grad():
+            for i in range(new_tokens):
+                out.append(int(token))
+                if i == new_tokens - 1:
+                    break
+                step = self._step(token, start + i)
+                if logits is not None:
+                    logits.append(step)
+                token = step.argmax(-1, keepdim=True)
+        return out
+
+    def generate_with_logits(
+        self, input_ids: torch.Tensor, new_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy generation of `new_tokens` after the prompt: (1, prompt + new_tokens) ids, and the
+        (new_tokens, vocab) logits each generated token was chosen from."""
+        import torch
+
+        logits = [self.prefill(input_ids)]
+        ids = self.decode(logits[0].argmax(-1, keepdim=True), input_ids.shape[1], new_tokens, logits)
+        return torch.cat([input_ids, torch.tensor([ids])], dim=1), torch.cat(logits)
+
+
+class StaticDecoder(_GreedyLoop):
+    """Greedy prefill/decode of a causal LM with a static KV cache, compiled once per shape bucket
+    (or eager with `compiled=False`)."""
+
+    def __init__(self, model: nn.Module, max_cache_len: int, *, compiled: bool = True) -> None:
+        import torch
+        from transformers import StaticCache
+
+        # Dynamo keeps its graphs on the code object, guarded on the instance and its model: on
+        # this class's shared _forward every bucket of every decoder ever made would be one entry,
+        # never freed, and past the recompile limit (8) every later call runs eagerly without a
+        # word. A copy of the code per decoder keeps its graphs its own, and lets them go with it.
+        # Frames past a graph break (Transformers' code, shared) still add up: hence the limits.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            torch._dynamo.config.accumulated_recompile_limit, 256
+        )
+        self.model = model
+        self.max_cache_len = max_cache_len
+        self.compiled = compiled
+        self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)  # type: ignore[arg-type]
+        self._fn = torch.compile(_own_code(self._forward), dynamic=False) if compiled else self._forward
+        self.compile_s: dict[str, float] = {}
+
+    def _forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=cache_position.unsqueeze(0),
+            cache_position=cache_position,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :]
+
+    def _call(self, bucket: str, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        if self.compiled and bucket not in self.compile_s:
+            start = time.perf_counter()
+            logits = self._fn(input_ids, cache_position)
+            self.compile_s[bucket] = time.perf_counter() - start
+            return logits
+        return self._fn(input_ids, cache_position)
+
+    def prefill(self, input_ids: torch.Tensor, *, compiled: bool = True) -> torch.Tensor:
+        """A fresh cache holding the prompt (batch 1); the last token's logits (1, vocab).
+        `compiled=False` runs this prompt's forward eagerly (no graph for a one-off length) into
+        the same cache, so the compiled decode step that follows is the one already built."""
+        import torch
+
+        n = input_ids.shape[1]
+        if n > self.max_cache_len:
+            raise ValueError(f"a prompt of {n} tokens does not fit a cache of {self.max_cache_len}")
+        with torch.no_grad():
+            if not any(layer.is_initialized for layer in self.cache.layers):
+                # the cache allocates its tensors at its first write: traced, that graph would hold
+                # for the first call only (the next finds them allocated and compiles again)
+                self._forward(input_ids[:, :1], torch.arange(1))
+            self.cache.reset()
+            if not compiled:
+                return self._forward(input_ids, torch.arange(n))
+            return self._call(f"prefill {n}", input_ids, torch.arange(n))
+
+    def _step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        import torch
+
+        return self._call("decode", token, torch.tensor([position]))
+
+    def _rewind(self, start: int) -> None:
+        """Each layer writes at its own count of tokens (a tensor, changed in place: the compiled
+        graphs hold its address); set back to `start`, the next step overwrites the slots after it,
+        and the causal mask hides the ones further on."""
+        layers = [layer for layer in self.cache.layers if layer.is_initialized]
+        if any(getattr(layer, "is_sliding", False) for layer in layers):
+            raise ValueError(
+                "a sliding-window cache cannot decode again from an earlier position: prefill again"
+            )
+        for layer in layers:
+            layer.cumulative_length.fill_(start)
+
+    def decode(
+        self, first: torch.Tensor, start: int, new_tokens: int, logits: list[torch.Tensor] | None = None
+    ) -> list[int]:
+        if start + new_tokens > self.max_cache_len:
+            raise ValueError(f"{start} + {new_tokens} tokens overflow a cache of {self.max_cache_len}")
+        return super().decode(first, start, new_tokens, logits)
+
+    def generate(
+        self, input_ids: torch.Tensor, new_tokens: int, *, compiled_prefill: bool = True
+    ) -> torch.Tensor:
+        """Greedy generation of `new_tokens` after the prompt: (1, prompt + new_tokens)."""
+        import torch
+
+        first = self.prefill(input_ids, compiled=compiled_prefill).argmax(-1, keepdim=True)
+        ids = self.decode(first, input_ids.shape[1], new_tokens)
+        return torch.cat([input_ids, torch.tensor([ids])], dim=1)
+
+
+class EagerDecoder(_GreedyLoop):
+    """The same greedy loop, uncompiled, on Transformers' dynamic cache (what eager PyTorch runs)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.cache: Any = None
+
+    def _forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def prefill(self, input_ids: torch.Tensor) -> torch.Tensor:
+        import torch
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.model.config)  # type: ignore[arg-type]
+        with torch.no_grad():
+            return self._forward(input_ids)
+
+    def _step(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        return self._forward(token)
+
+    def _rewind(self, start: int) -> None:
+        extra = self.cache.get_seq_length() - start
+        if extra > 0:  # crop takes how many tokens to drop, as a negative number
+            self.cache.crop(-extra)
+
+    def generate(self, input_ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        """Greedy generation of `new_tokens` after the prompt: (1, prompt + new_tokens)."""
+        return self.generate_with_logits(input_ids, new_tokens)[0]
+
+
+def explain_decode(decoder: StaticDecoder, input_ids: torch.Tensor) -> str:
+    """`torch._dynamo.explain` of one decode step after the prompt: graphs, graph breaks and their
+    reasons, in a few lines."""
+    import torch
+
+    decoder.prefill(input_ids, compiled=False)  # the prompt eagerly: explain traces the decode step
+    token = input_ids[:, -1:]
+    with torch.no_grad():
+        explanation = torch._dynamo.explain(decoder._forward)(token, torch.tensor([input_ids.shape[1]]))
+    lines = [
+        f"decode step: {explanation.graph_count} graph(s), {explanation.graph_break_count} graph break(s), "
+        f"{explanation.op_count} ops"
+    ]
+    seen: set[str] = set()
+    for br in explanation.break_reasons:
+        frame = br.user_stack[-1] if br.user_stack else None
+        where = f"{frame.filename.rsplit('/', 2)[-1]}:{frame.lineno}" if frame is not None else "?"
+        line = f"  break: {br.reason.splitlines()[0][:160]} at {where}"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return "\n".join(lines)
