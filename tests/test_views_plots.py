@@ -133,6 +133,12 @@ def test_an_empty_plot_has_no_axes_and_title_legend_and_toolbar_keep_apart() -> 
             assert plot.figure()["config"]["displayModeBar"] is False
 
 
+def test_the_throughput_axis_labels_at_most_six_ticks_too() -> None:
+    """A linear axis: plotly's own choice was 7 labels (0, 5, ... 30 tokens/s) in 200 px."""
+    with _drawn([]) as (_, plots):
+        assert plots.throughput.plot_layout.yaxis.nticks == MAX_TICKS
+
+
 def test_a_layer_switched_off_has_a_short_legend_entry() -> None:
     off = Record("run-1", LayerLatency(1e-6, 1e-6, 1.0, kernel_on=False), "RMSNorm", "m.0", time=1.0)
     with _drawn([off]) as (_, plots):

@@ -13,6 +13,7 @@ from kernel_explorer.views.live_plot import LivePlot, carrier
 from kernel_explorer.views.plot_style import (
     CATEGORY_AXIS,
     ERROR_AXIS,
+    MAX_TICKS,
     SPEEDUP_AXIS,
     empty_note,
     log_ticks,
@@ -205,7 +206,8 @@ def live_figures() -> tuple[LivePlot, LivePlot, LivePlot, LivePlot]:
         _layout(
             "Model throughput (one forward over the prompt)",
             xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
-            yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero"},
+            # a linear axis too: plotly chose 7 labels (0, 5, ... 30) in the plot's 200 px
+            yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero", "nticks": MAX_TICKS},
         ),
     )
     divergence = LivePlot(
