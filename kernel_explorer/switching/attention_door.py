@@ -200,7 +200,10 @@ class AttentionDoor(AttentionChoices, Door):
             contract = attention_interface.contract_of(module)
             if contract is None:
                 contracts = "; ".join(attention_interface.CONTRACT)
-                raise RuntimeError(f"it exposes none of Transformers' attention contracts ({contracts})")
+                why = f"it exposes none of Transformers' attention contracts ({contracts})"
+                if attention_interface.direct_function(module) is not None:  # the model passes sinks...
+                    why += ", and its attention_forward would hand SDPA what this model passes (sinks...)"
+                raise RuntimeError(why)
             name = attention_interface.local_alias(Path(chosen.folder))
             self._kernel_ids[name] = getattr(module, "__name__", name)
             return name, False
