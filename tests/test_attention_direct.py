@@ -259,5 +259,10 @@ def test_two_models_switch_apart_on_the_shared_name(hub: dict) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing of the second's off reaches the first
         torch.testing.assert_close(logits(first), before, rtol=1e-4, atol=1e-5)
-    one.off(ATTENTION)
+    again = Explorer(first, include_transformers=False)  # a later explorer of the model that is on
+    assert [(now.candidate, now.through) for now in again.running(ATTENTION)] == [
+        ("bundled/flash_attn", DIRECT)
+    ] * 2
+    again.off(ATTENTION)
+    assert first.config._attn_implementation == "sdpa"
     assert torch.equal(logits(first), before) and torch.equal(logits(second), before)

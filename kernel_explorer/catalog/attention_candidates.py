@@ -98,10 +98,13 @@ class AttentionChoices:
         function = attention_interface.direct_function(module)
         if function is None:
             return None
-        captured = self.captured_keywords()
-        passed = attention_features.passed_features(
-            self._modules.values(), captured, training=Mode.TRAINING in mode
-        )
+        captured, training = self.captured_keywords(), Mode.TRAINING in mode
+        # the captured call is one module's; the source reads every module's (MiMo-V2-Flash passes
+        # sinks in its sliding-window layers only)
+        passed = {
+            **attention_features.passed_features(self._modules.values(), captured, training=training),
+            **attention_features.passed_features(self._modules.values(), None, training=training),
+        }
         if set(passed) & set(attention_features.GLUE_ONLY) or attention_features.unread_tensors(captured):
             return None
         return function

@@ -91,6 +91,9 @@ def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+#: a directly registered name -> (its candidate, kernel id): what a later door of a model on it reads
+_DIRECT: dict[str, tuple[AttentionCandidate, str]] = {}
+
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
 
 
@@ -162,6 +165,8 @@ class AttentionDoor(AttentionChoices, Door):
         self.mode: Any = inference()  # of the last switch (a snapshot keeps it)
         if attention_interface.is_hub_string(self.original):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
+        elif self.original in _DIRECT:  # another explorer of the model switched it: the same candidate
+            self._names[self.original], self._kernel_ids[self.original] = _DIRECT[self.original]
 
     @classmethod
     def find(cls, host: DoorHost) -> AttentionDoor | None:
@@ -196,6 +201,7 @@ class AttentionDoor(AttentionChoices, Door):
             if direct is not None:
                 name = attention_interface.register_direct(Path(chosen.folder), direct)
                 self._kernel_ids[name] = getattr(module, "__name__", name)
+                _DIRECT[name] = (chosen, self._kernel_ids[name])
                 return name, False
             contract = attention_interface.contract_of(module)
             if contract is None:
