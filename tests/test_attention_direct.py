@@ -266,3 +266,25 @@ def test_two_models_switch_apart_on_the_shared_name(hub: dict) -> None:
     again.off(ATTENTION)
     assert first.config._attn_implementation == "sdpa"
     assert torch.equal(logits(first), before) and torch.equal(logits(second), before)
+
+
+def test_sinks_in_later_layers_only_keep_the_glue(hub: dict) -> None:
+    """MiMo-V2-Flash passes sinks in its sliding-window layers only (the first layer's captured call
+    has none): every module counts, so it keeps the glue, which Transformers redirects for it."""
+    from architectures import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(tiny_config("mimo_v2_flash")).eval()
+    explorer = Explorer(model, include_transformers=False)
+    explorer.capture(TOKENS)
+    (candidate,) = [c for c, _ in explorer.inventory().row(ATTENTION).candidates if c.source == "bundled"]
+    door = explorer._switchboard.doors[ATTENTION]
+    assert door.captured_keywords().get("s_aux") is None  # the first layer's call: no sinks there
+    from kernels import Mode
+
+    assert door._direct(candidate, Mode.INFERENCE) is None
+    found = door.availability(candidate, mode=Mode.INFERENCE)
+    assert "Transformers redirects this model's flash attention" in found.reason
