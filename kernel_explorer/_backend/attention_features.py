@@ -54,6 +54,12 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 
+#: the features a model's attention may pass that keep a repository off the direct path (its
+#: `attention_forward`, registered without the glue): such a function hands them to PyTorch's SDPA,
+#: which drops sinks and softcap, while the glue gives them to a kernel that takes them (or says not)
+GLUE_ONLY: tuple[str, ...] = ("s_aux", "softcap")
+
+
 def _used(value: Any) -> bool:
     """Whether a passed value turns the feature on (None, 0 and 0.0 do not)."""
     if value is None or value is False:

@@ -13,6 +13,11 @@ Transformers' and `kernels`' own: `set_attn_implementation(alias)` -> `load_and_
 -> `kernels.get_kernel` -> the local build -> `flash_attention_forward`. `LOCAL_KERNELS` is
 undocumented in kernels 0.17 (an internal, listed in `internals.py`); the explorer only ever adds
 entries of its own to it and keeps the user's.
+
+A local repository that offers `attention_forward` (Transformers' attention-interface signature)
+is registered directly instead (`register_direct`): under a name without "flash", with SDPA's mask
+function, so the model calls the kernel as it calls `sdpa_attention_forward`, with none of the
+flash glue around it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ CONTRACT = (
     "a function named after ':' in the string",
 )
 _CAPTURE = "kernel_explorer_capture"  # no "flash", "sdpa" or "/": Transformers checks nothing more
+#: a repository's own `attention_forward`, registered directly (no "flash": Transformers would
+#: take the name for flash attention and unpad, build no mask, redirect GPT-OSS...)
+DIRECT_PREFIX = "kernel_explorer_direct_"
+#: the function a repository offers with Transformers' attention-interface signature
+DIRECT_FUNCTION = "attention_forward"
 
 
 def has_attention_interface(model: nn.Module) -> bool:
@@ -142,6 +152,71 @@ def local_alias(path: Path) -> str:
     alias = f"{LOCAL_ORG}/{folder}-{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     map_to_folder(alias.split("@")[0], path)
     return alias
+
+
+def direct_function(module: ModuleType) -> Callable[..., Any] | None:
+    """The repository's `attention_forward` (Transformers' attention-interface signature, as
+    `sdpa_attention_forward`'s), or None when it offers only flash-attn functions."""
+    found = getattr(module, DIRECT_FUNCTION, None)
+    return found if callable(found) else None
+
+
+def is_direct(name: str) -> bool:
+    """Whether `name` is a repository's `attention_forward` the explorer registered directly."""
+    return name.startswith(DIRECT_PREFIX)
+
+
+def register_direct(path: Path, function: Callable[..., Any]) -> str:
+    """Register `function` (the repository at `path`'s `attention_forward`) in Transformers'
+    attention interface with SDPA's mask function, under a name of its own; returns the name.
+
+    The model then calls it as it calls `sdpa_attention_forward`, with SDPA's mask (None for an
+    unpadded causal prefill or a decode step): no flash-attention glue (unpadding, cu_seqlens,
+    dtype casts, kwargs processing) around the kernel. The name stays registered for the process,
+    as Transformers keeps a Hub kernel's: a forward running in another thread while the model is
+    switched off may still look it up.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    path = Path(path).resolve()
+    name = f"{DIRECT_PREFIX}{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    registered = ALL_ATTENTION_FUNCTIONS.get(name)
+    if registered is not function and getattr(registered, "__wrapped__", None) is not function:
+        AttentionInterface.register(name, function)  # else kept: another model may run it, guarded
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
+
+
+def through(name: str) -> str:
+    """How the model reaches the kernel registered as `name`, in a few words: directly (the
+    repository's `attention_forward`), or through Transformers' function around it (its flash
+    glue, `flash_attention_forward`)."""
+    if is_direct(name):
+        return f"direct ({DIRECT_FUNCTION}, no flash glue)"
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    function = ALL_ATTENTION_FUNCTIONS.get(name)
+    function = getattr(function, "__wrapped__", function)  # the explorer's fallback guard
+    found = getattr(function, "__name__", "")
+    return f"Transformers' flash glue ({found})" if found.startswith("flash_attention") else found
+
+
+def is_plain_causal(mask: Any, query: Any, key: Any) -> bool:
+    """Whether a captured 4-D mask (eager's additive one, or a boolean one) keeps exactly what a
+    causal call without a mask keeps, for a prefill (as many keys as queries) or one query token:
+    where SDPA's mask function gives None (`sdpa_mask`'s causal skip)."""
+    import torch
+
+    if getattr(mask, "dim", lambda: 0)() != 4:
+        return False
+    lq, lk = query.shape[-2], key.shape[-2]
+    if mask.shape[-2:] != (lq, lk) or not (lq == lk or lq == 1):
+        return False
+    keep = mask if mask.dtype == torch.bool else mask == 0
+    pattern = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril(lk - lq)
+    return bool(torch.equal(keep, pattern.expand_as(keep)))
 
 
 def map_to_folder(repo_id: str, path: Path) -> None:

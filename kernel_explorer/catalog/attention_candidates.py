@@ -3,6 +3,7 @@ repositories and Transformers' flash-attention fallbacks, each with where it sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,14 +81,42 @@ class AttentionChoices:
         """The keywords of one captured attention call (None: nothing captured); the door knows."""
         return None
 
+    def _direct(self, candidate: AttentionCandidate, mode: Mode) -> Callable[..., Any] | None:
+        """The local repository's `attention_forward` when the door registers it directly (no flash
+        glue), else None: Transformers' flash glue runs it. Direct when the repository offers one
+        and the model's attention passes nothing such a function hands back to PyTorch's SDPA (sinks,
+        softcap, a tensor no attention function names): for those the glue gives the kernel what
+        it takes, and the row says what it drops or refuses."""
+        from kernels import Mode
+
+        if candidate.folder is None:  # a Hub repository: Transformers loads it, through its glue
+            return None
+        try:
+            module = attention_interface.load_local(Path(candidate.folder))
+        except Exception:  # it fails to load: the switch says so
+            return None
+        function = attention_interface.direct_function(module)
+        if function is None:
+            return None
+        captured, training = self.captured_keywords(), Mode.TRAINING in mode
+        # the captured call is one module's; the source reads every module's (MiMo-V2-Flash passes
+        # sinks in its sliding-window layers only)
+        passed = {
+            **attention_features.passed_features(self._modules.values(), captured, training=training),
+            **attention_features.passed_features(self._modules.values(), None, training=training),
+        }
+        if set(passed) & set(attention_features.GLUE_ONLY) or attention_features.unread_tensors(captured):
+            return None
+        return function
+
     def _before_trust(self, candidate: AttentionCandidate, mode: Mode) -> Availability | None:
         """What Transformers would do with `candidate` on this model, read before any switch: it
         redirects the model's flash attention elsewhere (GPT-OSS), refuses a feature the model's
         attention uses (softcap), or drops one (sinks): then a state and one line; else None."""
         from kernels import Mode
 
-        if candidate.pytorch:
-            return None
+        if candidate.pytorch or self._direct(candidate, mode) is not None:
+            return None  # direct: what the kernel does not do, the function answers with SDPA
         name = candidate.implementation
         if candidate.folder is not None:
             name = attention_interface.local_alias(Path(candidate.folder))

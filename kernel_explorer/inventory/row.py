@@ -185,6 +185,12 @@ class InventoryRow:
         return f"code path {', '.join(paths)}{' (pinned)' if pinned else ''}" if paths else ""
 
     @property
+    def through_summary(self) -> str:
+        """How the model reaches the kernels that run, where the door says (attention: `direct
+        (attention_forward, no flash glue)` or `Transformers' flash glue (flash_attention_forward)`)."""
+        return "; ".join(dict.fromkeys(now.through for now in self.running if now.is_kernel and now.through))
+
+    @property
     def changes_summary(self) -> str:
         """What the running kernels did to their modules (`changes its module on first use (...);
         restored on off; 1.2 MB kept while on`), or "": the guard's word, once per distinct note."""

@@ -108,6 +108,8 @@ class Inventory:
             if row.changes_summary and row.changes_summary != row.warning:
                 text.append(f"  {row.group.name}: {row.changes_summary}")
             text += [f"  {row.group.name} code path {why}" for why in row.code_paths.values() if why]
+            if row.through_summary:
+                text.append(f"  {row.group.name} runs its kernel through: {row.through_summary}")
             folded = [f"{len(row.here) - 1} more for {self.device}"] if len(row.here) > 1 else []
             folded += [row.elsewhere_summary] if row.elsewhere else []
             if folded:
@@ -149,6 +151,8 @@ class Inventory:
             if row.code_path_summary:  # the path a multi-ISA kernel runs; why, on hover
                 why = html.escape("\n".join(row.code_paths.values()))
                 path = f'<br><small title="{why}">{html.escape(row.code_path_summary)}</small>'
+            if row.through_summary:  # attention: the repository's own function, or Transformers' glue
+                path += f"<br><small>through {html.escape(row.through_summary)}</small>"
             changes = f"<br><small>{html.escape(row.changes_summary)}</small>" if row.changes_summary else ""
             if row.warning:  # in the state's colour: a named kernel with wrong results runs
                 colour = State.WRONG_RESULTS.colour
@@ -208,6 +212,7 @@ class Inventory:
                     "variant": now.variant,
                     "code_path": now.code_path.path or None,
                     "code_path_reason": now.code_path.why or None,
+                    "through": now.through or None,
                     "repository": now.repository,
                     "reason": now.reason,
                 }

@@ -8,6 +8,15 @@ availability, and switches through `model.set_attn_implementation` only: the mod
 looks the function up at every call, so a switch is model-wide, costs well under a millisecond
 once loaded, and lands between two calls of a running measurement (the switchboard's lock).
 
+A local repository (the bundled one, or the user's folder) that offers `attention_forward` (the
+signature of Transformers' `sdpa_attention_forward`) is registered directly, with SDPA's mask, under
+a name of its own (`attention_interface.register_direct`): the model calls the kernel without the
+flash-attention glue (unpadding, cu_seqlens, dtype casts, kwargs processing), which at 16 tokens
+cost more than SDPA's whole call. A repository offering only flash-attn functions (Hub kernels such
+as kernels-community/flash-attn), or a model whose attention passes what the direct function would
+hand back to PyTorch (sinks, softcap, a tensor no attention function names), goes through
+Transformers' glue as before; the row says which (`RunningNow.through`).
+
 Measured like any layer: `forwards(path)` gives the function the model runs now and PyTorch's,
 bound to one attention module, called on that module's captured (query, key, value, mask) inputs.
 
@@ -82,6 +91,9 @@ def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+#: a directly registered name -> (its candidate, kernel id): what a later door of a model on it reads
+_DIRECT: dict[str, tuple[AttentionCandidate, str]] = {}
+
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
 
 
@@ -96,7 +108,7 @@ def _call_class() -> type:
             super().__init__()
             self.attention = attention
             self.function = function
-            self.kind = kind  # "eager", "flash" (a kernel) or "" (sdpa, ...): how it reads a mask
+            self.kind = kind  # "eager", "flash" or "direct" (a kernel), "" (sdpa, ...): how it reads a mask
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
             if len(args) >= 4:
@@ -106,10 +118,21 @@ def _call_class() -> type:
                     mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
                 elif self.kind == "flash" and getattr(mask, "dim", lambda: 0)() == 4:
                     mask = None  # captures are unpadded: a flash kernel's mask there is None
+                elif self.kind == "direct" and attention_interface.is_plain_causal(mask, args[0], args[1]):
+                    mask = None  # SDPA's mask function skips a plain causal one (eager's capture has it)
                 args = (*args[:3], mask, *args[4:])
             return self.function(self.attention, *args, **kwargs)[0]
 
     return AttentionCall
+
+
+def _kind(name: str, pytorch: bool) -> str:
+    """How an implementation reads a captured call's mask (`AttentionCall.kind`)."""
+    if name == "eager":
+        return "eager"
+    if pytorch:
+        return ""
+    return "direct" if attention_interface.is_direct(name) else "flash"
 
 
 class AttentionDoor(AttentionChoices, Door):
@@ -142,6 +165,8 @@ class AttentionDoor(AttentionChoices, Door):
         self.mode: Any = inference()  # of the last switch (a snapshot keeps it)
         if attention_interface.is_hub_string(self.original):
             self._names[self.original] = self._hub_candidate(self.original, "registered")
+        elif self.original in _DIRECT:  # another explorer of the model switched it: the same candidate
+            self._names[self.original], self._kernel_ids[self.original] = _DIRECT[self.original]
 
     @classmethod
     def find(cls, host: DoorHost) -> AttentionDoor | None:
@@ -160,16 +185,31 @@ class AttentionDoor(AttentionChoices, Door):
 
     @staticmethod
     def _is_pytorch(name: str) -> bool:
-        return not (attention_interface.is_hub_string(name) or name.startswith("flash_attention"))
+        return not (
+            attention_interface.is_hub_string(name)
+            or name.startswith("flash_attention")
+            or attention_interface.is_direct(name)
+        )
 
-    def _loadable_name(self, chosen: AttentionCandidate) -> tuple[str, bool]:
-        """(the string to hand Transformers, whether to allow an untrusted publisher)."""
+    def _loadable_name(self, chosen: AttentionCandidate, mode: Mode) -> tuple[str, bool]:
+        """(the string to hand Transformers, whether to allow an untrusted publisher): a local
+        repository's `attention_forward` registered directly where the model allows it, else the
+        Hub-shaped alias Transformers' flash glue loads."""
         if chosen.folder is not None:
             module = attention_interface.load_local(Path(chosen.folder))
+            direct = self._direct(chosen, mode)
+            if direct is not None:
+                name = attention_interface.register_direct(Path(chosen.folder), direct)
+                self._kernel_ids[name] = getattr(module, "__name__", name)
+                _DIRECT[name] = (chosen, self._kernel_ids[name])
+                return name, False
             contract = attention_interface.contract_of(module)
             if contract is None:
                 contracts = "; ".join(attention_interface.CONTRACT)
-                raise RuntimeError(f"it exposes none of Transformers' attention contracts ({contracts})")
+                why = f"it exposes none of Transformers' attention contracts ({contracts})"
+                if attention_interface.direct_function(module) is not None:  # the model passes sinks...
+                    why += ", and its attention_forward would hand SDPA what this model passes (sinks...)"
+                raise RuntimeError(why)
             name = attention_interface.local_alias(Path(chosen.folder))
             self._kernel_ids[name] = getattr(module, "__name__", name)
             return name, False
@@ -225,7 +265,7 @@ class AttentionDoor(AttentionChoices, Door):
         if chosen.path is not None:  # a path the kernel lacks: the model keeps what it runs
             check_path(self._kernel_module(chosen), chosen.path)
         try:
-            name, trust = self._loadable_name(chosen)
+            name, trust = self._loadable_name(chosen, mode)
             attention_interface.set_implementation(self.model, name, allow_all_kernels=trust)
         except Exception as error:
             reason = explain(error)
@@ -341,9 +381,9 @@ class AttentionDoor(AttentionChoices, Door):
 
     def running(self, paths: list[str]) -> list[RunningNow]:
         kernel_id, variant, name, reason = self.now()
-        chosen = (
-            self._names.get(attention_interface.implementation(self.model)) if kernel_id is not None else None
-        )
+        now = attention_interface.implementation(self.model)
+        chosen = self._names.get(now) if kernel_id is not None else None
+        through = attention_interface.through(now) if kernel_id is not None else ""
         module = self._kernel_module(chosen) if chosen is not None else None
         code_path = (
             running_path(module, ATTENTION, model_dtype(self.model)) if module is not None else RunningPath()
@@ -360,6 +400,7 @@ class AttentionDoor(AttentionChoices, Door):
                 code_path=code_path,
                 candidate=chosen.label if chosen is not None else "",
                 note=self.warning if kernel_id is not None else "",
+                through=through,
             )
             for p in paths
         ]
@@ -414,7 +455,7 @@ class AttentionDoor(AttentionChoices, Door):
             self._calls[key] = _call_class()(
                 module,
                 attention_interface.attention_function(module, name),
-                "eager" if name == "eager" else ("" if self._is_pytorch(name) else "flash"),
+                _kind(name, self._is_pytorch(name)),
             ).forward
         return self._calls[key]
 

@@ -30,6 +30,7 @@ class RunningNow:
     layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
     code_path: RunningPath = field(default_factory=RunningPath)  # "avx2" and why, of a multi-ISA kernel
     candidate: str = ""  # the label of the candidate switched on, when the door knows it
+    through: str = ""  # how the model reaches the kernel, when the door knows it (attention: direct or glue)
 
     @property
     def is_kernel(self) -> bool:

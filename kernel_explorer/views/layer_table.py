@@ -102,6 +102,7 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]
                     + [f"code path {why}" for why in row.code_paths.values() if why]  # which ISA, and why
+                    + ([f"through {row.through_summary}"] if row.through_summary else [])  # direct or glue
                     + ([row.changes_summary] if row.changes_summary else [])
                 ),
                 "instances": instances,
