@@ -277,12 +277,13 @@ class SinkAttention(torch.nn.Module):
 def eager_attention_forward(
     module, query, key, value, attention_mask, *, dropout=0.0, scaling=None, **kwargs
 ):  # type: ignore[no-untyped-def]
-    """GPT-OSS's eager with sinks: one extra logit per head in each softmax's denominator."""
+    """GPT-OSS's eager with sinks: one extra logit per head in each softmax's denominator; causal
+    only through the mask it is given, as Transformers' eager functions are."""
     key = key.repeat_interleave(module.num_key_value_groups, dim=1)
     value = value.repeat_interleave(module.num_key_value_groups, dim=1)
     scores = query @ key.transpose(-1, -2) * scaling
-    lq, lk = scores.shape[-2:]
-    scores = scores.masked_fill(torch.ones(lq, lk, dtype=torch.bool).triu(lk - lq + 1), float("-inf"))
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., : key.shape[-2]]
     sinks = kwargs["s_aux"].reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
     probs = torch.cat([scores, sinks], dim=-1).softmax(dim=-1)[..., :-1]
     return (probs @ value).transpose(1, 2), probs
@@ -297,8 +298,14 @@ def test_attention_forward_answers_sinks_with_the_models_eager_not_sdpa(hub: dic
     k = _rand(1, 3, 12, 64, dtype=torch.float32, seed=2)
     v = _rand(1, 3, 12, 64, dtype=torch.float32, seed=3)
     sinks = torch.linspace(-1.0, 2.0, 9)
+    # what the model's mask function gives eager: 0 where a query sees a key, the dtype's min after
+    later = torch.ones(12, 12, dtype=torch.bool).triu(1)
+    causal = torch.zeros(12, 12).masked_fill(later, torch.finfo().min)[None, None]
+    # SDPA's mask function leaves the plain causal mask out (None): the kernel hands eager one
     out, _ = fa.attention_forward(SinkAttention(), q, k, v, None, scaling=0.125, s_aux=sinks)
-    want, _ = eager_attention_forward(SinkAttention(), q, k, v, None, scaling=0.125, s_aux=sinks)
+    want, _ = eager_attention_forward(SinkAttention(), q, k, v, causal, scaling=0.125, s_aux=sinks)
+    unmasked, _ = eager_attention_forward(SinkAttention(), q, k, v, None, scaling=0.125, s_aux=sinks)
+    assert (out - unmasked).abs().max() > 1e-3  # the kernel's answer is causal
     without, _ = fa.attention_forward(SinkAttention(), q, k, v, None, scaling=0.125)
     assert torch.equal(out, want) and (out - without).abs().max() > 1e-3  # the sinks were applied
     plain = torch.nn.Module()

@@ -300,6 +300,13 @@ def _eager_with_sinks(module, query, key, value, attention_mask, dropout, scalin
             f"{type(module).__module__} has no eager_attention_forward to answer it; use the model's "
             "eager attention for it"
         )
+    q_len, k_len = query.shape[2], key.shape[2]
+    if attention_mask is None and getattr(module, "is_causal", True) and q_len > 1:
+        # SDPA's mask function leaves a plain causal mask out (SDPA's is_causal applies it); the
+        # model's eager reads its mask from the call, so without one it attended to later tokens
+        later = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).triu(k_len - q_len + 1)
+        attention_mask = torch.zeros(q_len, k_len, dtype=query.dtype, device=query.device)
+        attention_mask = attention_mask.masked_fill(later, torch.finfo(query.dtype).min)[None, None]
     return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
