@@ -86,7 +86,9 @@ class Series:
         return x, y, False
 
 
-HEIGHT, TOP_MARGIN, BOTTOM_MARGIN, LEGEND_ROW = 320, 40, 50, 20  # pixels
+#: pixels; a legend row is drawn 28 px high at font size 11 (20 left the per-pair plot's x-axis
+#: title over its tick labels once the legend took three rows)
+HEIGHT, TOP_MARGIN, BOTTOM_MARGIN, LEGEND_ROW = 320, 40, 50, 28
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:

@@ -90,6 +90,9 @@ PLOT_CHECKS = """() => [...document.querySelectorAll('.kx-dashboard .kx-plot .js
     title: p.querySelector('.gtitle')?.textContent || '',
     yticks: [...p.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent).filter(Boolean),
     legend_over_title: meet(title, legend),
+    xtitle_over_ticks: [...p.querySelectorAll('.xaxislayer-above .xtick text')]
+      .some(t => meet(box(p.querySelector('.g-xtitle text')), box(t))),
+    legend_over_xtitle: meet(box(p.querySelector('.g-xtitle text')), legend),
     toolbar_over_title: meet(title, toolbar),
     legend_entries: p.querySelectorAll('.legend .traces').length,
     legend_markers: p.querySelectorAll('.legend .traces .legendpoints path').length,
@@ -197,6 +200,14 @@ class SoakResult:
             f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}"
         )
         lines += self.pair_timeline()
+        for theme, plots in self.layout.items():  # what a person reads of each plot, per theme
+            for plot in plots:
+                ends = ("_over_title", "_over_ticks", "_over_xtitle")
+                overlaps = ", ".join(key for key, value in plot.items() if key.endswith(ends) and value)
+                lines.append(
+                    f"{theme:5} {plot['title'][:40]:40} y labels {len(plot['yticks'])}, legend markers "
+                    f"{plot['legend_markers']}/{plot['legend_entries']}, overlaps: {overlaps or 'none'}"
+                )
         lines.append("verdicts   Run: verdict median [95%] floor   |   compare: verdict median [95%] floor")
         for v in self.verdicts:
             (rv, rm, rl, rh, rf), (cv, cm, cl, ch, cf) = v.run, v.compare

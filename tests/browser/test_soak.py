@@ -49,6 +49,7 @@ def test_a_five_minute_run_stays_bounded_stops_and_agrees_with_compare(lab: Lab,
         for plot in plots:
             assert plot["title"] and 1 <= len(plot["yticks"]) <= 6, (theme, plot)
             assert not plot["legend_over_title"] and not plot["toolbar_over_title"], (theme, plot)
+            assert not plot["xtitle_over_ticks"] and not plot["legend_over_xtitle"], (theme, plot)
             assert plot["legend_markers"] >= plot["legend_entries"], (theme, plot)  # merged: still markers
     dark = result.layout["dark"]
     plotly_defaults = {"rgb(68, 68, 68)", "rgb(42, 63, 95)", "rgb(0, 0, 0)"}  # unread on a dark page
