@@ -156,6 +156,15 @@ def test_a_log_axis_labels_at_most_six_ticks(low: float, high: float) -> None:
     assert (len(errors["tickvals"]) <= MAX_TICKS and "10⁻⁶" in errors["ticktext"]) or len(errors["ticktext"])
 
 
+def test_an_error_axis_spanning_less_than_a_decade_labels_its_steps() -> None:
+    """The soak's error plot spanned 1.2e-6 to 9e-6 and read one label, 10⁻⁶, at its very bottom."""
+    ticks = log_ticks(1.2e-6, 9e-6, unit="", decades_only=True)
+    inside = [t for v, t in zip(ticks["tickvals"], ticks["ticktext"], strict=True) if 1.2e-6 <= v <= 9e-6]
+    assert inside == ["2·10⁻⁶", "5·10⁻⁶"] and len(ticks["tickvals"]) <= MAX_TICKS
+    wide = log_ticks(1e-8, 1e-4, unit="", decades_only=True)  # decades alone where they are enough
+    assert wide["ticktext"] == ["10⁻⁸", "10⁻⁷", "10⁻⁶", "10⁻⁵", "10⁻⁴"]
+
+
 def test_the_live_plots_send_plotly_js_once() -> None:
     """One copy of plotly.js per dashboard: the first plot carries the bundle (about 4.6 MB), the
     others only their own module, which waits for it (a FigureWidget carried it in every figure)."""

@@ -122,9 +122,18 @@ def log_ticks(low: float, high: float, *, unit: str = "x", decades_only: bool = 
         exponents = list(range(first, last + 1))
         every = max(1, math.ceil(len(exponents) / MAX_TICKS))
         values = [10.0**e for e in exponents if e % every == 0]
+        inside = [v for v in values if low <= v * 1.0001 and v <= high * 1.0001]
+        if decades_only and len(inside) < 2:  # less than a decade shown: one label read nothing
+            steps = [m * 10.0**e for e in range(first, last + 1) for m in (2, 5)]
+            values = sorted(values + [v for v in steps if low <= v * 1.0001 and v <= high * 1.0001])
+            values = values[:MAX_TICKS]
 
     def label(value: float) -> str:
-        return f"{_plain(value)}{unit}" if unit else _decade(round(math.log10(value)))
+        if unit:
+            return f"{_plain(value)}{unit}"
+        exponent = math.floor(math.log10(value) + 1e-9)
+        mantissa = round(value / 10.0**exponent)
+        return _decade(exponent) if mantissa == 1 else f"{mantissa}·{_decade(exponent)}"
 
     text = [label(v) for v in values]
     return {"tickmode": "array", "tickvals": values, "ticktext": text}
