@@ -53,11 +53,21 @@ CELLS = [
     "    c = explorer.results.records('layer_verdict', h.run_id)[-1].values\n"
     "    rows.append([layer, *_v(v), *_v(c)])\n"
     "print('VERDICTS', json.dumps(rows))",
-    # the switched layer's pairs in the Run, in order: what its plot drew (seconds since the first)
+    # the switched layer's pairs in the Run per 5 s, summed up in the kernel (every pair as JSON was
+    # megabytes in one output, which the page took minutes to show): [s, n, on kernel, stalled,
+    # median, min, max of the kernel pairs' speedups]
+    "import statistics\n"
     f"pairs = [r for r in explorer.results.records('layer_latency', run) if r.layer == '{SWITCHED}']\n"
-    "t0 = pairs[0].time if pairs else 0\n"
-    "print('PAIRS', json.dumps([[round(r.time - t0, 2), r.values.pytorch_s, r.values.kernel_s,"
-    " r.values.kernel_on, r.values.stalled, r.values.repeat] for r in pairs]))",
+    "buckets = {}\n"
+    "for r in pairs:\n"
+    "    buckets.setdefault(int((r.time - pairs[0].time) // 5), []).append(r.values)\n"
+    "rows = []\n"
+    "for k, vs in sorted(buckets.items()):\n"
+    "    on = sorted(v.pytorch_s / v.kernel_s for v in vs if v.kernel_on and v.kernel_s > 0)\n"
+    "    stalled = sum(v.stalled for v in vs if v.kernel_on)\n"
+    "    spread = [statistics.median(on), on[0], on[-1]] if on else []\n"
+    "    rows.append([k * 5, len(vs), len(on), stalled, *spread])\n"
+    "print('PAIRS', json.dumps(rows))",
 ]
 
 _CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
@@ -146,8 +156,9 @@ class SoakResult:
     view_bytes: int = 0  # what the live plots sent (JSON of their messages)
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
-    #: the switched layer's pairs: (s since the first, PyTorch s, other side s, kernel on, stalled, repeat)
-    pairs: list[list[Any]] = field(default_factory=list)
+    #: the switched layer's pairs per 5 s: [s since the first, n, on its kernel, of those stalled,
+    #: median, min and max of the kernel pairs' speedups (absent when none was on its kernel)]
+    buckets: list[list[Any]] = field(default_factory=list)
     switched_at: list[tuple[float, bool]] = field(default_factory=list)  # (s since Run, on) per click
     busy_load: str = ""
     layout: dict[str, Any] = field(default_factory=dict)  # what `plot_layout_checks` found, per theme
@@ -159,21 +170,15 @@ class SoakResult:
             for a, b in zip(self.samples, self.samples[1:], strict=False)
         ]
 
-    def pair_timeline(self, bucket_s: float = 5.0) -> list[str]:
-        """The switched layer's pairs per `bucket_s` seconds: how many, how many on its kernel and
-        stalled, and the median and extremes of the kernel pairs' speedups (what its plot drew)."""
-        if not self.pairs:
+    def pair_timeline(self) -> list[str]:
+        """The switched layer's pairs per 5 s: how many, how many on its kernel and stalled, and the
+        median and extremes of the kernel pairs' speedups (what its plot drew)."""
+        if not self.buckets:
             return []
-        lines = [f"{SWITCHED} pairs per {bucket_s:g} s (s since the first): n, on kernel, stalled, speedups"]
-        buckets: dict[int, list[list[Any]]] = {}
-        for pair in self.pairs:
-            buckets.setdefault(int(pair[0] // bucket_s), []).append(pair)
-        for index in sorted(buckets):
-            pairs = buckets[index]
-            on = sorted(p[1] / p[2] for p in pairs if p[3] and p[2] > 0)
-            shown = f"median {on[len(on) // 2]:.2f}x, min {on[0]:.3f}x, max {on[-1]:.2f}x" if on else "-"
-            stalled = sum(bool(p[4]) for p in pairs)
-            lines.append(f"  {index * bucket_s:5.0f} {len(pairs):4d} {len(on):4d} {stalled:4d}  {shown}")
+        lines = [f"{SWITCHED} pairs per 5 s (s since the first): n, on kernel, stalled, speedups"]
+        for start, n, on, stalled, *speedups in self.buckets:
+            shown = "median {:.2f}x, min {:.3f}x, max {:.2f}x".format(*speedups) if speedups else "-"
+            lines.append(f"  {start:5.0f} {n:4d} {on:4d} {stalled:4d}  {shown}")
         return lines
 
     def report(self) -> str:
@@ -372,5 +377,5 @@ def soak(
     rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
     result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]
     _run_cell(page, 5)
-    result.pairs = json.loads(_printed(page, 5, "PAIRS").splitlines()[0])
+    result.buckets = json.loads(_printed(page, 5, "PAIRS").splitlines()[0])
     return result
