@@ -121,9 +121,9 @@ def pin(module: Any, path: str, holder: Hashable, label: str, owner: Any = None)
             current = _pins[id(module)] = _Pin(module, path, before)
         _release(holder, keep=id(module))
         current.holders[holder] = label
-        if owner is not None and id(owner) not in _owned:
-            weakref.finalize(owner, _owner_collected, id(owner))
         if owner is not None:
+            if id(owner) not in _owned:  # one finalizer per owner, whatever it pins
+                weakref.finalize(owner, _owner_collected, id(owner))
             _owned.setdefault(id(owner), set()).add(holder)
 
 
