@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
@@ -38,6 +39,27 @@ inline namespace KX_ISA_NS {
 
 using VecF = at::vec::Vectorized<float>;
 constexpr int64_t kVecF = VecF::size();
+
+// A growable scratch buffer of this code path's own (contents are not kept when it grows). Not
+// std::vector: its members are instantiated once per shared object whichever unit asks, and the
+// linker keeps one copy, so the avx512 unit's fill (zmm stores) ran on the avx2 path and an
+// AVX2-only CPU died of SIGILL in the int8 GEMM. A template in this per-ISA namespace is
+// instantiated per path; tests/test_hub_isa_symbols.py checks the built objects for the rest.
+template <typename T>
+class Scratch {
+ public:
+  T* get(size_t n) {
+    if (n > size_) {
+      data_.reset(new T[n]);
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t size_ = 0;
+};
 constexpr int64_t kBlock = 2 * kVecF;  // elements handled per step, for every dtype
 
 // Storage dtype codes shared by the registration unit and the per-ISA units.
@@ -182,10 +204,12 @@ inline VecF exp_fast(const VecF& x) {
 #elif defined(CPU_CAPABILITY_AVX2)
 // The clamp keeps n in [-126, 128], so 2^n is one float built in its exponent field (n = 128 gives
 // inf): three integer operations and a multiply where a two-factor scale with gradual underflow
-// took nine. exp is then 1.6e-38 below -87 rather than a subnormal or 0, where every formula here
-// adds it to 1 (the same result), and inf from 88.38 rather than from 88.72, where it divides a
-// number that would have to exceed 1e37 to tell. NaN passes the clamp (minps/maxps return their
-// second operand) and the polynomial, and NaN times 2^n is NaN.
+// took nine. Below -87 exp is 0 (one compare and an and): the clamp alone gave 1.6e-38 there, and
+// attention's masked keys (score -inf) then weighed 1.6e-38 instead of 0, so a causal row saw its
+// future keys at that weight (a zero token's output read 4e-39, which a tiny random Apertus's
+// RMSNorms amplified to 2e-3 of its logits). exp is inf from 88.38 rather than from 88.72, where it
+// divides a number that would have to exceed 1e37 to tell. NaN passes the clamp (minps/maxps return
+// their second operand), the compare (unordered: kept) and the polynomial; NaN times 2^n is NaN.
 inline VecF exp_fast(const VecF& x) {
   __m256 v = _mm256_max_ps(_mm256_set1_ps(-87.f), _mm256_min_ps(_mm256_set1_ps(89.f), x));
   __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
@@ -193,7 +217,8 @@ inline VecF exp_fast(const VecF& x) {
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), v);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return VecF(_mm256_mul_ps(exp_reduced(VecF(r)), _mm256_castsi256_ps(e)));
+  __m256 above = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_NLT_UQ);  // x >= -87, or NaN
+  return VecF(_mm256_and_ps(_mm256_mul_ps(exp_reduced(VecF(r)), _mm256_castsi256_ps(e)), above));
 }
 #else
 inline VecF exp_fast(const VecF& x) { return x.exp(); }

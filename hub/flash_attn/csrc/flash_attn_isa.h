@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 namespace KX_ISA_NS {
 using kx::VecF;
@@ -48,9 +47,8 @@ inline void prefetch_row(const T* row, int64_t n) {
 
 // Scratch of one thread, reused across tasks and calls.
 inline float* scratch(size_t n) {
-  static thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
+  static thread_local kx::Scratch<float> buf;  // not std::vector: see kx::Scratch
+  return buf.get(n);
 }
 
 template <typename T>

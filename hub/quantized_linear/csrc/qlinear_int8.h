@@ -53,7 +53,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 namespace KX_I8_NS {
 
@@ -390,22 +389,23 @@ void gemm(const uint8_t* w, int64_t K, const uint8_t* xq, const float* xd, const
           const float* xd2, int64_t M, const float* bias, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int64_t kSub = 128;
   const int64_t nb = K / kx::kQBlock;
-  thread_local std::vector<uint8_t> panel;
-  thread_local std::vector<float> bias_pad;
+  thread_local kx::Scratch<uint8_t> panel;  // not std::vector: see kx::Scratch
+  thread_local kx::Scratch<float> bias_pad;
   for (int64_t s0 = n0; s0 < n1; s0 += kSub) {
     const int64_t s1 = std::min(s0 + kSub, n1);
     const int64_t groups = ((s1 - s0 + kW - 1) / kW + kNV - 1) / kNV * kNV;
-    panel.resize(static_cast<size_t>(groups * nb * kRec + 64));
-    uint8_t* const pan =
-        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t{63});
+    uint8_t* const pan = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(panel.get(static_cast<size_t>(groups * nb * kRec + 64))) + 63) &
+        ~uintptr_t{63});
     repack<F>(w, K, s0, s1, groups, pan);
-    bias_pad.assign(static_cast<size_t>(groups * kW), 0.f);
-    if (bias) std::memcpy(bias_pad.data(), bias + s0, sizeof(float) * (s1 - s0));
+    float* const padded = bias_pad.get(static_cast<size_t>(groups * kW));
+    std::memset(padded, 0, sizeof(float) * static_cast<size_t>(groups * kW));
+    if (bias) std::memcpy(padded, bias + s0, sizeof(float) * (s1 - s0));
     for (int64_t g = 0; g < groups; g += kNV) {
       const uint8_t* rec = pan + g * nb * kRec;
       const int64_t ncols = s1 - s0 - g * kW;
       float* yc = y + s0 + g * kW;
-      const float* bc = bias_pad.data() + g * kW;
+      const float* bc = padded + g * kW;
       int64_t m = 0;
       auto q2 = [&](int64_t row) { return xq2 ? xq2 + row * K : nullptr; };
       for (; m + kMR <= M; m += kMR)

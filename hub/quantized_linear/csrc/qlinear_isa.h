@@ -17,7 +17,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 namespace KX_ISA_NS {
 using kx::kQ4_1Bytes;
@@ -35,12 +34,12 @@ inline uint16_t half_bits(const uint8_t* p) {
 // ports, which bounded the GEMV (5 cycles per Q4_1 block with d and m converted that way). The
 // values a weight's scales take are few, so the entries in use stay in L1/L2.
 inline const float* half_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
+  static const float* const table = [] {  // once per process, never freed; not std::vector: see kx::Scratch
+    float* t = new float[65536];
     for (uint32_t i = 0; i < 65536; ++i) t[i] = static_cast<float>(c10::Half(uint16_t(i), c10::Half::from_bits()));
     return t;
   }();
-  return table.data();
+  return table;
 }
 
 inline float half_at(const float* H, const uint8_t* p) { return H[half_bits(p)]; }
