@@ -96,6 +96,20 @@ def test_causal_rows_without_keys_are_zero(hub: dict) -> None:
     _assert_accurate(out, q, k, v, True)
 
 
+def test_a_causal_row_gives_its_future_keys_no_weight_at_all(hub: dict, isa: str) -> None:
+    """Masked keys weigh exactly 0, on every code path: a row whose visible values are 0 reads 0
+    however large the values it must not see. The AVX2 exp once gave -inf scores a weight of
+    1.6e-38 (its clamp), so such a row read 1.6e-8 here; in a tiny random Apertus a zero token's
+    attention read 4e-39 and two RMSNorms made it 2e-3 of the logits."""
+    q, k, v = _qkv(1, 33, 33, 2, 1, 64, torch.float32)
+    v = v.clone()
+    v[:, :16] = 0
+    v[:, 16:] = 1e30
+    out = hub["flash_attn"].flash_attn_func(q, k, v.contiguous(), causal=True)
+    assert torch.equal(out[:, :16], torch.zeros_like(out[:, :16]))
+    assert torch.all(out[:, 16:].abs().amax(-1) > 1e27)  # the rows that may see them do
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_varlen_matches_each_sequence(hub: dict, isa: str, dtype: torch.dtype) -> None:
     fa = hub["flash_attn"]
