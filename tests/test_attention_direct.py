@@ -288,3 +288,43 @@ def test_sinks_in_later_layers_only_keep_the_glue(hub: dict) -> None:
     assert door._direct(candidate, Mode.INFERENCE) is None
     found = door.availability(candidate, mode=Mode.INFERENCE)
     assert "Transformers redirects this model's flash attention" in found.reason
+
+
+def test_a_model_that_passes_its_own_mask_does_not_take_the_direct_path(hub: dict) -> None:
+    """Doge hands its attention a dynamic mask of its own, not SDPA's: registered directly, the
+    bundled `attention_forward` would answer every call with SDPA, so the row read "on" while the
+    kernel never ran (logits bitwise PyTorch's). The door takes the glue, which Transformers refuses
+    for Doge (no flash attention): the row says so and the model stays on SDPA, unchanged."""
+    from architectures import tiny_config
+    from kernels import Mode
+    from transformers import AutoModelForCausalLM
+
+    from kernel_explorer._backend.attention_interface import passes_own_mask
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(tiny_config("doge")).eval()
+    before = logits(model)
+    explorer = Explorer(model, include_transformers=False)
+    explorer.capture(TOKENS)
+    door = explorer._switchboard.doors[ATTENTION]
+    assert passes_own_mask(door.captured_call())
+    (candidate,) = [c for c, _ in explorer.inventory().row(ATTENTION).candidates if c.source == "bundled"]
+    assert door._direct(candidate, Mode.INFERENCE) is None
+    running = explorer.on(ATTENTION)
+    assert not any(now.is_kernel for now in running)
+    assert model.config._attn_implementation == "sdpa"
+    assert all("hands its attention a mask of its own" in now.reason for now in running), running
+    assert "would never run here" in str(explorer.inventory())
+    assert torch.equal(logits(model), before)
+
+
+def test_a_plain_causal_call_passes_no_mask_of_its_own(hub: dict) -> None:
+    """The default path's calls (SDPA's mask function leaves a plain causal mask out) stay direct."""
+    from kernel_explorer._backend.attention_interface import passes_own_mask
+
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    explorer.capture(TOKENS)
+    assert not passes_own_mask(explorer._switchboard.doors[ATTENTION].captured_call())
+    assert not passes_own_mask(None)

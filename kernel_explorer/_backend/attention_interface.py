@@ -219,6 +219,19 @@ def is_plain_causal(mask: Any, query: Any, key: Any) -> bool:
     return bool(torch.equal(keep, pattern.expand_as(keep)))
 
 
+def passes_own_mask(call: tuple[tuple[Any, ...], dict[str, Any]] | None) -> bool:
+    """Whether a captured attention call hands the function a mask other than the plain causal one
+    SDPA's mask function leaves out (None): a padded batch, or a model that builds its own (Doge's
+    dynamic mask). A function registered directly with SDPA's mask sees the same mask."""
+    if call is None:
+        return False
+    args, kwargs = call
+    mask = args[3] if len(args) >= 4 else kwargs.get("attention_mask")
+    if mask is None or len(args) < 2:
+        return False
+    return not is_plain_causal(mask, args[0], args[1])
+
+
 def map_to_folder(repo_id: str, path: Path) -> None:
     """Make `kernels.get_kernel(repo_id)` load the repository in `path` (LOCAL_KERNELS)."""
     text = str(path)

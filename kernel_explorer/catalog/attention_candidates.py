@@ -77,16 +77,24 @@ class AttentionChoices:
     _user: list[AttentionCandidate]
     _names: dict[str, AttentionCandidate]
 
-    def captured_keywords(self) -> dict[str, Any] | None:
-        """The keywords of one captured attention call (None: nothing captured); the door knows."""
+    def captured_call(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The arguments and keywords of one captured attention call (None: nothing captured); the
+        door knows."""
         return None
+
+    def captured_keywords(self) -> dict[str, Any] | None:
+        """The keywords of one captured attention call (s_aux, sliding_window, ...), or None."""
+        call = self.captured_call()
+        return None if call is None else call[1]
 
     def _direct(self, candidate: AttentionCandidate, mode: Mode) -> Callable[..., Any] | None:
         """The local repository's `attention_forward` when the door registers it directly (no flash
         glue), else None: Transformers' flash glue runs it. Direct when the repository offers one
         and the model's attention passes nothing such a function hands back to PyTorch's SDPA (sinks,
         softcap, a tensor no attention function names): for those the glue gives the kernel what
-        it takes, and the row says what it drops or refuses."""
+        it takes, and the row says what it drops or refuses. A model that hands its attention a mask
+        of its own (Doge's dynamic mask, a padded batch) goes through the glue too: the direct
+        function answers every masked call with SDPA, so the kernel would never run there."""
         from kernels import Mode
 
         if candidate.folder is None:  # a Hub repository: Transformers loads it, through its glue
@@ -107,7 +115,30 @@ class AttentionChoices:
         }
         if set(passed) & set(attention_features.GLUE_ONLY) or attention_features.unread_tensors(captured):
             return None
+        if attention_interface.passes_own_mask(self.captured_call()):
+            return None
         return function
+
+    def _own_mask_without_glue(self, candidate: AttentionCandidate) -> str:
+        """Why a local kernel cannot run on a model that hands its attention a mask of its own
+        (Doge's dynamic mask) and says it takes no flash attention, or "": its `attention_forward`
+        would answer every such call with SDPA, and Transformers' flash glue does not run the
+        model (it fails on the module, `'DogeAttention' object has no attribute 'is_causal'`)."""
+        if candidate.folder is None or getattr(self.model, "_supports_flash_attn", True):
+            return ""
+        if not attention_interface.passes_own_mask(self.captured_call()):
+            return ""
+        try:
+            module = attention_interface.load_local(Path(candidate.folder))
+            direct = attention_interface.direct_function(module)
+        except Exception:  # it fails to load: the switch says so
+            return ""
+        how = "its attention_forward would answer every call with PyTorch's SDPA, and " if direct else ""
+        return (
+            f"this model ({type(self.model).__name__}) hands its attention a mask of its own, not "
+            f"SDPA's causal one: {how}it takes no flash attention (Transformers' glue), so "
+            f"{candidate.label} would never run here"
+        )
 
     def _before_trust(self, candidate: AttentionCandidate, mode: Mode) -> Availability | None:
         """What Transformers would do with `candidate` on this model, read before any switch: it
@@ -117,6 +148,9 @@ class AttentionChoices:
 
         if candidate.pytorch or self._direct(candidate, mode) is not None:
             return None  # direct: what the kernel does not do, the function answers with SDPA
+        own_mask = self._own_mask_without_glue(candidate)
+        if own_mask:
+            return Availability(State.CANNOT_RUN, own_mask)
         name = candidate.implementation
         if candidate.folder is not None:
             name = attention_interface.local_alias(Path(candidate.folder))

@@ -332,10 +332,9 @@ class AttentionDoor(AttentionChoices, Door):
         finally:
             self._trial = False
 
-    def captured_keywords(self) -> dict[str, Any] | None:
-        """The keywords the model passed in one captured attention call (s_aux, sliding_window, ...)."""
-        sample = self.host.sample(ATTENTION, self.group.instances[0]) if self.group.instances else None
-        return None if sample is None else sample[1]
+    def captured_call(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The arguments and keywords the model passed in one captured attention call."""
+        return self.host.sample(ATTENTION, self.group.instances[0]) if self.group.instances else None
 
     def _kernel_module(self, chosen: AttentionCandidate) -> Any | None:
         """The loaded kernel package behind `chosen`, to name the ops its build lacks."""
