@@ -283,6 +283,30 @@ def test_bench_answers_one_line_per_measure(shell: Any, hub: dict) -> None:
     dashboard.close()
 
 
+@pytest.mark.slow
+def test_bench_compiled_answers_against_compiled_and_eager_pytorch(shell: Any, hub: dict) -> None:
+    import torch
+
+    torch._dynamo.reset()
+    dashboard = shell.run_line_magic("kernels", "explore model --mode torch.compile")
+    shell.run_line_magic("kernels", "on SiLU")
+    answer = shell.run_line_magic("kernels", "bench --compiled")
+    whats = [line.split(":", 1)[0].strip() for line in str(answer).splitlines()[1:-1]]
+    assert sorted(whats) == sorted(
+        [
+            "compiled prefill (128 tokens)",
+            "compiled prefill against eager PyTorch (128 tokens)",
+            "compiled decode (16 tokens)",
+            "compiled decode against eager PyTorch (16 tokens)",
+            "outputs against compiled PyTorch",
+            "outputs against eager PyTorch",
+        ]
+    ), str(answer)
+    shell.run_line_magic("kernels", "reset")
+    dashboard.close()
+    torch._dynamo.reset()
+
+
 def test_bad_candidates_answer_in_one_line_that_lists_the_choices(
     shell: Any, capsys: pytest.CaptureFixture, hub: dict
 ) -> None:

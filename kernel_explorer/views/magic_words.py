@@ -35,7 +35,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kernel against PyTorch, with intervals (7 pairs; --precision P, --budget S: until +-P or S seconds);"
         " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path)",
     ),
-    "bench": ("[--background]", "the whole model: prefill and decode, kernels against PyTorch"),
+    "bench": (
+        "[--compiled] [--background]",
+        "the whole model: prefill and decode, kernels against PyTorch; --compiled: both under"
+        " torch.compile on a static cache, against eager PyTorch too (compiling takes minutes)",
+    ),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),
     "report": ("PATH", "write every result so far to one HTML file"),
     "export": (
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["compare"].add_argument("--candidates", nargs="+")
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
+    commands["bench"].add_argument("--compiled", action="store_true")
     commands["report"].add_argument("path")
     commands["export"].add_argument("path")
     commands["export"].add_argument("--pins")

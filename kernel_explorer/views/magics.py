@@ -394,9 +394,15 @@ class KernelsMagic:
         from kernel_explorer.views.progress import cell_progress
 
         explorer = self._need_explorer()
-        cell_progress(explorer.results).expect(2, "measures")  # prefill at 128 tokens, then decode
+        # prefill at 128 tokens, then decode; compiled: each also against eager PyTorch
+        cell_progress(explorer.results).expect(4 if args.compiled else 2, "measures")
         handle = explorer.compare_model(
-            lengths=(128,), decode_tokens=16, pairs=2, decode_pairs=2, background=args.background
+            lengths=(128,),
+            decode_tokens=16,
+            pairs=2,
+            decode_pairs=2,
+            background=args.background,
+            compiled=args.compiled,
         )
         self._started(handle, args.background)
         if args.background:
