@@ -45,3 +45,37 @@ def test_the_attention_picker_offers_kernels_only(hub: dict) -> None:
         assert shorts and "eager" not in shorts and "sdpa" not in shorts, shorts
     finally:
         explorer.reset()
+
+
+def test_a_redraw_after_a_switch_reads_no_source_again(hub: dict, monkeypatch) -> None:
+    """A click is answered with a redraw of every row, while a Run holds the GIL half the time: the
+    redraw read each attention class's source (inspect.getsource tokenizes the file) on every click,
+    and matched each instance's kernel against every candidate ~15 times. Now the first redraw reads
+    the source once and the next reads none; one instance's kernel name is matched once per redraw."""
+    import inspect
+
+    from kernel_explorer.inventory.row import InventoryRow
+
+    reads: list[object] = []
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: reads.append(obj) or real(obj))
+    matched: list[object] = []
+    real_match = InventoryRow._kernel_name
+    monkeypatch.setattr(
+        InventoryRow, "_kernel_name", lambda self, now: matched.append(now) or real_match(self, now)
+    )
+    explorer = Explorer(tiny_llama(), include_transformers=False)
+    try:
+        explorer.on("RMSNorm")
+        table_rows(explorer)
+        explorer.off("RMSNorm")
+        explorer.on("RMSNorm")
+        reads.clear()
+        matched.clear()
+        rows = {row["name"]: row for row in table_rows(explorer)}
+        assert not reads, reads
+        on = [i for i in rows["RMSNorm"]["instances"] if i["on"]]
+        assert len(on) > 1 and all(i["runs"].startswith("bundled/rmsnorm") for i in on), on
+        assert len(matched) == 1, matched  # one kernel on every instance: one match
+    finally:
+        explorer.reset()

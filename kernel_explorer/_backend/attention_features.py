@@ -20,6 +20,7 @@ what it reads off a model is its attention modules' source and attributes, never
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Iterable
@@ -70,8 +71,16 @@ def _used(value: Any) -> bool:
 
 
 def _source(module_class: type) -> str:
+    return _function_source(module_class.forward)
+
+
+@functools.lru_cache(maxsize=256)
+def _function_source(function: Any) -> str:
+    """`inspect.getsource`, remembered per function: it reads and tokenizes the file on every call,
+    and every table redraw (each click) asked it for each attention class (a class redefined in a
+    notebook is a new function, read again)."""
     try:
-        return inspect.getsource(module_class.forward)
+        return inspect.getsource(function)
     except (OSError, TypeError):
         return ""
 

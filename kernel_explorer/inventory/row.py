@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,9 @@ class InventoryRow:
     measured: LayerVerdict | None = None  # the last comparison's verdict, when there was one
     device: str = ""  # the model's device type: candidates mapped for others are folded away
     share: float | None = None  # of the model's prefill time on PyTorch (from the last `breakdown()`)
+    #: kernel_name's answers: a table redraw asks it ~15 times per instance, while a Run holds the
+    #: GIL half the time (a click's answer spent 30 ms of its 40 in these matches, idle)
+    _names: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     @property
     def kind(self) -> str:
@@ -145,6 +148,12 @@ class InventoryRow:
             return now.name
         if not now.is_kernel:
             return "PyTorch"
+        key = (now.repository, now.layer_class, now.kernel_id)
+        if key not in self._names:
+            self._names[key] = self._kernel_name(now)
+        return self._names[key]
+
+    def _kernel_name(self, now: RunningNow) -> str:
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
         # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
         matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
