@@ -22,7 +22,7 @@ function render({ model, el: root }) {
   function send(layer, message) {
     busy.add(layer);
     draw();
-    model.send({ layer, ...message });
+    model.send({ layer, ...message, sent_ms: Date.now() }); // when it left: Python times the way over
   }
 
   function toggle(layer, on, instance) {

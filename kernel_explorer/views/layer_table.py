@@ -128,6 +128,9 @@ class LayerTable(anywidget.AnyWidget):
         # any switch of the model, from Python, a magic, a run or another view, redraws the rows
         self._acting = False  # a click being answered: it refreshes once, after its switches
         self.answer_seconds: list[float] = []  # per click, the kernel's share of answering it
+        #: per click, from the page sending it to the kernel taking it up (the server, the socket and
+        #: the kernel's queue: a kernel busy elsewhere shows here, not in `answer_seconds`)
+        self.arrival_seconds: list[float] = []
         self._unsubscribe = explorer.subscribe_switches(self._on_switch)
         self.refresh()
 
@@ -146,6 +149,9 @@ class LayerTable(anywidget.AnyWidget):
 
     def _handle_message(self, widget: Any, content: dict[str, Any], buffers: Any) -> None:
         began = time.perf_counter()
+        sent_ms = content.get("sent_ms")
+        if isinstance(sent_ms, int | float):  # meaningful where the page runs on the kernel's machine
+            self.arrival_seconds.append(max(0.0, time.time() - sent_ms / 1000))
         try:
             self._answer(content)
         finally:  # what a click cost in the kernel, from its message to the answer sent

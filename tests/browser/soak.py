@@ -38,7 +38,8 @@ CELLS = [
     "import os\nimport kernel_explorer as kx\nexplorer = kx.Explorer.of(model)\n"
     f"explorer.on('RMSNorm'); explorer.on('{SWITCHED}')\nprint('PID', os.getpid())",
     "plots = Out[2].plots\nprint('VIEW', plots.bytes_sent(), plots.seconds_drawing,"
-    " *[round(s * 1000) for s in Out[2].table.answer_seconds])",
+    " *[round(s * 1000) for s in Out[2].table.answer_seconds])\n"
+    "print('ARRIVAL', *[round(s * 1000) for s in Out[2].table.arrival_seconds])",
     # the Run's last verdict of each layer measured on its kernel, beside a compare of that layer
     "import json\n"
     "def _v(v):\n"
@@ -75,7 +76,7 @@ _CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
   const seen = () => { const e = document.querySelector(watched); return e && wanted.test(e.textContent); };
   const started = performance.now();
   document.querySelector(selector).click();
-  return await new Promise((resolve) => {
+  const ms = await new Promise((resolve) => {
     if (seen()) return resolve(performance.now() - started);
     const observer = new MutationObserver(() => {
       if (seen()) { observer.disconnect(); resolve(performance.now() - started); }
@@ -83,7 +84,21 @@ _CLICK_AND_WAIT = """async ([selector, watched, pattern, scope]) => {
     observer.observe(document.querySelector(scope), { subtree: true, childList: true, characterData: true });
     setTimeout(() => { observer.disconnect(); resolve(-1); }, 60000);
   });
+  (window.__kxClicks = window.__kxClicks || []).push([started, ms]);
+  return ms;
 }"""
+
+#: the page's long tasks (50 ms or more on its main thread: plot draws, garbage collection, layout),
+#: kept from the page's start; a click waits behind every one that overlaps it
+LONG_TASKS = """window.__kxLongTasks = [];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) window.__kxLongTasks.push([e.startTime, e.duration]);
+}).observe({ type: "longtask", buffered: true });"""
+
+#: per click (in order), the milliseconds of long tasks on the page's main thread inside it
+CLICK_BUSY = """() => (window.__kxClicks || []).map(([start, ms]) => (window.__kxLongTasks || [])
+  .map(([s, d]) => Math.max(0, Math.min(s + d, start + ms) - Math.max(s, start)))
+  .reduce((a, b) => a + b, 0))"""
 
 
 #: what a person sees of each live plot: labelled y ticks, whether the legend or the toolbar
@@ -153,6 +168,10 @@ class SoakResult:
     switch_ms: list[float] = field(default_factory=list)  # click on the switch -> the row says so
     stop_ms: float = -1.0  # click on Stop -> "cancelled" on the status line
     kernel_switch_ms: list[float] = field(default_factory=list)  # the kernel's share of each click
+    #: per click, from the page sending it to the kernel taking it up (server, socket, kernel queue)
+    arrival_ms: list[float] = field(default_factory=list)
+    #: per click, the page's main thread busy with long tasks (draws, garbage collection) inside it
+    page_busy_ms: list[float] = field(default_factory=list)
     view_bytes: int = 0  # what the live plots sent (JSON of their messages)
     view_cpu_s: float = 0.0  # kernel CPU seconds the live plots took
     verdicts: list[Verdicts] = field(default_factory=list)
@@ -202,7 +221,9 @@ class SoakResult:
         lines.append(
             f"switch clicks answered in (ms): {', '.join(f'{ms:.0f}' for ms in self.switch_ms)}; "
             f"Stop to 'cancelled': {self.stop_ms:.0f} ms; the kernel's share of each click (ms): "
-            f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}"
+            f"{', '.join(f'{ms:.0f}' for ms in self.kernel_switch_ms)}; on the way to the kernel: "
+            f"{', '.join(f'{ms:.0f}' for ms in self.arrival_ms)}; the page's long tasks inside each: "
+            f"{', '.join(f'{ms:.0f}' for ms in self.page_busy_ms)}"
         )
         lines += self.pair_timeline()
         for theme, plots in self.layout.items():  # what a person reads of each plot, per theme
@@ -288,6 +309,7 @@ def soak(
         socket.on("framereceived", lambda payload: received.__setitem__(0, received[0] + len(payload)))
 
     page.on("websocket", on_socket)
+    page.add_init_script(LONG_TASKS)
     page.goto(lab.notebook("soak.ipynb", CELLS))
     expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=120_000)
     for question in ("No",):  # JupyterLab's news question
@@ -370,9 +392,11 @@ def soak(
             plots.first.scroll_into_view_if_needed()
             screenshot(page, f"soak-plots-{theme}")
     _run_cell(page, 3)
-    view_bytes, view_cpu, *kernel_ms = _printed(page, 3, "VIEW").split()
+    view_bytes, view_cpu, *kernel_ms = _printed(page, 3, "VIEW").splitlines()[0].split()
     result.view_bytes, result.view_cpu_s = int(view_bytes), float(view_cpu)
     result.kernel_switch_ms = [float(ms) for ms in kernel_ms]
+    result.arrival_ms = [float(ms) for ms in _printed(page, 3, "ARRIVAL").split()]
+    result.page_busy_ms = page.evaluate(CLICK_BUSY)[: len(result.switch_ms)]
     _run_cell(page, 4)
     rows = json.loads(_printed(page, 4, "VERDICTS", timeout_ms=600_000).splitlines()[0])
     result.verdicts = [Verdicts(row[0], row[1:6], row[6:11]) for row in rows]
