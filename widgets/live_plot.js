@@ -3,10 +3,47 @@
 // Python never resends a trace that only grew: it sends "extend" ops with the points added since the
 // last redraw. Here every op only changes the figure's data held in this view (an extended trace is cut
 // to its budget, so the page never holds more than that per trace), and one Plotly.react draws what
-// changed: at most one draw in flight and one more after it, however many messages came meanwhile. On a
+// changed: at most one draw waiting per plot, however many messages came meanwhile. On a
 // loaded machine plotly's own per-call redraws queued up behind each other (the page's memory grew and a
 // click waited tens of seconds behind them); now the work per second is bounded whatever the run's
 // length. The figure is drawn once the element has a width, so it fits the cell from its first draw.
+//
+// Every live plot on the page draws through one pacer: one draw at a time, and after a draw that
+// took t ms the page has 2 t ms (at least 100) to itself before the next, so the plots take at most a
+// third of the page's main thread however many there are and however slow the machine. Drawn back
+// to back (four plots, a redraw each as soon as the last ended), they kept it busy on a loaded
+// machine, and a click's answer waited behind them.
+
+const pacer = (globalThis.__kxLivePlotPacer ??= { busy: false, queue: [], next: 0 });
+
+function pump() {
+  if (pacer.busy || !pacer.queue.length) return;
+  const wait = pacer.next - performance.now();
+  if (wait > 0) {
+    pacer.busy = true;
+    setTimeout(() => {
+      pacer.busy = false;
+      pump();
+    }, wait);
+    return;
+  }
+  const job = pacer.queue.shift();
+  pacer.busy = true;
+  const started = performance.now();
+  job().finally(() => {
+    const took = performance.now() - started;
+    pacer.next = performance.now() + Math.max(100, 2 * took);
+    pacer.busy = false;
+    pump();
+  });
+}
+
+// `job` (an async draw) runs when the pacer lets it; one already waiting is not queued twice: it
+// draws the figure as it is when its turn comes
+function paced(job) {
+  if (!pacer.queue.includes(job)) pacer.queue.push(job);
+  pump();
+}
 
 async function plotlyJs() {
   // the dashboard's first plot carries plotly.js (it sets window.Plotly); the others wait for it
@@ -65,17 +102,10 @@ function render({ model, el }) {
   const figure = { data: spec.data, layout: spec.layout, config: spec.config };
   let Plotly = null;
   let revision = 0;
-  let drawing = false; // a Plotly.react in flight
-  let again = false; // something changed while it drew: one more draw after it
   let width = 0;
 
-  const draw = async () => {
+  const drawNow = async () => {
     if (!Plotly || !width) return;
-    if (drawing) {
-      again = true;
-      return;
-    }
-    drawing = true;
     try {
       // the data arrays change in place: a new datarevision tells plotly to redraw them
       const layout = { ...figure.layout, width, datarevision: ++revision };
@@ -83,12 +113,8 @@ function render({ model, el }) {
     } catch (error) {
       console.error("kernel_explorer live plot", error);
     }
-    drawing = false;
-    if (again) {
-      again = false;
-      setTimeout(draw, 0);
-    }
   };
+  const draw = () => paced(drawNow);
   const onMessage = (msg) => {
     if (msg?.type !== "ops") return;
     for (const op of msg.ops) apply(figure, op);
