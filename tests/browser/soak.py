@@ -25,6 +25,8 @@ from typing import Any
 
 from lab_server import Lab
 
+#: how far two measurements of one kernel minutes apart may drift on a shared host (Verdicts.agree)
+DRIFT = 0.10
 #: the layer switched off and on during the Run (a Llama model's activation: 30 instances)
 SWITCHED = "SiLU"
 #: how often it is switched, seconds
@@ -146,11 +148,14 @@ class Verdicts:
 
     def agree(self) -> tuple[bool, str]:
         """Same verdict where both could give one (faster or slower on both sides), and each median
-        within the other's interval widened by the larger noise floor (and the 5% both stop at):
-        runs minutes apart on this host drift more than one run's interval (bench/engine_check.py)."""
+        within the other's interval widened by the larger noise floor (at least 5%, where both stop)
+        and by DRIFT: runs minutes apart on this host drift more than one run's interval (five runs
+        of one kernel in bench/engine_check.py, quiet: medians 2.73x to 3.27x; in the soak, SiLU's
+        Run read 1.45x [1.42, 1.47] and the compare after it 1.26x [1.18, 1.28], both faster). The
+        disagreement the soak exists for was a factor of three (0.36x against 1.2x)."""
         (rv, rm, rl, rh, rf), (cv, cm, cl, ch, cf) = self.run, self.compare
         decided = {"faster", "slower"}
-        margin = 1 + max(rf, cf, 0.05)
+        margin = (1 + max(rf, cf, 0.05)) * (1 + DRIFT)
         if rv in decided and cv in decided and rv != cv:
             return False, f"{self.layer}: Run says {rv}, compare says {cv}"
         if not (cl / margin <= rm <= ch * margin and rl / margin <= cm <= rh * margin):
