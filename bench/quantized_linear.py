@@ -1,11 +1,12 @@
 """The bundled quantized-linear kernels against PyTorch's F.linear on SmolLM2's Linear shapes,
 measured side by side in one run.
 
-For each shape, format and row count (1 row: decode, the GEMV path; 512 rows: prefill, the int8
-GEMM) six calls run interleaved on the same inputs: with float32 activations the kernel (int8 GEMM,
-two passes: the default), its one-pass form (int8_passes=1, GGML's), its dequantize-and-matmul path
-(int8_passes=0, PyTorch's numbers) and F.linear, then with bfloat16 activations the kernel and
-F.linear (on a bfloat16 copy of the dequantized weight).
+For each shape, format and row count (1 row: decode, the int8 GEMV; 512 rows: prefill, the int8
+GEMM) six calls run interleaved on the same inputs: with float32 activations the kernel (two int8
+passes: the default), its one-pass form (int8_passes=1, GGML's), its float32 form (int8_passes=0:
+the float GEMV for 1 row, the dequantize-and-matmul path for 512, PyTorch's numbers) and F.linear,
+then with bfloat16 activations the kernel and F.linear (on a bfloat16 copy of the dequantized
+weight).
 Each cell reports medians with 95% intervals and the median of per-round ratios with its interval
 (kernel_explorer.measure.stats). The GEMV's effective bandwidth counts the packed bytes it reads,
 against this machine's copy bandwidth (bench/kernel_ops.copy_bandwidth, measured before and after
@@ -157,7 +158,8 @@ def main() -> None:
     print(f"copy bandwidth (256 MiB, read+write) before: {roof:.1f} GB/s")
     print("times in us: median [95% interval]; ratios: PyTorch time / kernel time per round, median [95%]")
     print(
-        "int8x2: the int8 GEMM, 2 passes (prefill) or GEMV (decode); int8x1: 1 pass; dequant: int8_passes=0"
+        "int8x2: the int8 GEMM (prefill) or GEMV (decode), 2 passes; int8x1: 1 pass; dequant: int8_passes=0 "
+        "(the float GEMV for 1 row)"
     )
     print(
         "last columns: GEMV bandwidth (packed bytes / time, % of copy) or the int8 GEMM's int8 GOP/s "

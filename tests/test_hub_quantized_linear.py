@@ -102,10 +102,12 @@ def _assert_close_to_float64(
 def _int8_ran(
     rows: int, packed: torch.Tensor, fmt: str, passes: int | None = None, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, str, int] | None:
-    """The allowance's arguments when the int8 GEMM ran; passes None: the default for `dtype`."""
+    """The allowance's arguments when an int8 path ran (the GEMV up to GEMV_MAX_ROWS rows, the GEMM
+    above: the same arithmetic); passes None: the default (the float GEMV up to GEMV_MAX_ROWS
+    rows; above, 2 for float32 and 1 for 16-bit activations)."""
     if passes is None:
-        passes = 2 if dtype == torch.float32 else 1
-    return (packed, fmt, passes) if rows > GEMV_MAX_ROWS and passes else None
+        passes = 0 if rows <= GEMV_MAX_ROWS else 2 if dtype == torch.float32 else 1
+    return (packed, fmt, passes) if passes and rows else None
 
 
 GEMV_MAX_ROWS = 8  # torch_binding.cpp's kGemvMaxRows: above it, the GEMM paths
@@ -151,7 +153,7 @@ def test_batched_and_strided_inputs(ql, isa: str, int8_dot: str, fmt: str) -> No
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
     """The dequantize-and-matmul path runs ATen's matmul on the exact dequantized weights:
-    PyTorch's own answer to float32 rounding; the GEMV path sums in another order (within float32
+    PyTorch's own answer to float32 rounding; the float GEMV sums in another order (within float32
     accumulation error)."""
     packed = ql.quantize(_randn(96, 576), fmt)
     w = ql.dequantize(packed, fmt)
@@ -162,7 +164,7 @@ def test_kernel_agrees_with_pytorch_on_the_same_weights(ql, fmt: str) -> None:
         x = _randn(rows, 576, seed=rows)
         torch.testing.assert_close(
             ql.linear(x, packed, fmt), nn.functional.linear(x, w), rtol=1e-5, atol=1e-4
-        )
+        )  # the default for decode's rows: the float GEMV
 
 
 @pytest.mark.parametrize("passes", [2, 1, 0], ids=["int8x2", "int8", "dequant"])
@@ -183,16 +185,17 @@ def test_every_path_under_inference_mode_and_autograd(ql, rows: int, passes: int
     _assert_close_to_float64(y.detach(), x.detach(), w, None, int8)
 
 
+@pytest.mark.parametrize("rows", [3, 64], ids=["gemv", "gemm"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -> None:
+def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str, rows: int) -> None:
     """On SmolLM2's MLP shape one int8 pass is not float32's rounding (its RMS error against
-    float64 is orders above the dequantize-and-matmul path's) but stays within 1% of the output's
-    RMS; the second pass (the residual's) takes it under 1e-4; the SIMD paths compute the same
-    integer dot products and scale them in the same order (bitwise-equal results), the portable one
-    agrees with them to float32 rounding."""
+    float64 is orders above the float paths') but stays within 1% of the output's RMS; the second
+    pass (the residual's) takes it under 1e-4; the SIMD paths compute the same integer dot products
+    and scale them in the same order (bitwise-equal results), the portable one agrees with them to
+    float32 rounding. So for the int8 GEMV (decode's rows) as for the int8 GEMM."""
     packed = ql.quantize(_randn(1536, 576, scale=0.05), fmt)
     w = ql.dequantize(packed, fmt).double()
-    x = _randn(64, 576, seed=5)
+    x = _randn(rows, 576, seed=5)
     ref = x.double() @ w.T
     rms = ref.pow(2).mean().sqrt()
     results: dict[tuple[str, int], torch.Tensor] = {}
@@ -214,6 +217,23 @@ def test_int8_gemm_is_a_different_numeric_path_all_isas_agree_on(ql, fmt: str) -
                 torch.testing.assert_close(results[isa, passes], first, rtol=1e-5, atol=1e-5 * rms.item())
             else:  # the same integers, scales and float operations in the same order on every SIMD path
                 assert torch.equal(results[isa, passes], first), (isa, passes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_int8_gemv_computes_the_int8_gemms_numbers(ql, isa: str, fmt: str) -> None:
+    """Decode's int8 GEMV reads the GGML blocks as they are (no centring of Q4_1's nibbles, no
+    repacking) yet takes the same rounding of x and the same error as the GEMM: 8 rows on the GEMV
+    agree with the same 8 rows inside a 9-row GEMM to float32 rounding, one pass (0.4% from float)
+    and two."""
+    packed = ql.quantize(_randn(200, 576, scale=0.05), fmt)
+    x = _randn(9, 576, seed=11, scale=3.0)
+    for passes in (1, 2):
+        gemm = ql.linear(x, packed, fmt, int8_passes=passes)[:8]
+        gemv = ql.linear(x[:8].contiguous(), packed, fmt, int8_passes=passes)
+        scale = gemm.pow(2).mean().sqrt().item()
+        torch.testing.assert_close(gemv, gemm, rtol=1e-5, atol=1e-6 * scale)
+        float_path = ql.linear(x[:8].contiguous(), packed, fmt, int8_passes=0)
+        assert (gemv - float_path).abs().max() > 10 * (gemv - gemm).abs().max()  # an int8 path ran
 
 
 def test_layer_option_keeps_pytorchs_numbers(ql) -> None:

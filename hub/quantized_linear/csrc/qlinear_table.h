@@ -31,6 +31,16 @@ using GemmI8Fn = void (*)(const uint8_t* w, int64_t K, const uint8_t* q, const f
                           int64_t n_begin, int64_t n_end, bool allow_vnni);
 using Int8DotFn = const char* (*)(bool allow_vnni);
 
+// The int8 GEMV (qlinear_gemv_i8.h), decode's path. GemvI8ActsFn: `rows` rows of K float32
+// activations -> signed int8 q (rows x K), where q2 is not null the residual's q2 (a second pass),
+// and 4 floats per row and block (d_x, d_r or 0, r, X / 8: see the header). GemvI8Fn: y as GemvFn's
+// from those, for `rows` (1 to kGemvRows) rows; q2 null: one pass.
+using GemvI8ActsFn = void (*)(const float* x, int64_t rows, int64_t K, bool two, int8_t* q, int8_t* q2,
+                              float* scales);
+using GemvI8Fn = void (*)(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t rows,
+                          int64_t K, const float* bias, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
+constexpr int64_t kGemvI8Scales = 4;  // floats per row and block that GemvI8ActsFn writes
+
 constexpr int64_t kGemvRows = 4;  // rows of x one GEMV pass serves (the weights are read once per pass)
 
 struct QLinearTable {
@@ -39,6 +49,8 @@ struct QLinearTable {
   QuantActsFn quant_acts[2];
   GemmI8Fn gemm_i8[2];
   Int8DotFn int8_dot;
+  GemvI8ActsFn gemv_i8_acts;
+  GemvI8Fn gemv_i8[2];
 };
 
 }  // namespace kx

@@ -121,6 +121,36 @@ void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* b
   }
 }
 
+// y (M, N) float32 = x (M, K) float32 @ W^T + bias on the int8 GEMV (qlinear_gemv_i8.h): the rows
+// of x quantized once (with `passes` 2, their residual too), then passes of up to kGemvRows rows
+// each stream the packed weight once, threads taking runs of output features.
+void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const at::Tensor& x, const float* bias,
+                  at::Tensor& y, int64_t N) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
+  const bool two = passes >= 2;
+  at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kChar));
+  at::Tensor scales = at::empty({M, nb, kx::kGemvI8Scales}, at::TensorOptions().dtype(at::kFloat));
+  int8_t* qp = q.data_ptr<int8_t>();
+  int8_t* q2p = two ? qp + M * K : nullptr;
+  const float* sp = scales.data_ptr<float>();
+  table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, scales.data_ptr<float>());
+  float* yp = y.data_ptr<float>();
+  const auto fn = table().gemv_i8[format];
+  const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
+  for (int64_t r0 = 0; r0 < M; r0 += kx::kGemvRows) {
+    const int64_t rows = std::min(kx::kGemvRows, M - r0);
+    const int8_t* q1r = qp + r0 * K;
+    const int8_t* q2r = two ? q2p + r0 * K : nullptr;
+    const float* sr = sp + r0 * nb * kx::kGemvI8Scales;
+    float* yr = yp + r0 * N;
+    if (N * K < kx::kSerialBelow) {
+      fn(w, q1r, q2r, sr, rows, K, bias, yr, N, 0, N);
+    } else {
+      at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) { fn(w, q1r, q2r, sr, rows, K, bias, yr, N, b, e); });
+    }
+  }
+}
+
 // y (M, N) float32 = x @ W^T + bias: panels of weight rows dequantized to float32, each multiplied
 // by ATen's matmul straight into y's columns. Threads take whole panels (their matmuls run on the
 // one thread, as nested parallel regions do), so a call joins its threads once: on a shared machine
@@ -206,15 +236,23 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   if (M == 0 || N == 0) return out;
   const uint8_t* w = packed.data_ptr<uint8_t>();
   TORCH_CHECK(int8_passes >= -1 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
-              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (2 for float32 ",
-              "activations, 1 for 16-bit ones), got ", int8_passes);
-  // 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their
-  // own rounding's order, and a second pass would lose to the 16-bit GEMMs F.linear runs.
-  if (int8_passes < 0) int8_passes = x.scalar_type() == at::kFloat ? 2 : 1;
-  if (M > kGemvMaxRows && int8_passes > 0) {
+              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (the float GEMV up ",
+              "to 8 rows; above, 2 for float32 activations, 1 for 16-bit ones), got ", int8_passes);
+  // Above kGemvMaxRows: 16-bit activations carry 8 (bfloat16) or 11 bits already, one int8 pass's
+  // error is of their own rounding's order, and a second pass would lose to the 16-bit GEMMs
+  // F.linear runs. Up to it the float GEMV: the int8 GEMV with two passes was no faster on the
+  // two-thread host measured (bench/quantized_linear.py --rows 1), and one pass is GGML's error,
+  // which a caller asks for (int8_passes=1).
+  if (int8_passes < 0) int8_passes = M <= kGemvMaxRows ? 0 : x.scalar_type() == at::kFloat ? 2 : 1;
+  if (int8_passes > 0) {
     at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
-    int8_gemm_path(format, int8_passes, w, xf, b.defined() ? b.data_ptr<float>() : nullptr, y, N);
+    const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+    if (M <= kGemvMaxRows) {
+      gemv_i8_path(format, int8_passes, w, xf, bp, y, N);
+    } else {
+      int8_gemm_path(format, int8_passes, w, xf, bp, y, N);
+    }
     if (x.scalar_type() != at::kFloat) out.view({M, N}).copy_(y);
     return out;
   }
@@ -252,7 +290,7 @@ void workload() {
   static const at::Tensor packed = quantize_q4_1(kx::sample({1536, 576}, at::kFloat, 0.05)),
                           x = kx::sample({128, 576}), x1 = x.narrow(0, 0, 1).contiguous();
   linear_q4_1(x, packed, std::nullopt, 2);
-  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, 2);
+  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, -1);  // the default: the float GEMV
 }
 const kx::Workload measured("quantized_linear", &workload);
 

@@ -2,18 +2,21 @@
 
 A weight is packed once (`quantize`) into a uint8 tensor of GGML blocks, byte for byte what a GGUF
 file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by it without ever
-materialising the float weight: a GEMV streaming the blocks for a few rows (decode, float32
-arithmetic), and for many rows (prefill) an int8 GEMM: the activations quantized per block of 32
-to int8 with a float scale, as GGML's Q8 activations are, and integer dot products (AVX512-VNNI,
-AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`; every one gives the same
-results). That is a different numeric path from PyTorch's, not a rounding difference: with
-`int8_passes=1` (GGML's way) each activation is rounded to one of 255 levels of its block's
-largest value (error up to about 0.4% of that value; on SmolLM2 a logits KL of 1.9e-3 against
-PyTorch). `int8_passes=2`, the default for float32 activations, quantizes the residual too and
-adds its products in the same sweep (x ~ d q + d_r q_r, about 254 times less error, half the
-speed); bfloat16 and float16 activations default to one pass, whose error is of the order of their
-own rounding (and a second would lose to the 16-bit GEMMs F.linear runs). `int8_passes=0`
-(`layers.use_int8_gemm(module, 0)` for a layer) keeps the dequantize-and-matmul path, whose
+materialising the float weight: for a few rows (decode) a GEMV streaming the blocks once, in
+float32 arithmetic by default, and for many rows (prefill) an int8 GEMM. The int8 paths (the GEMM,
+and the GEMV where `int8_passes` asks for it) quantize the activations per block of 32 to int8 with
+a float scale, as GGML's Q8 activations are, and take integer dot products (the GEMM: AVX512-VNNI,
+AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`; the GEMV: AVX2's maddubs on
+both SIMD paths; every one gives the same results). That is a different numeric path from
+PyTorch's, not a rounding difference: with `int8_passes=1` (GGML's way) each activation is rounded
+to one of 255 levels of its block's largest value (error up to about 0.4% of that value; on SmolLM2
+a logits KL of 1.9e-3 against PyTorch). `int8_passes=2`, the GEMM's default for float32
+activations, quantizes the residual too and adds its products in the same sweep (x ~ d q + d_r q_r,
+about 254 times less error, half the speed); bfloat16 and float16 activations default to one pass
+there, whose error is of the order of their own rounding (and a second would lose to the 16-bit
+GEMMs F.linear runs). The GEMV keeps float32 unless asked: two int8 passes were no faster than it
+on the hosts measured, and one is GGML's error. `int8_passes=0` (`layers.use_int8_gemm(module, 0)`
+for a layer) keeps float32 arithmetic for many rows too (the dequantize-and-matmul path), whose
 results differ from F.linear on the dequantized weight in rounding order only. On a weight that is
 the float dequantization of such blocks (a GGUF checkpoint), packing finds the same blocks again,
 so the kernel runs the very same weights PyTorch runs.
@@ -85,9 +88,10 @@ def linear(
 ) -> torch.Tensor:
     """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight.
 
-    Above 8 rows, `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual;
-    None: 2 for float32 x, 1 for 16-bit x; see the module docstring); 0 keeps float32 arithmetic
-    (dequantized panels and ATen's matmul)."""
+    `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual; see the module
+    docstring): the int8 GEMV up to 8 rows, the int8 GEMM above; 0 keeps float32 arithmetic (the
+    float GEMV, or dequantized panels and ATen's matmul); None: the float GEMV up to 8 rows, above
+    them 2 for float32 x and 1 for 16-bit x."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(

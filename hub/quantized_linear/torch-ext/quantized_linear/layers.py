@@ -8,9 +8,10 @@ or the same one written in place: its data pointer or `_version` moves). A weigh
 packed raises ValueError with a one-line reason (`pack_error`).
 
 Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
-activations are quantized to int8 per block of 32, and by default float32 ones' residual too).
-`use_int8_gemm(module, 1)` takes one pass (GGML's, faster, less accurate), `use_int8_gemm(module,
-0)` the dequantize-and-matmul path for a module that needs PyTorch's numbers; the choice is the
+activations are quantized to int8 per block of 32, and by default float32 ones' residual too);
+decode (up to 8 rows) the float GEMV. `use_int8_gemm(module, 1)` takes one int8 pass for both
+(GGML's, faster, less accurate; decode then runs the int8 GEMV), `use_int8_gemm(module, 2)` two,
+`use_int8_gemm(module, 0)` float32 arithmetic for a module that needs PyTorch's numbers; the choice is the
 plain instance attribute `_kernel_int8_passes`, read on every forward.
 """
 
