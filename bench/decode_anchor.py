@@ -20,7 +20,7 @@ llama.cpp) over this machine's copy bandwidth measured in the same run. Then agr
 tokens of compiled + kernels against the same kernel model uncompiled on 3 prompts, and the
 last-token logits' KL and top-1 against eager PyTorch.
 
-    python bench/decode_anchor.py [--rounds 5] [--threads 2] [--no-compile] [--no-llama]
+    python bench/decode_anchor.py [--rounds 5] [--threads 2] [--no-compile] [--no-llama] [--int8-passes 1]
 
 llama.cpp is not a dependency of the package or its tests. To build it from source (about 10
 minutes on 2 cores), in the project's environment:
@@ -245,6 +245,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-llama", action="store_true")
+    parser.add_argument(
+        "--int8-passes",
+        type=int,
+        choices=[0, 1, 2],
+        help="the kernel Linears' int8 passes (quantized_linear.layers.use_int8_gemm) for prefill and "
+        "decode alike: 1 is GGML's way (decode then runs the int8 GEMV); default: the layers' own "
+        "(the float GEMV for decode, two int8 passes for a float32 prefill)",
+    )
     args = parser.parse_args()
 
     import platform
@@ -263,11 +271,17 @@ def main() -> None:
     kmodel = copy.deepcopy(model)
     explorer = kernel_model(kmodel, tokenizer)
     quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
+    if args.int8_passes is not None:
+        for module in kmodel.modules():
+            if isinstance(module, nn.Linear):
+                quantized.layers.use_int8_gemm(module, args.int8_passes)
     with open("/proc/cpuinfo") as info:
         cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "?")
     print(f"host: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; torch {torch.__version__}")
     print(f"{args.threads} threads")
     print(f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}")
+    passes = "the layers' default" if args.int8_passes is None else args.int8_passes
+    print(f"kernel Linears' int8 passes: {passes}")
     running = sorted({f"{n.layer_name}: {n.kernel_id}" for n in explorer.running() if n.is_kernel})
     print("kernels:", ", ".join(running), "; attention:", kmodel.config._attn_implementation)
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -27,14 +27,15 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
-#: the attribute that sets one module's int8 passes (absent: -1, 2 for float32 inputs, 1 for 16-bit)
+#: the attribute that sets one module's int8 passes (absent: -1, the default: see use_int8_gemm)
 INT8_GEMM_ATTR = "_kernel_int8_passes"
 
 
 def use_int8_gemm(module: nn.Module, passes: int | None) -> None:
-    """`module`'s prefill GEMM: 2 int8 passes (activations and their residual), 1 (GGML's int8
-    activations), 0 / False (dequantize and matmul: PyTorch's numbers), or None (the default: 2
-    for float32 inputs, 1 for bfloat16 / float16 ones)."""
+    """`module`'s int8 passes: 2 (activations and their residual), 1 (GGML's int8 activations),
+    both for prefill's GEMM and decode's GEMV; 0 / False (float32: dequantize and matmul,
+    PyTorch's numbers, and the float GEMV); or None (the default: the float GEMV for decode's
+    rows, and for prefill 2 for float32 inputs, 1 for bfloat16 / float16 ones)."""
     if passes is not None and int(passes) not in (0, 1, 2):
         raise ValueError(f"quantized-linear: int8 passes must be 0, 1, 2 or None, got {passes!r}")
     object.__setattr__(module, INT8_GEMM_ATTR, -1 if passes is None else int(passes))
