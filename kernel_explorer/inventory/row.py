@@ -40,7 +40,9 @@ class InventoryRow:
     share: float | None = None  # of the model's prefill time on PyTorch (from the last `breakdown()`)
     #: kernel_name's answers: a table redraw asks it ~15 times per instance, while a Run holds the
     #: GIL half the time (a click's answer spent 30 ms of its 40 in these matches, idle)
-    _names: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    _names: dict[tuple[object, ...], str] = field(
+        default_factory=dict, init=False, compare=False, repr=False, hash=False
+    )
 
     @property
     def kind(self) -> str:
