@@ -45,25 +45,28 @@ def test_packing_is_ggml_blocks(kernel, format):
     assert err <= weight.abs().max() * step * 2  # within a quantization step of the block's range
 
 
-@pytest.mark.parametrize("passes", [2, 1, 0])
+@pytest.mark.parametrize("passes", [None, 2, 1, 0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 3, 70])
 @pytest.mark.parametrize("format", ["q8_0", "q4_1"])
 def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, dtype, passes):
-    """Few rows (GEMV) and int8_passes=0: F.linear on the dequantized weight; more rows with one
-    int8 pass: the same on the activations' int8 grid (`int8_reference`); with two passes (the
-    default): F.linear within 1e-3."""
+    """int8_passes=0: F.linear on the dequantized weight; one int8 pass (the int8 GEMV up to 8
+    rows, the int8 GEMM above): the same on the activations' int8 grid (`int8_reference`); two
+    passes: F.linear within 1e-3. None (the default): the float GEMV up to 8 rows, above them two
+    passes for float32, one for bfloat16."""
     weight, bias = torch.randn(40, 128) * 128**-0.5, torch.randn(40)
     packed = kernel.quantize(weight, format)
     x = torch.randn(rows, 128).to(dtype)
     y = kernel.linear(x, packed, format, bias, int8_passes=passes)
     assert y.shape == (rows, 40) and y.dtype == dtype
-    if passes == 1 and rows > 8:
+    if passes is None:  # what the default chooses
+        passes = 0 if rows <= 8 else 2 if dtype == torch.float32 else 1
+    if passes == 1:
         ref = int8_reference(x, packed, format) + bias.double()
     else:
         ref = F.linear(x.double(), dequantize(packed, format).double(), bias.double())
     tol = 1e-5 if dtype == torch.float32 else 2e-2
-    if passes == 2 and rows > 8:
+    if passes == 2:
         tol = max(tol, 1e-3)
     torch.testing.assert_close(y.double(), ref, atol=tol, rtol=tol)
 
