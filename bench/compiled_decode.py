@@ -12,9 +12,10 @@ on, and attention on the bundled flash_attn's direct `attention_forward`.
     tokens = decoder.generate(ids, new_tokens=64)    # greedy, (1, prompt + 64) LongTensor
     print(explain_decode(decoder, ids))              # graphs and graph breaks of one decode step
 
-Under a static cache SDPA gets a mask, so attention runs SDPA in the compiled graphs whatever the
-attention row says (the direct `attention_forward` answers masked calls with SDPA too). Decode
-attention over 192 cached tokens is a small share of a SmolLM2 step; the Linear layers are most of it.
+Under a static cache SDPA gets a mask: the direct `attention_forward` runs the kernel on a decode
+step's mask (the op's key mask: only the cache's filled part is read, and K and V are not expanded
+to every query head as SDPA's path does) and answers a masked prefill with SDPA. The Linear layers
+are most of a SmolLM2 decode step.
 """
 
 from __future__ import annotations

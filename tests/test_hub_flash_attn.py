@@ -256,7 +256,9 @@ def _ran_kernel(fn, *args, **kwargs) -> tuple[object, bool]:
 def test_attention_forward_runs_the_kernel_where_sdpa_skips_its_mask(hub: dict) -> None:
     """`attention_forward` (Transformers' attention-interface signature): without a mask it runs the
     kernel itself, to SDPA's accuracy and causal semantics (a prefill, a one-token decode against a
-    longer cache); with a mask it answers with Transformers' own sdpa_attention_forward."""
+    longer cache, and one decode token with SDPA's boolean mask, a static cache's unused tail or
+    padding, taken as the op's key_mask); with a mask over several query tokens it answers with
+    Transformers' own sdpa_attention_forward."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     fa = hub["flash_attn"]
@@ -280,6 +282,18 @@ def test_attention_forward_runs_the_kernel_where_sdpa_skips_its_mask(hub: dict) 
     (masked, _), ran = _ran_kernel(fa.attention_forward, module, q, k, v, mask, scaling=0.125)
     assert not ran
     assert torch.equal(masked, sdpa_attention_forward(module, q, k, v, mask, scaling=0.125)[0])
+    # one decode token against a static cache of 200 slots, 2 of padding then 129 filled
+    mask = torch.zeros(1, 1, 1, 200, dtype=torch.bool)
+    mask[..., 2:131] = True
+    q = _rand(1, 9, 1, 64, dtype=torch.float32, seed=7)
+    k = _rand(1, 3, 200, 64, dtype=torch.float32, seed=8)
+    v = _rand(1, 3, 200, 64, dtype=torch.float32, seed=9)
+    (out, _), ran = _ran_kernel(fa.attention_forward, module, q, k, v, mask, scaling=0.125)
+    assert ran
+    ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.125)
+    exact, _ = sdpa_attention_forward(module, q.double(), k.double(), v.double(), mask, scaling=0.125)
+    err, err_sdpa = ((t.double() - exact).abs().max().item() for t in (out, ref))
+    assert err <= 1.5 * max(err_sdpa, torch.finfo(torch.float32).eps), (err, err_sdpa)
 
 
 class SinkAttention(torch.nn.Module):

@@ -1,7 +1,7 @@
 """compare_model(compiled=True): compiled + kernels against compiled PyTorch and eager PyTorch.
 
 One compiled run on a tiny Llama with every bundled layer kernel on (attention stays on SDPA: under
-a static cache its mask sends the bundled flash_attn's glue out of the graph) is shared by the
+a static cache its mask sends the bundled flash_attn's flash glue out of the graph) is shared by the
 record tests; the static decoder and the refusals need no compile of a model.
 """
 

@@ -29,9 +29,12 @@ over its whole masked length).
 set back (the slots past it are overwritten, and masked until then), a dynamic cache is cropped back
 to it. So decode is timed without the prefill in every call.
 
-The static cache gives SDPA a mask (the cache's unused tail), so attention runs PyTorch's SDPA in
-these graphs whatever the model's attention row says: the bundled flash_attn's Transformers glue
-unpads by the mask (data-dependent shapes, a graph break per layer).
+The static cache gives SDPA a mask (the cache's unused tail). Through Transformers' flash glue
+(a Hub attention repository, or the bundled flash_attn by its flash name) attention runs PyTorch's
+SDPA in these graphs: the glue unpads by the mask (data-dependent shapes, a graph break per layer).
+The bundled flash_attn's direct `attention_forward` takes a decode step's boolean mask as the op's
+key mask, so its decode graph runs the kernel (and reads only the cache's filled part); a prefill
+with the mask still runs SDPA.
 """
 
 from __future__ import annotations

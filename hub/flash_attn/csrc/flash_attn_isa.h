@@ -283,6 +283,12 @@ void prefill_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Att
         }
       }
     }
+    // The key mask: a masked key's scores are -inf for every row.
+    if (t.key_mask) {
+      for (int64_t j = 0; j < bk; ++j) {
+        if (!t.key_mask[k0 + j]) std::fill(st + j * rp, st + (j + 1) * rp, -kInf);
+      }
+    }
     // Online softmax, vertical along the keys of the block.
     for (int64_t i = 0; i < rp; i += kV) {
       VecF mb(-kInf);
@@ -387,6 +393,10 @@ void decode_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Attn
   const int64_t kend = key_end(p, t);
   const T* kbase = static_cast<const T*>(p.k) + t.k_off + t.kv_head * p.k_head;
   const T* vbase = static_cast<const T*>(p.v) + t.v_off + t.kv_head * p.v_head;
+  // key j past row r's causal limit, or masked
+  auto hidden = [&](int64_t j, int64_t r) {
+    return static_cast<float>(j) > lim[r] || (t.key_mask != nullptr && !t.key_mask[j]);
+  };
 
   for (int64_t k0 = t.k_begin; k0 < kend; k0 += kBK) {
     const int64_t bk = std::min(kBK, kend - k0);
@@ -418,7 +428,7 @@ void decode_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Attn
         hsum4(acc, dot);
         for (int c = 0; c < 4; ++c) {
           for (int64_t e = d; e < D; ++e) dot[c] += qr[e] * kr[c * ks + e];
-          s[r * kBK + j0 + c] = static_cast<float>(k0 + j0 + c) > lim[r] ? -kInf : dot[c];
+          s[r * kBK + j0 + c] = hidden(k0 + j0 + c, r) ? -kInf : dot[c];
         }
       }
     }
@@ -431,7 +441,7 @@ void decode_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::Attn
         for (; d < dv; d += kV) acc = at::vec::fmadd(VecF::loadu(qr + d), VecF::loadu(kr + d), acc);
         float dot = hsum(acc);
         for (; d < D; ++d) dot += qr[d] * kr[d];
-        s[r * kBK + j] = static_cast<float>(k0 + j) > lim[r] ? -kInf : dot;
+        s[r * kBK + j] = hidden(k0 + j, r) ? -kInf : dot;
       }
     }
     for (int64_t r = 0; r < R; ++r) {

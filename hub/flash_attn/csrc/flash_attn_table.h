@@ -29,6 +29,8 @@ struct AttnTask {
   int64_t q0, nq;            // query tokens [q0, q0 + nq) of the sequence
   int64_t lq, lk;            // the sequence's query and key lengths
   int64_t k_begin, k_end;    // the key range of this task (a split of [0, lk))
+  const bool* key_mask;      // the sequence's keys, false where masked (a padding or static-cache
+                             // mask, for every query row); nullptr: every key visible
 };
 
 // A task's unnormalised result, when its keys are split over several tasks: o is rows x head_dim

@@ -47,14 +47,15 @@ const kx::OpChoice& op_for(int code, bool decode);
 std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                        const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k,
                                        const std::optional<at::Tensor>& seqused_k, double scale, bool causal,
-                                       bool heads_first = false) {
+                                       bool heads_first = false, const std::optional<at::Tensor>& key_mask = std::nullopt) {
   // heads_first: dense q/k/v as (batch, heads, seqlen, head_dim), Transformers' attention-interface
   // layout; the views are swapped here (three Python transposes cost more than a 16-token call's
   // arithmetic). The output is (batch, seqlen_q, heads, head_dim) either way.
   if (heads_first) {
     TORCH_CHECK(!cu_q.has_value() && q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4,
                 "flash_attn: heads_first takes dense (batch, heads, seqlen, head_dim) tensors, got q ", q_in.sizes());
-    return fwd(q_in.transpose(1, 2), k_in.transpose(1, 2), v_in.transpose(1, 2), cu_q, cu_k, seqused_k, scale, causal);
+    return fwd(q_in.transpose(1, 2), k_in.transpose(1, 2), v_in.transpose(1, 2), cu_q, cu_k, seqused_k, scale, causal,
+               false, key_mask);
   }
   const int dc = kx::dtype_code(q_in, "flash_attn");
   TORCH_CHECK(k_in.scalar_type() == q_in.scalar_type() && v_in.scalar_type() == q_in.scalar_type(),
@@ -104,6 +105,26 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
                   k.size(1), "], got ", n);
     }
   }
+  // key_mask (batch, seqlen_k) bool: false hides that key from every query row of its sequence (a
+  // padding mask, or a static cache's unused tail). Keys past a sequence's last visible one are
+  // not read at all (`visible`): a decode step against a long static cache costs what its filled
+  // part costs, and whatever its tail holds cannot reach the output. The causal alignment still
+  // counts every key.
+  at::Tensor km;
+  std::vector<int64_t> visible;
+  if (key_mask.has_value()) {
+    TORCH_CHECK(!varlen && key_mask->scalar_type() == at::kBool && key_mask->dim() == 2 &&
+                    key_mask->size(0) == B && key_mask->size(1) == k.size(1),
+                "flash_attn: key_mask must be a dense call's (batch, seqlen_k) = (", B, ", ", k.size(1),
+                ") bool tensor, got ", key_mask->scalar_type(), " ", key_mask->sizes());
+    km = key_mask->to(at::kCPU).contiguous();
+    const bool* m = km.data_ptr<bool>();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t last = used.empty() ? k.size(1) : used[b];
+      while (last > 0 && !m[b * k.size(1) + last - 1]) --last;
+      visible.push_back(last);
+    }
+  }
   at::Tensor lse = varlen ? at::empty({H, q.size(0)}, q.options().dtype(at::kFloat))
                           : at::empty({B, H, q.size(1)}, q.options().dtype(at::kFloat));
   if (q.numel() == 0) return {out, lse};
@@ -134,11 +155,13 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
     t.v_off = varlen ? ck[b] * v.stride(0) : b * v.stride(0);
     t.out_off = varlen ? cq[b] * out.stride(0) : b * out.stride(0);
     t.lse_off = varlen ? cq[b] : b * H * q.size(1);
-    max_lk = std::max(max_lk, t.lk);
+    t.key_mask = km.defined() ? km.data_ptr<bool>() + b * k.size(1) : nullptr;
+    const int64_t end = visible.empty() ? t.lk : visible[b];
+    max_lk = std::max(max_lk, end);
     for (int64_t hk = 0; hk < Hk; ++hk) {
       for (int64_t q0 = 0; q0 < t.lq; q0 += nq_block) {
         t.kv_head = hk, t.q0 = q0, t.nq = std::min(nq_block, t.lq - q0);
-        t.k_begin = 0, t.k_end = t.lk;
+        t.k_begin = 0, t.k_end = end;
         base.push_back(t);
         group.push_back(b * Hk + hk);
       }
@@ -153,10 +176,11 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   std::vector<kx::AttnTask> tasks;
   for (size_t i = 0; i < base.size(); ++i) {
     const kx::AttnTask& t = base[i];
-    const int64_t per = splits == 1 ? t.lk : (t.lk + splits - 1) / splits;
+    const int64_t end = t.k_end;  // the base task's keys: [0, lk), or up to the last visible one
+    const int64_t per = splits == 1 ? end : (end + splits - 1) / splits;
     for (int64_t s = 0; s < splits; ++s) {
       kx::AttnTask u = t;
-      u.k_begin = std::min(t.lk, s * per), u.k_end = splits == 1 ? t.lk : std::min(t.lk, (s + 1) * per);
+      u.k_begin = std::min(end, s * per), u.k_end = splits == 1 ? end : std::min(end, (s + 1) * per);
       tasks.push_back(u);
     }
   }
@@ -244,7 +268,7 @@ const kx::OpChoice& op_for(int code, bool decode) { return by_dtype[code][decode
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
-      "float softmax_scale, bool causal, bool heads_first=False) -> (Tensor, Tensor)");
+      "float softmax_scale, bool causal, bool heads_first=False, Tensor? key_mask=None) -> (Tensor, Tensor)");
   m.def("isa() -> str", &kx::current_isa);
   m.def("set_isa(str isa) -> str", &kx::set_isa);
   m.def("reset_isa() -> str", &kx::reset_isa);

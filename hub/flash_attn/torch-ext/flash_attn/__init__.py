@@ -41,9 +41,10 @@ its scores, the softmax with the sink is the one without, times ``exp(lse) / (ex
 exp(s_aux))`` = ``sigmoid(lse - s_aux)``, in float32; the returned lse includes the sink.
 
 Op: ``torch.ops.<id>.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, softmax_scale, causal,
-heads_first=False) -> (out, lse)`` (heads_first: dense q/k/v as (batch, heads, seqlen, headdim),
-the output still (batch, seqlen, heads, headdim)); ``isa()`` / ``set_isa(name)`` report and force
-the code path (avx512bf16, avx512, avx2, portable).
+heads_first=False, key_mask=None) -> (out, lse)`` (heads_first: dense q/k/v as (batch, heads,
+seqlen, headdim), the output still (batch, seqlen, heads, headdim); key_mask: a dense call's
+(batch, seqlen_k) bool, False hiding that key from every query row); ``isa()`` /
+``set_isa(name)`` report and force the code path (avx512bf16, avx512, avx2, portable).
 """
 
 from __future__ import annotations
@@ -240,7 +241,10 @@ def attention_forward(
     prefill, or one decode token against a cache), the kernel runs on those tensors as they are
     (the op's heads_first layout), with SDPA's causal semantics (a prefill whose
     keys outnumber its queries keeps the first seqlen_q keys, as `sdpa_attention_forward` does;
-    one query token sees every key). Anything else (a padding or static-cache mask, dropout,
+    one query token sees every key). One decode token with SDPA's boolean mask (a static cache's
+    unused tail, or padding) runs the kernel too, the mask as the op's key_mask: this is every
+    step of a compiled decode on a static cache, where SDPA would first expand K and V to every
+    query head. Anything else (a mask over several query tokens or a float one, dropout,
     position_bias, attention sinks, a paged cache, softcap, value head_dim != query head_dim) is
     answered by Transformers' own `sdpa_attention_forward`, so the result is always PyTorch's where
     the kernel does not apply. Returns (out (batch, seqlen, heads, headdim), None).
@@ -252,8 +256,17 @@ def attention_forward(
     """
     # the common call (a model's own keywords only: position_ids, use_cache, ...) decides in a few
     # attribute reads: this runs 30 times per token and at 16 tokens the op itself takes ~25 us
-    if (
+    key_mask = None
+    if (  # a decode step's boolean mask: which keys its one query sees
         attention_mask is not None
+        and attention_mask.dtype == torch.bool
+        and attention_mask.dim() == 4
+        and attention_mask.shape[1] == attention_mask.shape[2] == query.shape[2] == 1
+        and attention_mask.shape[3] == key.shape[2]
+    ):
+        key_mask = attention_mask[:, 0, 0].expand(query.shape[0], -1)
+    if (
+        (attention_mask is not None and key_mask is None)
         or dropout
         or not (
             _SDPA_ONLY.isdisjoint(kwargs)
@@ -283,7 +296,8 @@ def attention_forward(
     if causal and k_len > q_len:  # as sdpa_attention_forward: top-left, the first q_len keys
         key, value = key[:, :, :q_len], value[:, :, :q_len]
     scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
-    out, _ = _fwd(query, key, value, None, None, None, scale, causal, True)  # heads_first: no transposes
+    # heads_first: no transposes
+    out, _ = _fwd(query, key, value, None, None, None, scale, causal, True, key_mask)
     return out, None
 
 

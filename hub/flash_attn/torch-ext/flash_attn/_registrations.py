@@ -26,6 +26,7 @@ def _fwd_fake(
     softmax_scale: float,
     causal: bool,
     heads_first: bool = False,
+    key_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     varlen = cu_seqlens_q is not None
     torch._check(not (heads_first and varlen), lambda: "flash_attn: heads_first takes dense tensors")
