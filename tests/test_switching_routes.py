@@ -94,3 +94,52 @@ def test_compiled_holders_each_keep_their_own_route() -> None:
         torch._dynamo.reset()
         function_routes.detach(routed, "scale")
         function_routes.detach(attached_off, "scale")
+
+
+class _Untouchable:
+    """Stands in for the router's bookkeeping: any read of it fails the test."""
+
+    def __getattr__(self, name: str) -> None:
+        raise AssertionError(f"a routed call read the router's holder table ({name})")
+
+    def __len__(self) -> int:
+        raise AssertionError("a routed call read the router's holder table (len)")
+
+
+def test_a_routed_call_reads_no_weak_table() -> None:
+    """torch.compile traces the router and guards on what it reads. A weak dictionary of holders
+    was guarded by key position, and the collector dropping a dead model's entry while Dynamo built
+    those guards raised IndexError (seen in compare_model(compiled=True) after other tests' models):
+    a call reads the running holder's own table and an int, never the weak one."""
+    from kernel_explorer._backend.layer_forwards import installed_forward
+
+    routed, plain = Holder(), Holder()
+    copy = function_routes.copy_for(routed, "scale")
+    copy.forward = _triple.__get__(copy)
+    shared = function_routes.shared_function(routed, "scale")
+    router = installed_forward(shared)
+    table, router.copies = router.copies, _Untouchable()
+    one = torch.ones(1)
+    try:
+        torch._dynamo.reset()
+        assert torch.compile(routed, backend="eager")(one).item() == 3
+        assert torch.compile(plain, backend="eager")(one).item() == 2
+        assert routed(one).item() == 3 and plain(one).item() == 2
+    finally:
+        router.copies = table
+        torch._dynamo.reset()
+        function_routes.detach(routed, "scale")
+    assert not function_routes.is_routed(shared) and "_kernel_explorer_copies" not in routed.__dict__
+
+
+def test_a_collected_holder_is_counted_out_and_the_router_retires() -> None:
+    import gc
+
+    holder, other = Holder(), Holder()
+    function_routes.copy_for(holder, "scale")
+    shared = function_routes.shared_function(holder, "scale")
+    assert function_routes.is_routed(shared)
+    del holder
+    gc.collect()
+    assert other(torch.ones(1)).item() == 2  # the router's next call finds no holder and retires
+    assert not function_routes.is_routed(shared)

@@ -15,6 +15,11 @@ lives on the shared object), so no table outside the objects involved keeps them
 A model dropped with copies still attached (a notebook cell run again, without switching off) takes
 its copies with it (the router holds its holders weakly); the router then has nothing to route and
 takes itself off at its next call, so the process's function is as it was built again.
+
+What a call reads is plain: the running holder's own table of copies (an attribute of the holder)
+and the router's count of live holders. torch.compile traces the router and guards on what it read;
+a guard on a weak dictionary's keys (indexed by position) broke when the collector dropped a dead
+model's entry while Dynamo was building the guards ("IndexError: list index out of range").
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 _lock = threading.RLock()
 _running = threading.local()  # .holders: stack of holder modules running on this thread
 _SHARED = "_kernel_explorer_shared"  # on a copy: the shared module it stands in for
+_COPIES = "_kernel_explorer_copies"  # on a holder: {id of a shared module: the holder's copy of it}
 
 
 class _Router:
@@ -46,20 +52,21 @@ class _Router:
         self._shared = weakref.ref(shared)
         self.previous = installed_forward(shared)
         self._original = type(shared).forward
-        # holder -> (its copy, the hooks that tell the router it runs); both weak: the copy's kernel
-        # forward reaches back to the model that holds it, and a strong value would keep the key alive
+        self.slot = id(shared)  # the key of the holders' copies of `shared` in their _COPIES
+        # holder -> the hooks that tell the router it runs and the holder's finalizer, weakly:
+        # bookkeeping, never read by a call
         self.copies: weakref.WeakKeyDictionary[
-            nn.Module, tuple[weakref.ref[nn.Module], tuple[RemovableHandle, ...]]
+            nn.Module, tuple[tuple[RemovableHandle, ...], weakref.finalize]
         ] = weakref.WeakKeyDictionary()
+        self.live = 0  # holders with a copy not yet detached nor collected: what a call reads
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         shared = self._shared()
-        if shared is not None and not self.copies:  # every holder with a copy was collected
+        if shared is not None and not self.live:  # every holder with a copy was collected
             _retire(shared, self)
         stack = getattr(_running, "holders", None)
         if stack and shared is not None:
-            found = self.copies.get(stack[-1])
-            copy = found[0]() if found is not None else None
+            copy = getattr(stack[-1], _COPIES, {}).get(self.slot)
             if copy is not None:
                 return copy.forward(*args, **kwargs)
         if self.previous is not None:
@@ -104,7 +111,11 @@ def copy_for(holder: nn.Module, key: str) -> nn.Module:
             holder.register_forward_pre_hook(_enter),
             holder.register_forward_hook(_leave, always_call=True),
         )
-        router.copies[holder] = (weakref.ref(copy), hooks)  # the holder keeps the copy alive
+        holder.__dict__.setdefault(_COPIES, {})[router.slot] = copy  # the holder keeps its copy alive
+        # counted out when the holder goes uncollected-with-its-copy (the finalizer holds neither)
+        gone = weakref.finalize(holder, _collected, weakref.ref(router))
+        router.copies[holder] = (hooks, gone)
+        router.live += 1
         return copy
 
 
@@ -119,11 +130,26 @@ def detach(holder: nn.Module, key: str) -> None:
         router = installed_forward(shared)
         if not isinstance(router, _Router):
             return
-        _, hooks = router.copies.pop(holder, (None, ()))
+        own = holder.__dict__.get(_COPIES)
+        if own is not None:
+            own.pop(router.slot, None)
+            if not own:  # nothing of ours stays on the holder
+                del holder.__dict__[_COPIES]
+        hooks, gone = router.copies.pop(holder, ((), None))
         for handle in hooks:
             handle.remove()
-        if not router.copies:
+        if gone is not None and gone.detach() is not None:
+            router.live -= 1
+        if not router.live:
             _retire(shared, router)
+
+
+def _collected(router_ref: weakref.ref[_Router]) -> None:
+    """A holder was collected with its copy still attached: its router counts it out."""
+    router = router_ref()
+    if router is not None:
+        with _lock:
+            router.live -= 1
 
 
 def _retire(shared: nn.Module, router: _Router) -> None:
