@@ -24,7 +24,9 @@ def int8_reference(x, packed, format):
     w = dequantize(packed, format).double()
     blocks = x.float().reshape(x.shape[0], -1, 32)
     amax = blocks.abs().amax(-1, keepdim=True)
-    inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    # a true division, as the kernel's 127.f / amax: `127 / amax` is reciprocal(amax) * 127 in
+    # PyTorch, a second rounding that moved an activation near a rounding tie to the next level
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
     xq = (torch.round(blocks * inv).double() * (amax.double() / 127)).reshape(x.shape)
     if format == "q8_0":
         return xq @ w.T
