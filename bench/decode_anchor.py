@@ -128,6 +128,26 @@ def torch_sides(model, kmodel, ids512, ids128, compiled: bool, decoders: list) -
     return sides
 
 
+def _extra_buffer_types_run(gguf, threads: int) -> bool:
+    """Whether llama.cpp evaluates a batch on its default buffer types, tried in a child process
+    (a crash there would end this one)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, llama_cpp\n"
+        "llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=256, n_batch=64, n_ubatch=64,\n"
+        "                      n_threads=int(sys.argv[2]), verbose=False)\n"
+        "llm.eval(list(range(100, 164)))\n"
+    )
+    try:
+        argv = [sys.executable, "-c", code, str(gguf), str(threads)]
+        run = subprocess.run(argv, capture_output=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return False
+    return run.returncode == 0
+
+
 def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
     try:
         import llama_cpp
@@ -136,6 +156,21 @@ def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
         return None
     import numpy as np
 
+    if not _extra_buffer_types_run(gguf, threads):
+        # llama.cpp's extra buffer types (AMX tiles, repacked weights) are what it takes by default;
+        # where a batch crashes the process on them (a segfault on an AVX-512/AMX VM, 2026-12-05),
+        # llama.cpp runs without them rather than not at all, and the header says so
+        print("llama.cpp: a 64-token batch crashed on its extra buffer types (AMX, repack): run without them")
+        import llama_cpp.llama_cpp as low_level  # what llama_cpp.Llama reads its defaults from
+
+        default_params = low_level.llama_model_default_params
+
+        def without_extra_bufts():  # type: ignore[no-untyped-def]
+            params = default_params()
+            params.use_extra_bufts = False
+            return params
+
+        low_level.llama_model_default_params = without_extra_bufts
     llm = llama_cpp.Llama(
         model_path=str(gguf),
         n_ctx=1024,

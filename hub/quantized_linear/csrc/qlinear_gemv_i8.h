@@ -102,6 +102,7 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * bytes;
+    prefetch_row_ahead(w, nb * bytes, o, o1);
     __m256 acc[2][R], mins[2][R];
     for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = mins[0][r] = mins[1][r] = _mm256_setzero_ps();
     auto step = [&](int64_t b, __m256 (&a)[R], __m256 (&am)[R]) {
@@ -152,6 +153,7 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * bytes;
+    prefetch_row_ahead(w, nb * bytes, o, o1);
     float acc[R] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = row + b * bytes;

@@ -44,6 +44,17 @@ inline const float* half_table() {
 
 inline float half_at(const float* H, const uint8_t* p) { return H[half_bits(p)]; }
 
+#ifndef KX_PREFETCH_ROWS
+#define KX_PREFETCH_ROWS 4
+#endif
+// Decode reads each weight row once, from L3 or memory (a token streams every layer's weights):
+// the GEMVs fetch the row KX_PREFETCH_ROWS ahead of the one they compute, within their range.
+inline void prefetch_row_ahead(const uint8_t* w, int64_t row_bytes, int64_t o, int64_t o1) {
+  if (o + KX_PREFETCH_ROWS >= o1) return;
+  const uint8_t* p = w + (o + KX_PREFETCH_ROWS) * row_bytes;
+  for (int64_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(p + i, 0, 3);
+}
+
 #if defined(CPU_CAPABILITY_AVX512)
 inline __m512 bcast_half(const float* H, const uint8_t* p) { return _mm512_set1_ps(H[half_bits(p)]); }
 inline void q8_0_block(const uint8_t* p, __m512& q0, __m512& q1) {
@@ -65,6 +76,7 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ8_0Bytes;
+    prefetch_row_ahead(w, nb * kQ8_0Bytes, o, o1);
     __m512 acc_a[R], acc_b[R];
     for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm512_setzero_ps();
     auto step = [&](int64_t b, __m512 (&acc)[R]) {
@@ -99,6 +111,7 @@ void gemv_q4_1(const uint8_t* w, const float* x, const float* xsum, int64_t K, c
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ4_1Bytes;
+    prefetch_row_ahead(w, nb * kQ4_1Bytes, o, o1);
     __m512 acc_a[R], acc_b[R];
     float sm_a[R], sm_b[R];  // the min's share, m * (the block's sum of x), in scalar registers
     for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm512_setzero_ps(), sm_a[r] = sm_b[r] = 0.f;
@@ -205,6 +218,7 @@ void gemv_q8_0(const uint8_t* w, const float* x, const float*, int64_t K, const 
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ8_0Bytes;
+    prefetch_row_ahead(w, nb * kQ8_0Bytes, o, o1);
     __m256 acc_a[R], acc_b[R];
     for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm256_setzero_ps();
     auto step = [&](int64_t b, __m256 (&acc)[R]) {
@@ -234,6 +248,7 @@ void gemv_q4_1(const uint8_t* w, const float* x, const float* xsum, int64_t K, c
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * kQ4_1Bytes;
+    prefetch_row_ahead(w, nb * kQ4_1Bytes, o, o1);
     __m256 acc_a[R], acc_b[R];
     float sm_a[R], sm_b[R];  // the min's share, m * (the block's sum of x), in scalar registers
     for (int r = 0; r < R; ++r) acc_a[r] = acc_b[r] = _mm256_setzero_ps(), sm_a[r] = sm_b[r] = 0.f;
@@ -323,6 +338,7 @@ void gemv(const uint8_t* w, const float* x, const float* xsum, int64_t K, const 
   const float* H = half_table();
   for (int64_t o = o0; o < o1; ++o) {
     const uint8_t* row = w + o * nb * bytes;
+    prefetch_row_ahead(w, nb * bytes, o, o1);
     float acc[R] = {};
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = row + b * bytes;
