@@ -16,10 +16,11 @@ A model dropped with copies still attached (a notebook cell run again, without s
 its copies with it (the router holds its holders weakly); the router then has nothing to route and
 takes itself off at its next call, so the process's function is as it was built again.
 
-What a call reads is plain: the running holder's own table of copies (an attribute of the holder)
-and the router's count of live holders. torch.compile traces the router and guards on what it read;
-a guard on a weak dictionary's keys (indexed by position) broke when the collector dropped a dead
-model's entry while Dynamo was building the guards ("IndexError: list index out of range").
+What a call reads is plain: the running holder's own table of function layers (where its copy
+sits, `kernel_functions`) and the router's count of live holders. torch.compile traces the router
+and guards on what it read; a guard on a weak dictionary's keys (indexed by position) broke when
+the collector dropped a dead model's entry while Dynamo was building the guards ("IndexError: list
+index out of range").
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 _lock = threading.RLock()
 _running = threading.local()  # .holders: stack of holder modules running on this thread
 _SHARED = "_kernel_explorer_shared"  # on a copy: the shared module it stands in for
-_COPIES = "_kernel_explorer_copies"  # on a holder: {id of a shared module: the holder's copy of it}
 
 
 class _Router:
@@ -52,7 +52,7 @@ class _Router:
         self._shared = weakref.ref(shared)
         self.previous = installed_forward(shared)
         self._original = type(shared).forward
-        self.slot = id(shared)  # the key of the holders' copies of `shared` in their _COPIES
+        self.key: str | None = None  # where holders keep `shared` among their function layers
         # holder -> the hooks that tell the router it runs and the holder's finalizer, weakly:
         # bookkeeping, never read by a call
         self.copies: weakref.WeakKeyDictionary[
@@ -65,10 +65,10 @@ class _Router:
         if shared is not None and not self.live:  # every holder with a copy was collected
             _retire(shared, self)
         stack = getattr(_running, "holders", None)
-        if stack and shared is not None:
-            copy = getattr(stack[-1], _COPIES, {}).get(self.slot)
-            if copy is not None:
-                return copy.forward(*args, **kwargs)
+        if stack and shared is not None and self.key is not None:
+            own = kernel_functions(stack[-1]).get(self.key)
+            if own is not None and getattr(own, _SHARED, None) is shared:  # the running holder's copy
+                return own.forward(*args, **kwargs)
         if self.previous is not None:
             return self.previous(*args, **kwargs)
         return self._original(shared, *args, **kwargs)
@@ -111,8 +111,8 @@ def copy_for(holder: nn.Module, key: str) -> nn.Module:
             holder.register_forward_pre_hook(_enter),
             holder.register_forward_hook(_leave, always_call=True),
         )
-        holder.__dict__.setdefault(_COPIES, {})[router.slot] = copy  # the holder keeps its copy alive
-        # counted out when the holder goes uncollected-with-its-copy (the finalizer holds neither)
+        router.key = key
+        # a holder collected with its copy attached is counted out (the finalizer holds neither)
         gone = weakref.finalize(holder, _collected, weakref.ref(router))
         router.copies[holder] = (hooks, gone)
         router.live += 1
@@ -130,11 +130,6 @@ def detach(holder: nn.Module, key: str) -> None:
         router = installed_forward(shared)
         if not isinstance(router, _Router):
             return
-        own = holder.__dict__.get(_COPIES)
-        if own is not None:
-            own.pop(router.slot, None)
-            if not own:  # nothing of ours stays on the holder
-                del holder.__dict__[_COPIES]
         hooks, gone = router.copies.pop(holder, ((), None))
         for handle in hooks:
             handle.remove()
