@@ -10,7 +10,11 @@ round runs every side once, the order rotating):
   bundled flash_attn's direct `attention_forward`,
 - compiled PyTorch and compiled + kernels: `torch.compile` over the model's forward with a static
   KV cache (bench/compiled_decode.py: one graph per shape bucket, compiled before the rounds),
-- llama.cpp (llama-cpp-python) on the very GGUF file, when `llama_cpp` is importable.
+- llama.cpp (llama-cpp-python) on the very GGUF file, when `llama_cpp` is importable, as it runs by
+  default (ggml's extra buffer types: AMX tiles and repacked weights where the CPU has them). Where
+  its batches crash on those (an AVX-512/AMX VM did), decode is measured on them with the prompt fed
+  one token at a time, and llama.cpp also runs without them ("plain buffers"), the only way its
+  prefill runs there; each side then gets a ratio to each.
 
 Measured: prefill of 512 tokens (tokens/s) and greedy decode of 64 tokens after a 128-token prompt
 (64 one-token steps, tokens/s), medians with their intervals over the rounds (min..max when the
@@ -62,9 +66,10 @@ def copy_bandwidth(threads: int) -> float:
 
 
 class Side:
-    """One way of running the model: prefill(ids) and decode(prompt) return seconds."""
+    """One way of running the model: prefill(ids) and decode(prompt) return seconds (prefill None:
+    not measurable on this side)."""
 
-    def __init__(self, name: str, prefill: Callable[[], float], decode: Callable[[], float]) -> None:
+    def __init__(self, name: str, prefill: Callable[[], float] | None, decode: Callable[[], float]) -> None:
         self.name, self.prefill, self.decode = name, prefill, decode
         self.times: dict[str, list[float]] = {"prefill": [], "decode": []}
 
@@ -148,41 +153,39 @@ def _extra_buffer_types_run(gguf, threads: int) -> bool:
     return run.returncode == 0
 
 
-def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
+def _llama(gguf, threads: int, extra_buffers: bool):  # type: ignore[no-untyped-def]
+    """A llama_cpp.Llama on the file; `extra_buffers=False` without ggml's extra buffer types."""
+    import llama_cpp
+    import llama_cpp.llama_cpp as low_level  # what llama_cpp.Llama reads its defaults from
+
+    default_params = low_level.llama_model_default_params
+
+    def params():  # type: ignore[no-untyped-def]
+        p = default_params()
+        p.use_extra_bufts = extra_buffers
+        return p
+
+    low_level.llama_model_default_params = params
     try:
-        import llama_cpp
-    except ImportError:
-        print("llama.cpp: llama_cpp is not importable; build it as the module docstring says")
-        return None
+        return llama_cpp.Llama(
+            model_path=str(gguf),
+            n_ctx=1024,
+            n_batch=PREFILL,
+            n_ubatch=PREFILL,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=False,
+            verbose=False,
+        )
+    finally:
+        low_level.llama_model_default_params = default_params
+
+
+def _llama_side(name: str, llm, ids512, ids128, batches: bool) -> Side:  # type: ignore[no-untyped-def]
+    """`batches=False`: the prompt goes in one token at a time and prefill is not measured (its
+    batches crash this process)."""
     import numpy as np
 
-    if not _extra_buffer_types_run(gguf, threads):
-        # llama.cpp's extra buffer types (AMX tiles, repacked weights) are what it takes by default;
-        # where a batch crashes the process on them (a segfault on an AVX-512/AMX VM, 2026-12-05),
-        # llama.cpp runs without them rather than not at all, and the header says so
-        print("llama.cpp: a 64-token batch crashed on its extra buffer types (AMX, repack): run without them")
-        import llama_cpp.llama_cpp as low_level  # what llama_cpp.Llama reads its defaults from
-
-        default_params = low_level.llama_model_default_params
-
-        def without_extra_bufts():  # type: ignore[no-untyped-def]
-            params = default_params()
-            params.use_extra_bufts = False
-            return params
-
-        low_level.llama_model_default_params = without_extra_bufts
-    llm = llama_cpp.Llama(
-        model_path=str(gguf),
-        n_ctx=1024,
-        n_batch=PREFILL,
-        n_ubatch=PREFILL,
-        n_threads=threads,
-        n_threads_batch=threads,
-        logits_all=False,
-        verbose=False,
-    )
-    info = llama_cpp.llama_print_system_info().decode()
-    print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__}, {info}")
     long, short = ids512[0].tolist(), ids128[0].tolist()
 
     def last_token() -> int:
@@ -198,7 +201,11 @@ def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
 
     def decode() -> float:
         llm.reset()
-        llm.eval(short)
+        if batches:
+            llm.eval(short)
+        else:
+            for token in short:
+                llm.eval([token])
         token = last_token()
         t0 = time.perf_counter()
         for _ in range(DECODE):
@@ -206,29 +213,63 @@ def llama_side(gguf, threads: int, ids512, ids128) -> Side | None:
             token = last_token()
         return time.perf_counter() - t0
 
-    prefill(), decode()
-    side = Side("llama.cpp (same GGUF)", prefill, decode)
+    if batches:
+        prefill()
+    decode()
+    side = Side(name, prefill if batches else None, decode)
     side.llm = llm
     return side
+
+
+def llama_sides(gguf, threads: int, ids512, ids128) -> list[Side]:
+    """llama.cpp as it runs by default (its extra buffer types: AMX tiles, repacked weights where
+    the CPU and the formats have them), and, where a batch crashes on those, also without them."""
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama.cpp: llama_cpp is not importable; build it as the module docstring says")
+        return []
+    info = llama_cpp.llama_print_system_info().decode()
+    print(f"llama.cpp: llama-cpp-python {llama_cpp.__version__}, {info}")
+    if _extra_buffer_types_run(gguf, threads):
+        return [_llama_side("llama.cpp (same GGUF)", _llama(gguf, threads, True), ids512, ids128, True)]
+    # Where a batch crashes the process on the extra buffer types (a segfault on an AVX-512/AMX VM,
+    # 2026-12-05) single tokens still run on them, and they are what decides llama.cpp's decode
+    # there (twice the speed without them): decode is measured on them with the prompt fed one
+    # token at a time, prefill only without them.
+    print(
+        "llama.cpp: a 64-token batch crashed on its extra buffer types (AMX, repack): decode is measured on "
+        "them with the prompt fed token by token, prefill only without them"
+    )
+    return [
+        _llama_side("llama.cpp, extra buffers", _llama(gguf, threads, True), ids512, ids128, False),
+        _llama_side("llama.cpp, plain buffers", _llama(gguf, threads, False), ids512, ids128, True),
+    ]
 
 
 def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: float) -> None:
     from kernel_explorer.measure.stats import median_interval, speedup_interval
 
-    anchor = next((s for s in sides if s.name.startswith("llama.cpp")), None)
+    anchors = [s for s in sides if s.name.startswith("llama.cpp")]
     for measure, tokens in (("prefill", PREFILL), ("decode", DECODE)):
         what = f"{PREFILL} tokens" if measure == "prefill" else f"{DECODE} tokens after {PROMPT}"
         print(f"\n{measure} {what}: tokens/s median [interval]")
         for side in sides:
+            if not side.times[measure]:
+                print(f"  {side.name:26} not measured (its batches crash here)")
+                continue
             rates = [tokens / t for t in side.times[measure]]
             iv = median_interval(rates)
-            line = f"  {side.name:24} {iv.median:8.1f} [{iv.low:7.1f}, {iv.high:7.1f}]"
+            line = f"  {side.name:26} {iv.median:8.1f} [{iv.low:7.1f}, {iv.high:7.1f}]"
             if iv.too_few:
                 line += f" ({iv.confidence:.0%})"
-            if anchor is not None and side is not anchor:
+            for anchor in anchors:
+                if side is anchor or side.name.startswith("llama.cpp") or not anchor.times[measure]:
+                    continue
                 pairs = zip(anchor.times[measure], side.times[measure], strict=True)
                 ratio = speedup_interval([a / s for a, s in pairs])
-                line += f"   {ratio.median:5.2f}x llama.cpp [{ratio.low:.2f}, {ratio.high:.2f}]"
+                label = "llama.cpp" if len(anchors) == 1 else anchor.name.removeprefix("llama.cpp, ")
+                line += f"   {ratio.median:5.2f}x {label} [{ratio.low:.2f}, {ratio.high:.2f}]"
             if measure == "decode" and side.name in bytes_per_token:
                 weights = bytes_per_token[side.name]
                 limit = bandwidth * 1e9 / weights
@@ -331,20 +372,19 @@ def main() -> None:
         "compiled PyTorch": fp32,
         "eager + kernels": packed,
         "compiled + kernels": packed,
-        "llama.cpp (same GGUF)": packed,
     }
     decoders: list = []
     sides = torch_sides(model, kmodel, ids512, ids128, not args.no_compile, decoders)
     if not args.no_llama:
-        anchor = llama_side(default_model_gguf(), args.threads, ids512, ids128)
-        if anchor is not None:
-            sides.append(anchor)
+        sides += llama_sides(default_model_gguf(), args.threads, ids512, ids128)
+        bytes_per_token.update({s.name: packed for s in sides if s.name.startswith("llama.cpp")})
     bandwidth = copy_bandwidth(args.threads)
     print(f"copy bandwidth: {bandwidth:.1f} GB/s ({args.threads} threads, 256 MB float32 copy)")
     for r in range(args.rounds):
         order = sides[r % len(sides) :] + sides[: r % len(sides)]
         for side in order:
-            side.times["prefill"].append(side.prefill())
+            if side.prefill is not None:
+                side.times["prefill"].append(side.prefill())
         for side in order[::-1]:
             side.times["decode"].append(side.decode())
         print(f"  round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
