@@ -236,6 +236,115 @@ def test_int8_gemv_computes_the_int8_gemms_numbers(ql, isa: str, fmt: str) -> No
         assert (gemv - float_path).abs().max() > 10 * (gemv - gemm).abs().max()  # an int8 path ran
 
 
+@pytest.mark.parametrize("shape", [(192, 576), (1536, 576), (576, 1536), (48, 96)], ids=str)
+def test_gemv_layout_computes_the_int8_gemvs_numbers(ql, isa: str, shape: tuple[int, int]) -> None:
+    """The GEMV layout (16 output rows per instruction) regroups the very blocks: on it the int8
+    GEMV takes the same activations and integers as on GGML's row-major blocks and differs from it
+    in float32 rounding order only, one pass and two, 1 to 8 rows (5: a pass of 4 and one of 1),
+    with and without bias; the float GEMV it is not."""
+    n, k = shape
+    packed = ql.quantize(_randn(n, k, scale=0.05), "q4_1")
+    grouped = ql.gemv_layout(packed)
+    assert grouped.shape == packed.shape and grouped.dtype == torch.uint8
+    assert not torch.equal(grouped, packed)
+    assert torch.equal(grouped.flatten().sort()[0], packed.flatten().sort()[0])  # the same bytes
+    bias = _randn(n, seed=3)
+    for rows in (1, 3, 5, 8):
+        x = _randn(rows, k, seed=rows, scale=2.0)
+        for passes in (1, 2):
+            for b in (None, bias):
+                rowwise = ql.linear(x, packed, "q4_1", b, int8_passes=passes)
+                y = ql.linear(x, packed, "q4_1", b, int8_passes=passes, gemv=grouped)
+                scale = rowwise.pow(2).mean().sqrt().item()
+                torch.testing.assert_close(y, rowwise, rtol=1e-5, atol=2e-6 * scale)
+        float_path = ql.linear(x, packed, "q4_1", int8_passes=0)
+        one = ql.linear(x, packed, "q4_1", int8_passes=1, gemv=grouped)
+        assert (one - float_path).abs().max() > 10 * (
+            one - ql.linear(x, packed, "q4_1", int8_passes=1)
+        ).abs().max()
+        # the default (None) is the float GEMV up to 8 rows, with or without the layout
+        assert torch.equal(ql.linear(x, packed, "q4_1", gemv=grouped), float_path)
+
+
+def test_gemv_layout_all_isas_agree(ql) -> None:
+    """The SIMD paths compute the same integers (vpdpbusd or vpmaddubsw's int16 sums) and scale them
+    in the same order: bitwise-equal results; the portable path agrees to float32 rounding."""
+    packed = ql.quantize(_randn(1536, 576, scale=0.05), "q4_1")
+    grouped = ql.gemv_layout(packed)
+    x, bias = _randn(3, 576, seed=9), _randn(1536, seed=4)
+    results: dict[tuple[str, int], torch.Tensor] = {}
+    before = ql.isa()
+    try:
+        for isa in ql.isa_paths():
+            ql.set_isa(isa)
+            for passes in (1, 2):
+                results[isa, passes] = ql.linear(x, packed, "q4_1", bias, int8_passes=passes, gemv=grouped)
+    finally:
+        ql.set_isa(before)
+    for passes in (1, 2):
+        first = results[ql.isa_paths()[0], passes]
+        for isa in ql.isa_paths():
+            if isa == "portable":
+                torch.testing.assert_close(results[isa, passes], first, rtol=1e-5, atol=1e-5)
+            else:
+                assert torch.equal(results[isa, passes], first), (isa, passes)
+
+
+def test_gemv_layout_bad_inputs_say_what_to_do(ql) -> None:
+    packed = ql.quantize(_randn(40, 64), "q4_1")
+    with pytest.raises(RuntimeError, match="groups of 16, got 40; such a weight keeps GGML's layout"):
+        ql.gemv_layout(packed)
+    with pytest.raises(RuntimeError, match="from quantize_q4_1"):
+        ql.gemv_layout(ql.quantize(_randn(32, 64), "q8_0"))
+    packed = ql.quantize(_randn(32, 64), "q4_1")
+    with pytest.raises(RuntimeError, match="gemv must be gemv_layout_q4_1 of the packed weight"):
+        ql.linear(_randn(1, 64), packed, "q4_1", int8_passes=1, gemv=ql.gemv_layout(packed)[:16])
+    with pytest.raises(ValueError, match="the GEMV layout is Q4_1's; q8_0 takes gemv=None"):
+        ql.linear(_randn(1, 64), ql.quantize(_randn(32, 64), "q8_0"), "q8_0", gemv=ql.gemv_layout(packed))
+
+
+def test_layer_keeps_the_gemv_layout_only_with_int8_passes(ql) -> None:
+    """By default a Q4_1 layer holds its GGML blocks only; with int8 passes asked for it also keeps
+    them in the GEMV layout, which its decode rows run on (prefill still reads the GGML blocks);
+    back to float32 arithmetic it lets the copy go. out_features off 16: no layout, same numbers."""
+    lin = _linear(k=576, n=192)
+    x1, x32 = _randn(1, 576, seed=1), _randn(32, 576, seed=2)
+    ql.layers.Q4_1Linear.forward(lin, x1)
+    assert lin._kernel_packed.gemv is None
+    data = lin._kernel_packed.data
+    ql.layers.use_int8_gemm(lin, 1)
+    y1 = ql.layers.Q4_1Linear.forward(lin, x1)
+    grouped = lin._kernel_packed.gemv
+    assert lin._kernel_packed.data is data and torch.equal(grouped, ql.gemv_layout(data))  # not repacked
+    assert torch.equal(y1, ql.linear(x1, data, "q4_1", lin.bias, int8_passes=1, gemv=grouped))
+    assert torch.equal(
+        ql.layers.Q4_1Linear.forward(lin, x32), ql.linear(x32, data, "q4_1", lin.bias, int8_passes=1)
+    )
+    ql.layers.use_int8_gemm(lin, 0)
+    assert torch.equal(
+        ql.layers.Q4_1Linear.forward(lin, x1), ql.linear(x1, data, "q4_1", lin.bias, int8_passes=0)
+    )
+    assert lin._kernel_packed.gemv is None
+    odd = _linear(k=576, n=100)
+    ql.layers.use_int8_gemm(odd, 2)
+    y = ql.layers.Q4_1Linear.forward(odd, x1)
+    assert odd._kernel_packed.gemv is None
+    assert torch.equal(y, ql.linear(x1, odd._kernel_packed.data, "q4_1", odd.bias, int8_passes=2))
+
+
+def test_compiled_layer_runs_on_the_gemv_layout(ql) -> None:
+    """Under torch.compile (Inductor) the layout is a constant of the graph beside the GGML blocks:
+    a compiled decode row gives the eager layer's numbers."""
+    lin = _linear(k=576, n=192)
+    ql.layers.use_int8_gemm(lin, 2)
+    x = _randn(1, 576, seed=7)
+    eager = ql.layers.Q4_1Linear.forward(lin, x)  # packs, as the compile path asks
+    assert lin._kernel_packed.gemv is not None
+    compiled = torch.compile(lambda t: ql.layers.Q4_1Linear.forward(lin, t), dynamic=False)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), eager)
+
+
 def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
     """`use_int8_gemm(module, 0)`: the layer's prefill is F.linear on the dequantized weight
     (ATen's matmul, the same rounding); by default it is two int8 passes, 1 one pass: neither is."""

@@ -132,7 +132,15 @@ class StaticDecoder(_GreedyLoop):
         self.max_cache_len = max_cache_len
         self.compiled = compiled
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)  # type: ignore[arg-type]
-        self._fn = torch.compile(_own_code(self._forward), dynamic=False) if compiled else self._forward
+        # Inductor's Python wrapper checks the size and stride of every input and every custom op's
+        # output on each call: ~900 checks in SmolLM2's decode step (576 inputs, 300 kernel calls),
+        # ~0.75 ms of an 11 ms token. The shapes are fixed per bucket and Dynamo's guards have
+        # checked the inputs already, so these graphs are built without them.
+        self._fn = (
+            torch.compile(_own_code(self._forward), dynamic=False, options={"size_asserts": False})
+            if compiled
+            else self._forward
+        )
         self.compile_s: dict[str, float] = {}
 
     def _forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:

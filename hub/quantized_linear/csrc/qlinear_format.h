@@ -20,4 +20,14 @@ constexpr int64_t kQ4_1Bytes = 2 + 2 + 16;
 
 inline int64_t block_bytes(int format) { return format == kQ8_0 ? kQ8_0Bytes : kQ4_1Bytes; }
 
+// The GEMV layout of a Q4_1 weight (decode's, qlinear_gemv_x16.h): the same blocks regrouped so
+// that 16 output rows are read together. Output rows go in groups of kGemvGroupRows (out_features
+// a multiple of it); group g holds, for each block b in order, kQ4_1GroupBlockBytes bytes:
+//   the 16 rows' d (float16, row order), their 16 m, then 4 chunks c of 16 rows x 4 bytes, row i's
+//   4 bytes being its GGML block's bytes 4c .. 4c+3 (q[4c .. 4c+3] low nibbles, q[16+4c ..] high).
+// As a tensor it has the packed weight's shape (out_features, in_features / 32 * 20) and bytes,
+// in that order: row-major blocks of group g are its rows 16g .. 16g+15.
+constexpr int64_t kGemvGroupRows = 16;
+constexpr int64_t kQ4_1GroupBlockBytes = kGemvGroupRows * kQ4_1Bytes;  // 320
+
 }  // namespace kx

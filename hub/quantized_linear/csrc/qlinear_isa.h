@@ -15,6 +15,7 @@
 
 #include <c10/util/Half.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -445,6 +446,7 @@ inline const char* i8_dot(bool) {
 #endif
 #include "qlinear_gemv_i8.h"
 static_assert(gemv8::kScales == kx::kGemvI8Scales, "the table's count of scales per block");
+#include "qlinear_gemv_x16.h"
 
 #define KX_I8_QUANT(F) i8_quant_acts<F>
 #define KX_I8_GEMM(F) i8_gemm<F>
@@ -474,4 +476,5 @@ extern const kx::QLinearTable KX_CAT(kx_qlinear_table_, KX_ISA) = {
     KX_ISA_NS::i8_dot,
     KX_ISA_NS::gemv8::quant_acts,
     {KX_ISA_NS::gemv8::gemv_rows<kx::kQ8_0>, KX_ISA_NS::gemv8::gemv_rows<kx::kQ4_1>},
+    KX_ISA_NS::gemv16::gemv_rows,
 };

@@ -78,4 +78,31 @@ at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op)
   return packed;
 }
 
+at::Tensor gemv_layout_q4_1(const at::Tensor& packed, const char* op) {
+  TORCH_CHECK(packed.device().is_cpu() && packed.scalar_type() == at::kByte && packed.dim() == 2 &&
+                  packed.is_contiguous() && packed.size(1) > 0 && packed.size(1) % kQ4_1Bytes == 0,
+              op, ": takes a contiguous 2-D uint8 CPU tensor from quantize_q4_1, got ", packed.scalar_type(), " ",
+              packed.sizes(), " on ", packed.device());
+  const int64_t N = packed.size(0), nb = packed.size(1) / kQ4_1Bytes;
+  TORCH_CHECK(N % kGemvGroupRows == 0, op, ": the GEMV layout takes out_features in groups of ", kGemvGroupRows,
+              ", got ", N, "; such a weight keeps GGML's layout (the row-major GEMVs)");
+  at::Tensor out = at::empty_like(packed);
+  const uint8_t* src = packed.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, N / kGemvGroupRows, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* p = dst + (g * nb + b) * kQ4_1GroupBlockBytes;
+        for (int64_t i = 0; i < kGemvGroupRows; ++i) {
+          const uint8_t* block = src + ((g * kGemvGroupRows + i) * nb + b) * kQ4_1Bytes;
+          std::memcpy(p + 2 * i, block, 2);            // d
+          std::memcpy(p + 32 + 2 * i, block + 2, 2);   // m
+          for (int64_t c = 0; c < 4; ++c) std::memcpy(p + 64 + 64 * c + 4 * i, block + 4 + 4 * c, 4);
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace kx

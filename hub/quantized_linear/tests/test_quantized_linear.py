@@ -73,6 +73,25 @@ def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, 
     torch.testing.assert_close(y.double(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("passes", [1, 2])
+@pytest.mark.parametrize("rows", [1, 3, 5])
+def test_gemv_layout_gives_the_int8_gemvs_numbers(kernel, rows, passes):
+    """`gemv_layout` regroups a Q4_1 weight's blocks for decode: `linear(..., gemv=)` on it takes
+    the int8 GEMV's integers and scales, in another float32 order."""
+    weight, bias = torch.randn(48, 128) * 128**-0.5, torch.randn(48)
+    packed = kernel.quantize(weight, "q4_1")
+    grouped = kernel.gemv_layout(packed)
+    assert grouped.shape == packed.shape
+    x = torch.randn(rows, 128)
+    ref = kernel.linear(x, packed, "q4_1", bias, int8_passes=passes)
+    y = kernel.linear(x, packed, "q4_1", bias, int8_passes=passes, gemv=grouped)
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)
+    if passes == 1:
+        torch.testing.assert_close(
+            y.double(), int8_reference(x, packed, "q4_1") + bias.double(), atol=1e-5, rtol=1e-5
+        )
+
+
 def test_bad_inputs_say_what_to_do(kernel):
     with pytest.raises(ValueError, match="unknown format"):
         kernel.quantize(torch.randn(4, 32), "q5_0")

@@ -124,8 +124,11 @@ void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* b
 // y (M, N) float32 = x (M, K) float32 @ W^T + bias on the int8 GEMV (qlinear_gemv_i8.h): the rows
 // of x quantized once (with `passes` 2, their residual too), then passes of up to kGemvRows rows
 // each stream the packed weight once, threads taking runs of output features.
-void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const at::Tensor& x, const float* bias,
-                  at::Tensor& y, int64_t N) {
+//
+// `grouped` (Q4_1 only, or null): the same weight in the GEMV layout (qlinear_gemv_x16.h), whose
+// GEMV takes the same activations 16 output rows at a time; threads take runs of those groups.
+void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const uint8_t* grouped, const at::Tensor& x,
+                  const float* bias, at::Tensor& y, int64_t N) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
   const bool two = passes >= 2;
   at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kChar));
@@ -143,7 +146,16 @@ void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const at::Tensor
     const int8_t* q2r = two ? q2p + r0 * K : nullptr;
     const float* sr = sp + r0 * nb * kx::kGemvI8Scales;
     float* yr = yp + r0 * N;
-    if (N * K < kx::kSerialBelow) {
+    if (grouped != nullptr) {
+      const int64_t groups = N / kx::kGemvGroupRows;
+      const auto fx = table().gemv_x16_q4_1;
+      if (N * K < kx::kSerialBelow) {
+        fx(grouped, q1r, q2r, sr, rows, K, bias, yr, N, 0, groups);
+      } else {
+        at::parallel_for(0, groups, std::max<int64_t>(1, grain / kx::kGemvGroupRows),
+                         [&](int64_t b, int64_t e) { fx(grouped, q1r, q2r, sr, rows, K, bias, yr, N, b, e); });
+      }
+    } else if (N * K < kx::kSerialBelow) {
       fn(w, q1r, q2r, sr, rows, K, bias, yr, N, 0, N);
     } else {
       at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) { fn(w, q1r, q2r, sr, rows, K, bias, yr, N, b, e); });
@@ -217,9 +229,17 @@ void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tens
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
-                  int64_t int8_passes, const char* op) {
+                  int64_t int8_passes, const std::optional<at::Tensor>& gemv, const char* op) {
   kx::dtype_code(x, op);
   auto [N, K] = packed_shape(packed, format, op);
+  const uint8_t* grouped = nullptr;
+  if (gemv.has_value() && gemv->defined()) {
+    TORCH_CHECK(gemv->device().is_cpu() && gemv->scalar_type() == at::kByte && gemv->is_contiguous() &&
+                    gemv->sizes() == packed.sizes() && N % kx::kGemvGroupRows == 0,
+                op, ": gemv must be gemv_layout_q4_1 of the packed weight (", packed.sizes(), "), got ",
+                gemv->scalar_type(), " ", gemv->sizes());
+    grouped = gemv->data_ptr<uint8_t>();
+  }
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": the input's last dimension (", x.dim() ? x.size(-1) : 0,
               ") must be in_features of the packed weight (", K, ")");
   at::Tensor b;
@@ -249,7 +269,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     if (M <= kGemvMaxRows) {
-      gemv_i8_path(format, int8_passes, w, xf, bp, y, N);
+      gemv_i8_path(format, int8_passes, w, grouped, xf, bp, y, N);
     } else {
       int8_gemm_path(format, int8_passes, w, xf, bp, y, N);
     }
@@ -277,20 +297,21 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
 
 at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
                        int64_t int8_passes) {
-  return linear(x, packed, bias, kx::kQ8_0, int8_passes, "linear_q8_0");
+  return linear(x, packed, bias, kx::kQ8_0, int8_passes, std::nullopt, "linear_q8_0");
 }
 at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                       int64_t int8_passes) {
-  return linear(x, packed, bias, kx::kQ4_1, int8_passes, "linear_q4_1");
+                       int64_t int8_passes, const std::optional<at::Tensor>& gemv) {
+  return linear(x, packed, bias, kx::kQ4_1, int8_passes, gemv, "linear_q4_1");
 }
+at::Tensor gemv_layout_q4_1(const at::Tensor& packed) { return kx::gemv_layout_q4_1(packed, "gemv_layout_q4_1"); }
 
 // What the measured dispatch times (kx_choice.h): a Q4_1 weight of SmolLM2's MLP shape (1536 x 576)
 // on 128 rows (the GEMM path, prefill) and on one row four times (the GEMV path, decode).
 void workload() {
   static const at::Tensor packed = quantize_q4_1(kx::sample({1536, 576}, at::kFloat, 0.05)),
                           x = kx::sample({128, 576}), x1 = x.narrow(0, 0, 1).contiguous();
-  linear_q4_1(x, packed, std::nullopt, 2);
-  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, -1);  // the default: the float GEMV
+  linear_q4_1(x, packed, std::nullopt, 2, std::nullopt);
+  for (int i = 0; i < 4; ++i) linear_q4_1(x1, packed, std::nullopt, -1, std::nullopt);  // the float GEMV
 }
 const kx::Workload measured("quantized_linear", &workload);
 
@@ -302,7 +323,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
   m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
-  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
+  m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1, Tensor? gemv=None) -> Tensor");
+  m.def("gemv_layout_q4_1(Tensor packed) -> Tensor");
   m.def("int8_dot() -> str", &int8_dot);
   m.def("set_int8_dot(str kind) -> str", &set_int8_dot);
   m.def("isa() -> str", &kx::current_isa);
@@ -319,6 +341,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("dequantize_q4_1", &dequantize_q4_1);
   m.impl("linear_q8_0", &linear_q8_0);
   m.impl("linear_q4_1", &linear_q4_1);
+  m.impl("gemv_layout_q4_1", &gemv_layout_q4_1);
 }
 
 // No backward (the layers say has_backward = False): PyTorch's C++ not-implemented kernel lets the
@@ -327,7 +350,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
 // no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
-                         "linear_q4_1"}) {
+                         "linear_q4_1", "gemv_layout_q4_1"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }

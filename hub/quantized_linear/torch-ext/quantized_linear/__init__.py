@@ -78,6 +78,12 @@ def dequantize(packed: torch.Tensor, format: str) -> torch.Tensor:
     return getattr(ops, f"dequantize_{format}")(packed)
 
 
+def gemv_layout(packed: torch.Tensor) -> torch.Tensor:
+    """A Q4_1 packed weight's blocks regrouped for decode (16 output rows read together; same shape
+    and bytes, another order): what `linear(..., gemv=)` takes. out_features must be a multiple of 16."""
+    return ops.gemv_layout_q4_1(packed)
+
+
 def linear(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -85,13 +91,16 @@ def linear(
     bias: torch.Tensor | None = None,
     *,
     int8_passes: int | None = None,
+    gemv: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x (..., in) @ W^T + bias -> (..., out) in x's dtype, W the packed weight.
 
     `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual; see the module
     docstring): the int8 GEMV up to 8 rows, the int8 GEMM above; 0 keeps float32 arithmetic (the
     float GEMV, or dequantized panels and ATen's matmul); None: the float GEMV up to 8 rows, above
-    them 2 for float32 x and 1 for 16-bit x."""
+    them 2 for float32 x and 1 for 16-bit x. `gemv` (Q4_1 only): `gemv_layout(packed)`, which the
+    int8 GEMV (int8_passes 1 or 2, up to 8 rows) reads instead of `packed`: the same numbers up to
+    rounding order, 16 output rows per instruction."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(
@@ -101,7 +110,12 @@ def linear(
         raise TypeError(
             f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
         )
-    return getattr(ops, f"linear_{format}")(x, packed, bias, -1 if int8_passes is None else int(int8_passes))
+    passes = -1 if int8_passes is None else int(int8_passes)
+    if gemv is not None:
+        if format != "q4_1":
+            raise ValueError(f"quantized-linear: the GEMV layout is Q4_1's; {format} takes gemv=None")
+        return ops.linear_q4_1(x, packed, bias, passes, gemv)
+    return getattr(ops, f"linear_{format}")(x, packed, bias, passes)
 
 
 def isa() -> str:
@@ -150,6 +164,7 @@ __all__ = [
     "BLOCK_BYTES",
     "FORMATS",
     "dequantize",
+    "gemv_layout",
     "int8_dot",
     "isa",
     "isa_paths",

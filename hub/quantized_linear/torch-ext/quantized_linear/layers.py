@@ -12,7 +12,10 @@ activations are quantized to int8 per block of 32, and by default float32 ones' 
 decode (up to 8 rows) the float GEMV. `use_int8_gemm(module, 1)` takes one int8 pass for both
 (GGML's, faster, less accurate; decode then runs the int8 GEMV), `use_int8_gemm(module, 2)` two,
 `use_int8_gemm(module, 0)` float32 arithmetic for a module that needs PyTorch's numbers; the choice is the
-plain instance attribute `_kernel_int8_passes`, read on every forward.
+plain instance attribute `_kernel_int8_passes`, read on every forward. With int8 passes asked for, a
+Q4_1 weight of out_features a multiple of 16 also keeps its blocks regrouped for the int8 GEMV
+(`PackedWeight.gemv`, `gemv_layout`: 16 output rows per instruction): decode reads only that copy,
+prefill only the GGML blocks, and the module holds both (twice the packed bytes).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from . import pack_error, quantize
+from . import gemv_layout, pack_error, quantize
 from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
+#: with int8 passes asked for, Q4_1 weights of out_features a multiple of this also keep the GEMV
+#: layout (`gemv_layout`)
+GEMV_GROUP = 16
 #: the attribute that sets one module's int8 passes (absent: -1, the default: see use_int8_gemm)
 INT8_GEMM_ATTR = "_kernel_int8_passes"
 
@@ -50,9 +56,11 @@ class PackedWeight(NamedTuple):
     dtype: torch.dtype
     shape: torch.Size
     data: torch.Tensor  # uint8 GGML blocks
+    gemv: torch.Tensor | None = None  # Q4_1: the same blocks in the GEMV layout (decode reads these)
 
     @property
     def nbytes(self) -> int:
+        """The bytes one pass over the weight reads (either layout: the same blocks)."""
         return self.data.numel()
 
 
@@ -62,7 +70,7 @@ def _version(weight: torch.Tensor) -> int | None:
     return None if weight.is_inference() else weight._version
 
 
-def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
+def packed_weight(module: nn.Module, format: str) -> PackedWeight:
     """The module's weight packed as `format`, packing it now if it is missing or stale.
 
     Runs on every forward (211 times per decoded token of SmolLM2): the check is kept to a few
@@ -70,6 +78,9 @@ def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
     """
     weight = module.weight
     cached = module.__dict__.get(PACKED_ATTR)
+    grouped = (
+        format == "q4_1" and module.__dict__.get(INT8_GEMM_ATTR, -1) > 0 and weight.shape[0] % GEMV_GROUP == 0
+    )
     if (
         cached is not None
         and cached.data_ptr == weight.data_ptr()
@@ -78,18 +89,29 @@ def packed_weight(module: nn.Module, format: str) -> torch.Tensor:
         and cached.shape == weight.shape
         and cached.dtype == weight.dtype
     ):
-        return cached.data
-    reason = pack_error(weight)
-    if reason is not None:
-        raise ValueError(reason)
-    with torch.no_grad():
-        data = quantize(weight, format)
-    packed = PackedWeight(format, weight.data_ptr(), _version(weight), weight.dtype, weight.shape, data)
+        if (cached.gemv is not None) == grouped:
+            return cached
+        packed = cached._replace(gemv=gemv_layout(cached.data) if grouped else None)
+    else:
+        reason = pack_error(weight)
+        if reason is not None:
+            raise ValueError(reason)
+        with torch.no_grad():
+            data = quantize(weight, format)
+        packed = PackedWeight(
+            format,
+            weight.data_ptr(),
+            _version(weight),
+            weight.dtype,
+            weight.shape,
+            data,
+            gemv_layout(data) if grouped else None,
+        )
     object.__setattr__(module, PACKED_ATTR, packed)
-    return data
+    return packed
 
 
-def traced_packed_weight(module: nn.Module, format: str) -> torch.Tensor:
+def traced_packed_weight(module: nn.Module, format: str) -> PackedWeight:
     """The packed weight as torch.compile traces a forward: the one an eager forward packed before.
 
     `packed_weight`'s staleness check reads `data_ptr()` and `_version`, which Dynamo cannot trace
@@ -103,7 +125,7 @@ def traced_packed_weight(module: nn.Module, format: str) -> torch.Tensor:
             f"quantized-linear: the weight is not packed as {format} yet; run one forward eagerly "
             "before torch.compile traces this layer (packing reads Python state Dynamo cannot trace)"
         )
-    return packed.data
+    return packed
 
 
 class Q8_0Linear(nn.Module):
@@ -116,8 +138,8 @@ class Q8_0Linear(nn.Module):
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
         int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
         if torch.compiler.is_compiling():
-            return ops.linear_q8_0(input, traced_packed_weight(self, "q8_0"), self.bias, int8)
-        return ops.linear_q8_0(input, packed_weight(self, "q8_0"), self.bias, int8)
+            return ops.linear_q8_0(input, traced_packed_weight(self, "q8_0").data, self.bias, int8)
+        return ops.linear_q8_0(input, packed_weight(self, "q8_0").data, self.bias, int8)
 
 
 class Q4_1Linear(nn.Module):
@@ -128,6 +150,9 @@ class Q4_1Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
-        if torch.compiler.is_compiling():
-            return ops.linear_q4_1(input, traced_packed_weight(self, "q4_1"), self.bias, int8)
-        return ops.linear_q4_1(input, packed_weight(self, "q4_1"), self.bias, int8)
+        packed = (
+            traced_packed_weight(self, "q4_1")
+            if torch.compiler.is_compiling()
+            else packed_weight(self, "q4_1")
+        )
+        return ops.linear_q4_1(input, packed.data, self.bias, int8, packed.gemv)
