@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,20 @@ void gemv_path(int format, const uint8_t* w, const at::Tensor& x, const float* b
   }
 }
 
+// A growable buffer of the calling thread's own (its contents are not kept when it grows). A
+// template of this unit's anonymous namespace, plain new[]: not std::vector, whose members the
+// per-ISA units instantiate too (see kx::Scratch in kx_vec.h).
+template <typename T>
+T* thread_scratch(size_t n) {
+  thread_local std::unique_ptr<T[]> data;
+  thread_local size_t size = 0;
+  if (n > size) {
+    data.reset(new T[n]);
+    size = n;
+  }
+  return data.get();
+}
+
 // y (M, N) float32 = x (M, K) float32 @ W^T + bias on the int8 GEMV (qlinear_gemv_i8.h): the rows
 // of x quantized once (with `passes` 2, their residual too), then passes of up to kGemvRows rows
 // each stream the packed weight once, threads taking runs of output features.
@@ -131,12 +146,12 @@ void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const uint8_t* g
                   const float* bias, at::Tensor& y, int64_t N) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
   const bool two = passes >= 2;
-  at::Tensor q = at::empty({two ? 2 : 1, M, K}, at::TensorOptions().dtype(at::kChar));
-  at::Tensor scales = at::empty({M, nb, kx::kGemvI8Scales}, at::TensorOptions().dtype(at::kFloat));
-  int8_t* qp = q.data_ptr<int8_t>();
+  // the calling thread's scratch, not two at::empty per call (~0.3 ms of a SmolLM2 token's 210)
+  int8_t* qp = thread_scratch<int8_t>(static_cast<size_t>((two ? 2 : 1) * M * K));
   int8_t* q2p = two ? qp + M * K : nullptr;
-  const float* sp = scales.data_ptr<float>();
-  table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, scales.data_ptr<float>());
+  float* scales = thread_scratch<float>(static_cast<size_t>(M * nb * kx::kGemvI8Scales));
+  const float* sp = scales;
+  table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, scales);
   float* yp = y.data_ptr<float>();
   const auto fn = table().gemv_i8[format];
   const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
