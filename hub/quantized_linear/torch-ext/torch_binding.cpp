@@ -149,9 +149,8 @@ void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const uint8_t* g
   // the calling thread's scratch, not two at::empty per call (~0.3 ms of a SmolLM2 token's 210)
   int8_t* qp = thread_scratch<int8_t>(static_cast<size_t>((two ? 2 : 1) * M * K));
   int8_t* q2p = two ? qp + M * K : nullptr;
-  float* scales = thread_scratch<float>(static_cast<size_t>(M * nb * kx::kGemvI8Scales));
-  const float* sp = scales;
-  table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, scales);
+  float* sp = thread_scratch<float>(static_cast<size_t>(M * nb * kx::kGemvI8Scales));
+  table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, sp);
   float* yp = y.data_ptr<float>();
   const auto fn = table().gemv_i8[format];
   const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
