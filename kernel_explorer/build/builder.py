@@ -109,22 +109,26 @@ def _sha256(path: Path) -> str:
 
 
 def check_build(variant_path: Path, fingerprint: str | None = None) -> str | None:
-    """Why `variant_path` must not be loaded (incomplete, corrupt, stale), or None if it is sound."""
+    """Why `variant_path` must not be loaded (incomplete, corrupt, stale), or None if it is sound.
+
+    Another process may replace a stale build while this one reads it: a file that vanishes
+    mid-check makes the build unsound for this look, never an exception.
+    """
     stamp_path = variant_path / _STAMP
-    if not stamp_path.is_file():
-        return "no build stamp (the build never finished)"
     try:
         stamp = json.loads(stamp_path.read_text())
-    except ValueError:
+    except FileNotFoundError:
+        return "no build stamp (the build never finished)"
+    except (OSError, ValueError):
         return "unreadable build stamp"
     if fingerprint is not None and stamp.get("fingerprint") != fingerprint:
         return "sources, torch or compiler changed since this build"
     for name, checksum in stamp.get("files", {}).items():
-        path = variant_path / name
-        if not path.is_file():
+        try:
+            if _sha256(variant_path / name) != checksum:
+                return f"{name} does not match its checksum (corrupt or modified)"
+        except OSError:
             return f"{name} is missing"
-        if _sha256(path) != checksum:
-            return f"{name} does not match its checksum (corrupt or modified)"
     return None
 
 
@@ -203,18 +207,38 @@ def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> B
 
 
 def _publish(staging: Path, variant_path: Path, fingerprint: str) -> None:
-    """Move a finished build into place; a build of the same sources another process finished
-    first is kept (a process may be loading it) and ours dropped."""
-    if variant_path.is_dir() and check_build(variant_path, fingerprint) is None:
-        shutil.rmtree(staging, ignore_errors=True)
-        return
-    shutil.rmtree(variant_path, ignore_errors=True)
-    try:
-        staging.rename(variant_path)
-    except OSError:  # another process put its build there between the two lines above
-        if not (variant_path.is_dir() and check_build(variant_path, fingerprint) is None):
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
+    """Move a finished build into place.
+
+    A sound build of the same sources that another process (or thread) finished first is kept (it
+    may be loading it) and ours dropped; a stale or broken one is first renamed aside, so only one
+    builder removes it and no builder ever deletes a sound build another just published.
+    """
+    for _ in range(8):
+        if check_build(variant_path, fingerprint) is None:
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+        try:
+            staging.rename(variant_path)  # atomic; fails while anything lies at variant_path
+            return
+        except OSError:
+            pass
+        aside = variant_path.with_name(f".{variant_path.name}.old-{os.getpid()}-{threading.get_ident()}")
+        try:
+            variant_path.rename(aside)
+        except OSError:  # another builder moved it first
+            continue
+        if check_build(aside, fingerprint) is None:  # a sound build landed between our looks: back
+            try:
+                aside.rename(variant_path)
+            except OSError:
+                pass  # something else is there now; the next look decides
+            else:
+                continue
+        shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    raise BuildError(
+        f"could not put the build into {variant_path}: other builds kept replacing it; build again"
+    )
 
 
 def _compile_and_link(
