@@ -56,3 +56,35 @@ def test_tiny_llama_decodes_the_same_compiled_with_every_kernel(hub: dict) -> No
     assert torch.equal(decoder.generate(ids, 8), eager)
     assert set(decoder.compile_s) == {"prefill 9", "decode"}
     assert "0 graph break(s)" in explain_decode(decoder, ids)
+
+
+@pytest.mark.slow
+def test_a_compiled_decoder_sees_a_layer_switched_after_its_graphs(hub: dict) -> None:
+    """The decoder's graphs skip Dynamo's checks on its own cache and on packed weights, never the
+    ones that see a layer changed: after its first graphs, one int8 pass asked of the quantized
+    layers, then the Linear kernels switched off, each next generation is the uncompiled one of the
+    model as it is now (and differs from the one before, so a stale graph would show)."""
+    from compiled_decode import StaticDecoder, kernel_model
+
+    from kernel_explorer.loading import tiny_llama
+
+    model = tiny_llama()
+    explorer = kernel_model(model)
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(1))
+    decoder = StaticDecoder(model, 32, compiled=True)
+    _, before = decoder.generate_with_logits(ids, 6)
+    use_int8_gemm = hub["quantized_linear"].layers.use_int8_gemm
+
+    def one_pass() -> None:
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                use_int8_gemm(module, 1)
+
+    for change in (one_pass, lambda: explorer.off("Linear"), lambda: explorer.off("LMHead")):
+        change()
+        eager_tokens, eager_logits = StaticDecoder(model, 32, compiled=False).generate_with_logits(ids, 6)
+        tokens, logits = decoder.generate_with_logits(ids, 6)
+        assert torch.equal(tokens, eager_tokens)
+        torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(logits, before, rtol=1e-5, atol=1e-5)
+        before = logits
