@@ -327,7 +327,7 @@ def main() -> None:
         choices=[0, 1, 2],
         help="the kernel Linears' int8 passes (quantized_linear.layers.use_int8_gemm) for prefill and "
         "decode alike: 1 is GGML's way (decode then runs the int8 GEMV); default: the layers' own "
-        "(the float GEMV for decode, two int8 passes for a float32 prefill)",
+        "(two int8 passes for float32, decode on Q4_1's GEMV layout; lm_head's Q8_0 decode: the float GEMV)",
     )
     args = parser.parse_args()
 

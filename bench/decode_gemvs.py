@@ -44,11 +44,11 @@ def main() -> None:
     print(f"{len(weights)} Q4_1 weights, {total / 1e6:.1f} MB; {isa_env.describe(ql.isa())}")
     xs = {k: torch.randn(1, k) for k in {k for _, _, k in weights}}
     cases = {
-        "float GEMV (default)": (0, False),
+        "float GEMV (default without the layout)": (0, False),
         "int8, GGML blocks, 1 pass": (1, False),
         "int8, GGML blocks, 2 passes": (2, False),
         "int8, GEMV layout, 1 pass": (1, True),
-        "int8, GEMV layout, 2 passes": (2, True),
+        "int8, GEMV layout, 2 passes (default)": (2, True),
     }
 
     def token(passes: int, grouped: bool) -> float:
@@ -72,7 +72,7 @@ def main() -> None:
             for name, ts in times.items():
                 iv = median_interval([t * 1e3 for t in ts])
                 print(
-                    f"  {name:28} {iv.median:6.2f} [{iv.low:5.2f}, {iv.high:5.2f}]   "
+                    f"  {name:40} {iv.median:6.2f} [{iv.low:5.2f}, {iv.high:5.2f}]   "
                     f"{total / iv.median / 1e6:5.1f} GB/s"
                 )
 

@@ -262,8 +262,16 @@ def test_gemv_layout_computes_the_int8_gemvs_numbers(ql, isa: str, shape: tuple[
         assert (one - float_path).abs().max() > 10 * (
             one - ql.linear(x, packed, "q4_1", int8_passes=1)
         ).abs().max()
-        # the default (None) is the float GEMV up to 8 rows, with or without the layout
-        assert torch.equal(ql.linear(x, packed, "q4_1", gemv=grouped), float_path)
+        # the default (None) up to 8 rows: two int8 passes on the layout, the float GEMV without it
+        assert torch.equal(
+            ql.linear(x, packed, "q4_1", gemv=grouped),
+            ql.linear(x, packed, "q4_1", int8_passes=2, gemv=grouped),
+        )
+        assert torch.equal(ql.linear(x, packed, "q4_1"), float_path)
+        assert torch.equal(
+            ql.linear(x.bfloat16(), packed, "q4_1", gemv=grouped),
+            ql.linear(x.bfloat16(), packed, "q4_1", int8_passes=1, gemv=grouped),
+        )
 
 
 def test_gemv_layout_all_isas_agree(ql) -> None:
@@ -303,20 +311,22 @@ def test_gemv_layout_bad_inputs_say_what_to_do(ql) -> None:
         ql.linear(_randn(1, 64), ql.quantize(_randn(32, 64), "q8_0"), "q8_0", gemv=ql.gemv_layout(packed))
 
 
-def test_layer_keeps_the_gemv_layout_only_with_int8_passes(ql) -> None:
-    """By default a Q4_1 layer holds its GGML blocks only; with int8 passes asked for it also keeps
-    them in the GEMV layout, which its decode rows run on (prefill still reads the GGML blocks);
-    back to float32 arithmetic it lets the copy go. out_features off 16: no layout, same numbers."""
+def test_layer_keeps_the_gemv_layout_unless_float32_arithmetic_is_asked(ql) -> None:
+    """A Q4_1 layer keeps its blocks in the GEMV layout too, which its decode rows run on (two int8
+    passes by default, one when asked; prefill still reads the GGML blocks); with float32
+    arithmetic asked for it lets the copy go, and takes it again after. out_features off 16: no
+    layout, the float GEMV by default."""
     lin = _linear(k=576, n=192)
     x1, x32 = _randn(1, 576, seed=1), _randn(32, 576, seed=2)
-    ql.layers.Q4_1Linear.forward(lin, x1)
-    assert lin._kernel_packed.gemv is None
-    data = lin._kernel_packed.data
+    y_default = ql.layers.Q4_1Linear.forward(lin, x1)
+    data, grouped = lin._kernel_packed.data, lin._kernel_packed.gemv
+    assert torch.equal(grouped, ql.gemv_layout(data))
+    assert torch.equal(y_default, ql.linear(x1, data, "q4_1", lin.bias, int8_passes=2, gemv=grouped))
     ql.layers.use_int8_gemm(lin, 1)
     y1 = ql.layers.Q4_1Linear.forward(lin, x1)
-    grouped = lin._kernel_packed.gemv
-    assert lin._kernel_packed.data is data and torch.equal(grouped, ql.gemv_layout(data))  # not repacked
+    assert lin._kernel_packed.data is data and lin._kernel_packed.gemv is grouped  # not repacked
     assert torch.equal(y1, ql.linear(x1, data, "q4_1", lin.bias, int8_passes=1, gemv=grouped))
+    assert not torch.equal(y1, y_default)
     assert torch.equal(
         ql.layers.Q4_1Linear.forward(lin, x32), ql.linear(x32, data, "q4_1", lin.bias, int8_passes=1)
     )
@@ -324,12 +334,14 @@ def test_layer_keeps_the_gemv_layout_only_with_int8_passes(ql) -> None:
     assert torch.equal(
         ql.layers.Q4_1Linear.forward(lin, x1), ql.linear(x1, data, "q4_1", lin.bias, int8_passes=0)
     )
-    assert lin._kernel_packed.gemv is None
+    assert lin._kernel_packed.gemv is None and lin._kernel_packed.data is data
+    ql.layers.use_int8_gemm(lin, None)
+    assert torch.equal(ql.layers.Q4_1Linear.forward(lin, x1), y_default)
+    assert torch.equal(lin._kernel_packed.gemv, grouped)
     odd = _linear(k=576, n=100)
-    ql.layers.use_int8_gemm(odd, 2)
     y = ql.layers.Q4_1Linear.forward(odd, x1)
     assert odd._kernel_packed.gemv is None
-    assert torch.equal(y, ql.linear(x1, odd._kernel_packed.data, "q4_1", odd.bias, int8_passes=2))
+    assert torch.equal(y, ql.linear(x1, odd._kernel_packed.data, "q4_1", odd.bias, int8_passes=0))
 
 
 def test_compiled_layer_runs_on_the_gemv_layout(ql) -> None:

@@ -61,19 +61,22 @@ def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _without_derived_tensor_guards(guards: list[Any]) -> list[bool]:
     """Which of Dynamo's guards a decoder's graphs keep: all but the tensor checks on its own static
-    cache and on tensors a kernel layer keeps in its module's `__dict__` (a packed weight).
+    cache and on the bundled quantized layers' packed weights (`_kernel_packed`).
 
     Dynamo re-checks every tensor that is not a parameter on each call, even in the steady steps
     that skip the rest (`_steady`): on SmolLM2 ~300 tensors and the module paths to them, ~0.5 ms
     of a 9 ms token. These cannot change under a graph: the cache's tensors are allocated before
     the first compile and only written in place, and a packed weight's shape and dtype follow its
     module's weight, whose guard stays, as do the guards that see a layer switched (its forward,
-    the packed tuple, the int8 passes it reads).
+    the packed tuple's other fields, the int8 passes it reads).
     """
     return [
-        not (g.guard_type == "TENSOR_MATCH" and (g.name.startswith("self.cache.") or ".__dict__[" in g.name))
+        not (g.guard_type == "TENSOR_MATCH" and (g.name.startswith("self.cache.") or _PACKED in g.name))
         for g in guards
     ]
+
+
+_PACKED = "_kernel_packed"  # quantized_linear.layers.PACKED_ATTR
 
 
 class _GreedyLoop:

@@ -54,8 +54,8 @@ def test_packing_is_ggml_blocks(kernel, format):
 def test_linear_matches_eager_with_the_dequantized_weight(kernel, format, rows, dtype, passes):
     """int8_passes=0: F.linear on the dequantized weight; one int8 pass (the int8 GEMV up to 8
     rows, the int8 GEMM above): the same on the activations' int8 grid (`int8_reference`); two
-    passes: F.linear within 1e-3. None (the default): the float GEMV up to 8 rows, above them two
-    passes for float32, one for bfloat16."""
+    passes: F.linear within 1e-3. None (the default, no GEMV layout): the float GEMV up to 8 rows,
+    above them two passes for float32, one for bfloat16."""
     weight, bias = torch.randn(40, 128) * 128**-0.5, torch.randn(40)
     packed = kernel.quantize(weight, format)
     x = torch.randn(rows, 128).to(dtype)

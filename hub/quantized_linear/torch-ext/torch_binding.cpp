@@ -1,6 +1,6 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
-// activations and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2 or 1; -1, the default,
+// activations (float, or int8 on the GEMV layout) and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2 or 1; -1, the default,
 // takes 2 for float32 activations and 1 for 16-bit ones) or,
 // with int8_passes=0, dequantized panels multiplied by ATen's matmul (PyTorch's numbers); all on the
 // ISA table chosen at run time.
@@ -270,14 +270,17 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   if (M == 0 || N == 0) return out;
   const uint8_t* w = packed.data_ptr<uint8_t>();
   TORCH_CHECK(int8_passes >= -1 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
-              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (the float GEMV up ",
-              "to 8 rows; above, 2 for float32 activations, 1 for 16-bit ones), got ", int8_passes);
-  // Above kGemvMaxRows: 16-bit activations carry 8 (bfloat16) or 11 bits already, one int8 pass's
-  // error is of their own rounding's order, and a second pass would lose to the 16-bit GEMMs
-  // F.linear runs. Up to it the float GEMV: the int8 GEMV with two passes was no faster on the
-  // two-thread host measured (bench/quantized_linear.py --rows 1), and one pass is GGML's error,
-  // which a caller asks for (int8_passes=1).
-  if (int8_passes < 0) int8_passes = M <= kGemvMaxRows ? 0 : x.scalar_type() == at::kFloat ? 2 : 1;
+              "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (2 for float32 ",
+              "activations, 1 for 16-bit ones; up to 8 rows without the GEMV layout, the float GEMV), got ",
+              int8_passes);
+  // 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their own
+  // rounding's order, and a second would lose to the 16-bit GEMMs F.linear runs. Up to kGemvMaxRows
+  // on GGML's row-major blocks the float GEMV: the int8 GEMV with two passes was no faster there
+  // (bench/decode_gemvs.py); on the GEMV layout two passes were 1.4-1.9x the float GEMV on every
+  // path and host measured, with its accuracy (the residual pass: ~250 times less error than one).
+  if (int8_passes < 0) {
+    int8_passes = M <= kGemvMaxRows && grouped == nullptr ? 0 : x.scalar_type() == at::kFloat ? 2 : 1;
+  }
   if (int8_passes > 0) {
     at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());

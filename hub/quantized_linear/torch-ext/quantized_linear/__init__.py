@@ -2,9 +2,9 @@
 
 A weight is packed once (`quantize`) into a uint8 tensor of GGML blocks, byte for byte what a GGUF
 file holds, and `linear` multiplies float32 / bfloat16 / float16 activations by it without ever
-materialising the float weight: for a few rows (decode) a GEMV streaming the blocks once, in
-float32 arithmetic by default, and for many rows (prefill) an int8 GEMM. The int8 paths (the GEMM,
-and the GEMV where `int8_passes` asks for it) quantize the activations per block of 32 to int8 with
+materialising the float weight: for a few rows (decode) a GEMV streaming the blocks once, and for
+many rows (prefill) an int8 GEMM. The int8 paths (the GEMM, and the GEMV on Q4_1's GEMV layout or
+where `int8_passes` asks for it) quantize the activations per block of 32 to int8 with
 a float scale, as GGML's Q8 activations are, and take integer dot products (the GEMM: AVX512-VNNI,
 AVX-VNNI where an AVX2 CPU has it, or AVX2's maddubs: `int8_dot()`; the GEMV: AVX2's maddubs on
 both SIMD paths; every one gives the same results). That is a different numeric path from
@@ -14,8 +14,10 @@ a logits KL of 1.9e-3 against PyTorch). `int8_passes=2`, the GEMM's default for 
 activations, quantizes the residual too and adds its products in the same sweep (x ~ d q + d_r q_r,
 about 254 times less error, half the speed); bfloat16 and float16 activations default to one pass
 there, whose error is of the order of their own rounding (and a second would lose to the 16-bit
-GEMMs F.linear runs). The GEMV keeps float32 unless asked: two int8 passes were no faster than it
-on the hosts measured, and one is GGML's error. `int8_passes=0` (`layers.use_int8_gemm(module, 0)`
+GEMMs F.linear runs). The GEMV takes the same default where it is given Q4_1's GEMV layout
+(`gemv_layout`: there two passes were 1.4-1.9x the float GEMV on every path of the hosts measured,
+`bench/decode_gemvs.py`) and float32 arithmetic on GGML's row-major blocks (where two passes were
+no faster than it). `int8_passes=0` (`layers.use_int8_gemm(module, 0)`
 for a layer) keeps float32 arithmetic for many rows too (the dequantize-and-matmul path), whose
 results differ from F.linear on the dequantized weight in rounding order only. On a weight that is
 the float dequantization of such blocks (a GGUF checkpoint), packing finds the same blocks again,
@@ -97,10 +99,10 @@ def linear(
 
     `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual; see the module
     docstring): the int8 GEMV up to 8 rows, the int8 GEMM above; 0 keeps float32 arithmetic (the
-    float GEMV, or dequantized panels and ATen's matmul); None: the float GEMV up to 8 rows, above
-    them 2 for float32 x and 1 for 16-bit x. `gemv` (Q4_1 only): `gemv_layout(packed)`, which the
-    int8 GEMV (int8_passes 1 or 2, up to 8 rows) reads instead of `packed`: the same numbers up to
-    rounding order, 16 output rows per instruction."""
+    float GEMV, or dequantized panels and ATen's matmul); None: 2 for float32 x and 1 for 16-bit
+    x, but the float GEMV up to 8 rows without `gemv`. `gemv` (Q4_1 only): `gemv_layout(packed)`,
+    which the int8 GEMV (up to 8 rows) reads instead of `packed`: the same numbers up to rounding
+    order, 16 output rows per instruction."""
     _check_format(format)
     if not x.is_cpu:
         raise RuntimeError(

@@ -8,14 +8,15 @@ or the same one written in place: its data pointer or `_version` moves). A weigh
 packed raises ValueError with a one-line reason (`pack_error`).
 
 Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
-activations are quantized to int8 per block of 32, and by default float32 ones' residual too);
-decode (up to 8 rows) the float GEMV. `use_int8_gemm(module, 1)` takes one int8 pass for both
-(GGML's, faster, less accurate; decode then runs the int8 GEMV), `use_int8_gemm(module, 2)` two,
-`use_int8_gemm(module, 0)` float32 arithmetic for a module that needs PyTorch's numbers; the choice is the
-plain instance attribute `_kernel_int8_passes`, read on every forward. With int8 passes asked for, a
-Q4_1 weight of out_features a multiple of 16 also keeps its blocks regrouped for the int8 GEMV
-(`PackedWeight.gemv`, `gemv_layout`: 16 output rows per instruction): decode reads only that copy,
-prefill only the GGML blocks, and the module holds both (twice the packed bytes).
+activations are quantized to int8 per block of 32, and by default float32 ones' residual too).
+Decode (up to 8 rows) takes the int8 GEMV, two passes for float32 activations, on a Q4_1 weight of
+out_features a multiple of 16, which keeps its blocks regrouped for it (`PackedWeight.gemv`,
+`gemv_layout`: 16 output rows per instruction; decode reads only that copy, prefill only the GGML
+blocks, and the module holds both: twice the packed bytes); other weights take the float GEMV.
+`use_int8_gemm(module, 1)` takes one int8 pass for both (GGML's, faster, less accurate),
+`use_int8_gemm(module, 2)` two everywhere, `use_int8_gemm(module, 0)` float32 arithmetic (and no
+GEMV layout) for a module that needs PyTorch's numbers; the choice is the plain instance attribute
+`_kernel_int8_passes`, read on every forward.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
-#: with int8 passes asked for, Q4_1 weights of out_features a multiple of this also keep the GEMV
-#: layout (`gemv_layout`)
+#: Q4_1 weights of out_features a multiple of this also keep the GEMV layout (`gemv_layout`),
+#: unless float32 arithmetic is asked for (`use_int8_gemm(module, 0)`)
 GEMV_GROUP = 16
 #: the attribute that sets one module's int8 passes (absent: -1, the default: see use_int8_gemm)
 INT8_GEMM_ATTR = "_kernel_int8_passes"
@@ -40,8 +41,9 @@ INT8_GEMM_ATTR = "_kernel_int8_passes"
 def use_int8_gemm(module: nn.Module, passes: int | None) -> None:
     """`module`'s int8 passes: 2 (activations and their residual), 1 (GGML's int8 activations),
     both for prefill's GEMM and decode's GEMV; 0 / False (float32: dequantize and matmul,
-    PyTorch's numbers, and the float GEMV); or None (the default: the float GEMV for decode's
-    rows, and for prefill 2 for float32 inputs, 1 for bfloat16 / float16 ones)."""
+    PyTorch's numbers, and the float GEMV); or None (the default: 2 for float32 inputs, 1 for
+    bfloat16 / float16 ones, except decode's rows on a weight without the GEMV layout: the float
+    GEMV)."""
     if passes is not None and int(passes) not in (0, 1, 2):
         raise ValueError(f"quantized-linear: int8 passes must be 0, 1, 2 or None, got {passes!r}")
     object.__setattr__(module, INT8_GEMM_ATTR, -1 if passes is None else int(passes))
@@ -78,9 +80,8 @@ def packed_weight(module: nn.Module, format: str) -> PackedWeight:
     """
     weight = module.weight
     cached = module.__dict__.get(PACKED_ATTR)
-    grouped = (
-        format == "q4_1" and module.__dict__.get(INT8_GEMM_ATTR, -1) > 0 and weight.shape[0] % GEMV_GROUP == 0
-    )
+    int8 = module.__dict__.get(INT8_GEMM_ATTR, -1)
+    grouped = format == "q4_1" and int8 != 0 and weight.shape[0] % GEMV_GROUP == 0
     if (
         cached is not None
         and cached.data_ptr == weight.data_ptr()
@@ -119,13 +120,20 @@ def traced_packed_weight(module: nn.Module, format: str) -> PackedWeight:
     tensor becomes a constant of the graph, guarded by identity: run one eager forward first (it
     packs), and compile again after changing the weight (the graph keeps the old packed copy).
     """
-    packed = module.__dict__.get(PACKED_ATTR)
+    packed = getattr(module, PACKED_ATTR, None)  # not __dict__.get: Dynamo guards getattr, not that
     if packed is None or packed.format != format:
         raise RuntimeError(
             f"quantized-linear: the weight is not packed as {format} yet; run one forward eagerly "
             "before torch.compile traces this layer (packing reads Python state Dynamo cannot trace)"
         )
     return packed
+
+
+def _traced_int8_passes(module: nn.Module) -> int:
+    """The module's int8 passes as torch.compile traces a forward. Dynamo guards an attribute read
+    with getattr (a graph built for one pass is rebuilt for two), but not one read from the
+    module's `__dict__`, which eager forwards use (no `nn.Module.__getattr__` on every call)."""
+    return getattr(module, INT8_GEMM_ATTR, -1)
 
 
 class Q8_0Linear(nn.Module):
@@ -136,9 +144,10 @@ class Q8_0Linear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
-        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
         if torch.compiler.is_compiling():
-            return ops.linear_q8_0(input, traced_packed_weight(self, "q8_0").data, self.bias, int8)
+            packed = traced_packed_weight(self, "q8_0")
+            return ops.linear_q8_0(input, packed.data, self.bias, _traced_int8_passes(self))
+        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
         return ops.linear_q8_0(input, packed_weight(self, "q8_0").data, self.bias, int8)
 
 
@@ -149,10 +158,8 @@ class Q4_1Linear(nn.Module):
     can_torch_compile = True
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
-        packed = (
-            traced_packed_weight(self, "q4_1")
-            if torch.compiler.is_compiling()
-            else packed_weight(self, "q4_1")
-        )
+        if torch.compiler.is_compiling():
+            packed, int8 = traced_packed_weight(self, "q4_1"), _traced_int8_passes(self)
+        else:
+            packed, int8 = packed_weight(self, "q4_1"), self.__dict__.get(INT8_GEMM_ATTR, -1)
         return ops.linear_q4_1(input, packed.data, self.bias, int8, packed.gemv)
