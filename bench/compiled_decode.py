@@ -45,14 +45,14 @@ def use_direct_attention(model: Any) -> None:
     """The model's attention on the bundled flash_attn's `attention_forward` (Transformers'
     attention-interface signature with SDPA's mask: no flash-attention glue)."""
     from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
 
     from kernel_explorer._backend.attention_interface import load_local
     from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.measure.compiled_decode import prefill_mask
 
     fa = load_local(bundled_repo_path("flash_attn"))
     AttentionInterface.register(DIRECT_ATTENTION, fa.attention_forward)
-    AttentionMaskInterface.register(DIRECT_ATTENTION, sdpa_mask)
+    AttentionMaskInterface.register(DIRECT_ATTENTION, prefill_mask)  # SDPA's, but a decoder's prefill
     model.set_attn_implementation(DIRECT_ATTENTION)
 
 

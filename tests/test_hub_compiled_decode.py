@@ -88,3 +88,32 @@ def test_a_compiled_decoder_sees_a_layer_switched_after_its_graphs(hub: dict) ->
         torch.testing.assert_close(logits, eager_logits, rtol=1e-5, atol=1e-5)
         assert not torch.allclose(logits, before, rtol=1e-5, atol=1e-5)
         before = logits
+
+
+@pytest.mark.slow
+def test_a_compiled_prefill_runs_the_attention_kernel_on_the_prompts_keys(hub: dict) -> None:
+    """Under torch.compile Transformers cannot skip a static cache's mask (its query offset is a
+    tensor), and with a mask over several queries the direct attention answered with SDPA over the
+    whole cache; in a StaticDecoder's prefill (a fresh cache from position 0) `prefill_mask` gives
+    none, and the kernel's causal path on the first seqlen_q keys runs in the compiled graph: the
+    flash_attn op is among the ops that ran, and the logits are the dynamic cache's. Outside a
+    decoder's prefill the mask is SDPA's."""
+    from compiled_decode import StaticDecoder, use_direct_attention
+    from transformers.masking_utils import causal_mask_function
+
+    from kernel_explorer.loading import tiny_llama
+    from kernel_explorer.measure.compiled_decode import EagerDecoder, _from_start, prefill_mask
+
+    model = tiny_llama()
+    use_direct_attention(model)
+    ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(2))
+    decoder = StaticDecoder(model, 40, compiled=True)
+    decoder.prefill(ids)  # compiles
+    with torch.profiler.profile() as prof:
+        logits = decoder.prefill(ids)
+    assert any("flash_attn" in e.key for e in prof.key_averages())
+    torch.testing.assert_close(logits, EagerDecoder(model).prefill(ids), rtol=1e-5, atol=1e-5)
+    chunk = {"batch_size": 1, "q_length": 3, "kv_length": 8, "mask_function": causal_mask_function}
+    assert prefill_mask(**chunk, q_offset=5).shape == (1, 1, 3, 8)  # a chunk at position 5: masked
+    with _from_start():
+        assert prefill_mask(**chunk, q_offset=torch.tensor(0)) is None

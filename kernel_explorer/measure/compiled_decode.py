@@ -33,8 +33,10 @@ The static cache gives SDPA a mask (the cache's unused tail). Through Transforme
 (a Hub attention repository, or the bundled flash_attn by its flash name) attention runs PyTorch's
 SDPA in these graphs: the glue unpads by the mask (data-dependent shapes, a graph break per layer).
 The bundled flash_attn's direct `attention_forward` takes a decode step's boolean mask as the op's
-key mask, so its decode graph runs the kernel (and reads only the cache's filled part); a prefill
-with the mask still runs SDPA.
+key mask, so its decode graph runs the kernel (and reads only the cache's filled part). A prefill's
+mask over several queries would send it to SDPA over the whole cache; registered with
+`prefill_mask`, a StaticDecoder's prefill has none, and the kernel's causal path runs on the
+prompt's keys.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -57,6 +59,47 @@ def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
         func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
     )
     return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
+
+
+#: True while a StaticDecoder runs a prefill: a fresh cache, positions 0..n-1 (see prefill_mask)
+_prefill_from_start = False
+
+
+def prefill_mask(**kwargs: Any) -> torch.Tensor | None:
+    """SDPA's mask function (`transformers.masking_utils.sdpa_mask`), except in a StaticDecoder's
+    prefill, where it gives no mask: SDPA's causal semantics on the first seqlen_q keys then say
+    exactly what the static cache's mask says (the prompt fills positions 0..n-1 of a fresh cache;
+    every key after them is masked).
+
+    Why: Transformers cannot skip a static cache's mask (its query offset is a tensor under
+    torch.compile), and with a mask over several queries an attention kernel's glue falls back to
+    SDPA over the whole cache. Register it for an attention implementation whose function takes the
+    kernel's causal path where the mask is None (the bundled flash_attn's `attention_forward`):
+    `AttentionMaskInterface.register(name, prefill_mask)`. Outside a StaticDecoder's prefill, and
+    for a padding mask, a sliding window or a mask function other than causal, it is `sdpa_mask`.
+    """
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    if (
+        _prefill_from_start
+        and kwargs.get("q_length", 1) > 1
+        and kwargs.get("attention_mask") is None
+        and kwargs.get("local_size") is None
+        and kwargs.get("mask_function") is causal_mask_function
+        and kwargs.get("allow_is_causal_skip", True)
+    ):
+        return None
+    return sdpa_mask(**kwargs)
+
+
+@contextlib.contextmanager
+def _from_start() -> Iterator[None]:
+    global _prefill_from_start
+    _prefill_from_start = True
+    try:
+        yield
+    finally:
+        _prefill_from_start = False
 
 
 def _without_derived_tensor_guards(guards: list[Any]) -> list[bool]:
@@ -201,9 +244,10 @@ class StaticDecoder(_GreedyLoop):
                 # for the first call only (the next finds them allocated and compiles again)
                 self._forward(input_ids[:, :1], torch.arange(1))
             self.cache.reset()
-            if not compiled:
-                return self._forward(input_ids, torch.arange(n))
-            return self._call(f"prefill {n}", input_ids, torch.arange(n))
+            with _from_start():
+                if not compiled:
+                    return self._forward(input_ids, torch.arange(n))
+                return self._call(f"prefill {n}", input_ids, torch.arange(n))
 
     def _step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         import torch
