@@ -61,7 +61,9 @@ def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
     return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
 
 
-#: True while a StaticDecoder runs a prefill: a fresh cache, positions 0..n-1 (see prefill_mask)
+#: True while a StaticDecoder runs a prefill: a fresh cache, positions 0..n-1 (see prefill_mask).
+#: A module global, not a thread-local: Dynamo guards a global's value (the prefill graph is
+#: built with it set, the decode step's without); a model under prefill_mask serves one loop at a time.
 _prefill_from_start = False
 
 
