@@ -104,6 +104,9 @@ def _from_start() -> Iterator[None]:
         _prefill_from_start = False
 
 
+_PACKED = "_kernel_packed"  # quantized_linear.layers.PACKED_ATTR
+
+
 def _without_derived_tensor_guards(guards: list[Any]) -> list[bool]:
     """Which of Dynamo's guards a decoder's graphs keep: all but the tensor checks on its own static
     cache and on the bundled quantized layers' packed weights (`_kernel_packed`).
@@ -119,9 +122,6 @@ def _without_derived_tensor_guards(guards: list[Any]) -> list[bool]:
         not (g.guard_type == "TENSOR_MATCH" and (g.name.startswith("self.cache.") or _PACKED in g.name))
         for g in guards
     ]
-
-
-_PACKED = "_kernel_packed"  # quantized_linear.layers.PACKED_ATTR
 
 
 class _GreedyLoop:

@@ -1,7 +1,7 @@
 // Registers the quantized linear ops under the kernel's metadata id (every op of this repository
 // is registered here) and runs them: packing (qlinear_pack.cpp), the GEMV path for a few rows of
-// activations (float, or int8 on the GEMV layout) and, for many, the int8 GEMM (qlinear_int8.h: int8_passes 2 or 1; -1, the default,
-// takes 2 for float32 activations and 1 for 16-bit ones) or,
+// activations (float, or int8 on the GEMV layout) and, for many, the int8 GEMM (qlinear_int8.h:
+// int8_passes 2 or 1; -1, the default, takes 2 for float32 activations and 1 for 16-bit ones) or,
 // with int8_passes=0, dequantized panels multiplied by ATen's matmul (PyTorch's numbers); all on the
 // ISA table chosen at run time.
 #include "registration.h"
