@@ -33,7 +33,17 @@ minutes on 2 cores), in the project's environment:
         pip install llama-cpp-python typing_extensions numpy diskcache jinja2
 
 An AVX2 host is emulated with `KERNEL_EXPLORER_ISA=avx2` (bench/isa_env.py caps eager PyTorch's
-and Inductor's ISA too; llama.cpp keeps the ISA it was built for, which the header says).
+and Inductor's ISA too). llama.cpp keeps the ISA it was built for, which the header says; for
+llama.cpp on AVX2 too, build its library without AVX-512 from the source llama-cpp-python ships
+(`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, then in the unpacked
+`vendor/llama.cpp`) and point `LLAMA_CPP_LIB_PATH` at it (about 4 minutes on 2 cores):
+
+    cmake -S . -B /tmp/llama-avx2 -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+        -DGGML_AVX512=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+    cmake --build /tmp/llama-avx2 -j2 --target llama
+    KERNEL_EXPLORER_ISA=avx2 LLAMA_CPP_LIB_PATH=/tmp/llama-avx2/bin python bench/decode_anchor.py
 """
 
 from __future__ import annotations
