@@ -65,3 +65,32 @@ def test_accuracy_verdicts_are_judged_against_float64_not_against_pytorch() -> N
     )
     assert accuracy_verdict([found(0.5, None, None)]).startswith("differs from PyTorch (no float64")
     assert accuracy_verdict([]) == "not measured"
+
+
+def test_a_layers_accuracy_compares_each_sides_worst_over_its_instances() -> None:
+    """Per-instance ratios of two rounding-sized errors scatter: the verdict compares each side's
+    worst error over the instances (each relative to its instance's scale), not the worst ratio."""
+    from kernel_explorer.measure.divergence import AS_ACCURATE, accuracy_verdict
+    from kernel_explorer.measure.records import LayerDivergence
+
+    def found(kernel_err: float, pytorch_err: float, scale: float = 2.0) -> LayerDivergence:
+        return LayerDivergence(
+            "float32",
+            8,
+            0.5,
+            True,
+            kernel_err64=kernel_err,
+            pytorch_err64=pytorch_err,
+            reference_max_abs=scale,
+        )
+
+    # SmolLM2's attention at 16 tokens, in small: one instance at 2x, the kernel's worst below PyTorch's
+    scattered = [found(1.0e-6, 5.0e-7), found(7.0e-7, 1.4e-6), found(2.2e-6, 4.7e-6)]
+    assert accuracy_verdict(scattered) == AS_ACCURATE
+    # worse on every instance: its worst is worse
+    assert accuracy_verdict([found(2.0e-6, 1.0e-6), found(3.0e-6, 1.5e-6)]) == (
+        "less accurate (2.0x PyTorch's error against float64)"
+    )
+    # far worse on one instance of small outputs, beside one of large outputs: not hidden by its scale
+    mixed = [found(1.0e-4, 1.0e-4, scale=1000.0), found(3.0e-8, 1.0e-9, scale=0.01)]
+    assert accuracy_verdict(mixed).startswith("less accurate (30.0x")
