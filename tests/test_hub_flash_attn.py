@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim): odd lengths, q != k, GQA 9/3, MQA,
-# head_dim 64 and 128, and head_dims off the vector width (the generic tiles)
+# head_dim 64 and 128, and head_dims off the vector width (the generic tiles). Tasks that see up to
+# 256 keys x 64 head_dim take the row path, longer ones the prefill path: 300 tokens causal splits
+# between them by query block, 140 keys at head_dim 128 take the prefill path with few rows.
 SHAPES = [
     (2, 1, 1, 9, 3, 64),
     (1, 7, 7, 9, 3, 64),
@@ -27,6 +29,8 @@ SHAPES = [
     (1, 1, 511, 9, 3, 64),
     (1, 3, 40, 6, 2, 48),
     (1, 17, 30, 2, 2, 80),
+    (1, 300, 300, 9, 3, 64),
+    (1, 20, 140, 4, 2, 128),
 ]
 
 

@@ -17,8 +17,15 @@ def tolerance(dtype):
     return {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
 
 
-# (batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim): decode, prefill, q != k, head_dim off the vector
-SHAPES = [(2, 1, 1, 9, 3, 64), (1, 7, 7, 9, 3, 64), (1, 63, 200, 9, 3, 64), (1, 3, 40, 6, 2, 48)]
+# (batch, seqlen_q, seqlen_k, heads, kv_heads, head_dim): decode, prefill (the row path up to 256 keys,
+# the prefill path past them), q != k, head_dim off the vector
+SHAPES = [
+    (2, 1, 1, 9, 3, 64),
+    (1, 7, 7, 9, 3, 64),
+    (1, 63, 200, 9, 3, 64),
+    (1, 300, 300, 9, 3, 64),
+    (1, 3, 40, 6, 2, 48),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -20,6 +20,14 @@ KX_ISA_TABLE(kx::AttnTable, kx_flash_attn_table)
 namespace {
 
 constexpr int64_t kMinKeysPerSplit = 256;
+constexpr int64_t kMinTokensPerBlock = 8;
+// Below this many q elements x keys a prefill runs on the calling thread. SmolLM2's attention (9
+// heads of 64, 3 KV heads) at 16 tokens (147,456) took 12.5 us on two threads against 15.3 on one
+// (Zen 4, quiet), but waking the pool's thread waits for a busy core's scheduler slice (see
+// kx_limits.h), and a row that reads 1.2x when quiet must not read 0.9x beside a compile; at 24
+// tokens (331,776) two threads took 0.67-0.83x one's time. Decode keeps kSerialBelow: its key
+// splits paid from 128 cached keys (10.8 against 12.1 us).
+constexpr int64_t kPrefillSerialBelow = int64_t{1} << 18;
 
 std::vector<int64_t> offsets(const at::Tensor& cu, int64_t total, const char* name) {
   TORCH_CHECK(cu.dim() == 1 && cu.numel() >= 2, "flash_attn_varlen_func: ", name,
@@ -36,6 +44,28 @@ std::vector<int64_t> offsets(const at::Tensor& cu, int64_t total, const char* na
   return v;
 }
 
+// A q/k/v tensor's sizes and strides in the op's order, (batch, seqlen, heads, head_dim) or
+// varlen's (total, heads, head_dim), read without making a view: heads_first tensors are (batch,
+// heads, seqlen, head_dim), whose dims 1 and 2 swap here (a transpose per input, a TensorImpl
+// each, was 0.5 us of a 4.6 us one-token call).
+struct Dims {
+  at::Tensor t;
+  bool swap;
+  int64_t size(int64_t i) const { return t.size(physical(i)); }
+  int64_t stride(int64_t i) const { return t.stride(physical(i)); }
+  std::vector<int64_t> sizes() const {
+    std::vector<int64_t> all(static_cast<size_t>(t.dim()));
+    for (int64_t i = 0; i < t.dim(); ++i) all[static_cast<size_t>(i)] = size(i);
+    return all;
+  }
+
+ private:
+  int64_t physical(int64_t i) const {
+    if (i < 0) i += t.dim();
+    return swap && (i == 1 || i == 2) ? 3 - i : i;
+  }
+};
+
 // out = softmax(scale * q k^T [+ causal mask]) v, per sequence and head; returns (out, lse).
 // Dense: q (batch, seqlen_q, heads, d), k/v (batch, seqlen_k, kv_heads, d), optional seqused_k
 // (batch,) keys per sequence. Varlen: q (total_q, heads, d), k/v (total_k, kv_heads, d) with
@@ -49,14 +79,10 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
                                        const std::optional<at::Tensor>& seqused_k, double scale, bool causal,
                                        bool heads_first = false, const std::optional<at::Tensor>& key_mask = std::nullopt) {
   // heads_first: dense q/k/v as (batch, heads, seqlen, head_dim), Transformers' attention-interface
-  // layout; the views are swapped here (three Python transposes cost more than a 16-token call's
-  // arithmetic). The output is (batch, seqlen_q, heads, head_dim) either way.
-  if (heads_first) {
-    TORCH_CHECK(!cu_q.has_value() && q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4,
-                "flash_attn: heads_first takes dense (batch, heads, seqlen, head_dim) tensors, got q ", q_in.sizes());
-    return fwd(q_in.transpose(1, 2), k_in.transpose(1, 2), v_in.transpose(1, 2), cu_q, cu_k, seqused_k, scale, causal,
-               false, key_mask);
-  }
+  // layout, read through Dims (no views made). The output is (batch, seqlen_q, heads, head_dim)
+  // either way.
+  TORCH_CHECK(!heads_first || (!cu_q.has_value() && q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4),
+              "flash_attn: heads_first takes dense (batch, heads, seqlen, head_dim) tensors, got q ", q_in.sizes());
   const int dc = kx::dtype_code(q_in, "flash_attn");
   TORCH_CHECK(k_in.scalar_type() == q_in.scalar_type() && v_in.scalar_type() == q_in.scalar_type(),
               "flash_attn: q, k and v must share a dtype, got ", q_in.scalar_type(), ", ", k_in.scalar_type(), ", ",
@@ -71,21 +97,20 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
               ", got q ", q_in.sizes(), ", k ", k_in.sizes(), ", v ", v_in.sizes());
   TORCH_CHECK(k_in.sizes() == v_in.sizes(), "flash_attn: k and v must have the same shape, got ", k_in.sizes(),
               " and ", v_in.sizes());
-  const int64_t H = q_in.size(-2), Hk = k_in.size(-2), D = q_in.size(-1);
-  TORCH_CHECK(k_in.size(-1) == D, "flash_attn: q and k/v must have the same head_dim, got ", D, " and ",
-              k_in.size(-1));
+  // Any token and head strides; head_dim must be contiguous.
+  auto last_contig = [](const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); };
+  const Dims q{last_contig(q_in), heads_first}, k{last_contig(k_in), heads_first}, v{last_contig(v_in), heads_first};
+  const int64_t H = q.size(-2), Hk = k.size(-2), D = q.size(-1);
+  TORCH_CHECK(k.size(-1) == D, "flash_attn: q and k/v must have the same head_dim, got ", D, " and ", k.size(-1));
   TORCH_CHECK(D >= 1 && D <= 256, "flash_attn: head_dim must be in [1, 256], got ", D);
   TORCH_CHECK(Hk >= 1 && H % Hk == 0, "flash_attn: the number of query heads (", H,
               ") must be a multiple of the number of KV heads (", Hk, ")");
   if (!varlen) {
-    TORCH_CHECK(k_in.size(0) == q_in.size(0), "flash_attn: q and k/v must have the same batch size, got ",
-                q_in.size(0), " and ", k_in.size(0));
+    TORCH_CHECK(k.size(0) == q.size(0), "flash_attn: q and k/v must have the same batch size, got ", q.size(0),
+                " and ", k.size(0));
   }
-  // Any token and head strides; head_dim must be contiguous.
-  auto last_contig = [](const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); };
-  const at::Tensor q = last_contig(q_in), k = last_contig(k_in), v = last_contig(v_in);
 
-  at::Tensor out = kx::empty_output(q.sizes(), q.scalar_type());
+  at::Tensor out = kx::empty_output(q.sizes(), q.t.scalar_type());
   const int64_t B = varlen ? cu_q->numel() - 1 : q.size(0);
   std::vector<int64_t> cq, ck, used;
   if (varlen) {
@@ -125,12 +150,12 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
       visible.push_back(last);
     }
   }
-  at::Tensor lse = varlen ? at::empty({H, q.size(0)}, q.options().dtype(at::kFloat))
-                          : at::empty({B, H, q.size(1)}, q.options().dtype(at::kFloat));
-  if (q.numel() == 0) return {out, lse};
+  at::Tensor lse = varlen ? at::empty({H, q.size(0)}, q.t.options().dtype(at::kFloat))
+                          : at::empty({B, H, q.size(1)}, q.t.options().dtype(at::kFloat));
+  if (q.t.numel() == 0) return {out, lse};
 
   kx::AttnProblem p{};
-  p.q = q.data_ptr(), p.k = k.data_ptr(), p.v = v.data_ptr(), p.out = out.data_ptr();
+  p.q = q.t.data_ptr(), p.k = k.t.data_ptr(), p.v = v.t.data_ptr(), p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   const int tok = varlen ? 0 : 1;
   p.q_tok = q.stride(tok), p.q_head = q.stride(-2), p.k_tok = k.stride(tok), p.k_head = k.stride(-2);
@@ -140,36 +165,52 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
 
   const bool decode = varlen ? q.size(0) <= B : q.size(1) == 1;
   const kx::AttnTable& tab = table(op_for(dc, decode));
-  const int64_t nq_block = std::max<int64_t>(1, tab.rows_per_task / p.group);
+  // Each sequence's query tokens and the keys its rows may read: [0, lk), or up to the last
+  // visible key.
+  std::vector<int64_t> lqs(B), lks(B), ends(B);
+  int64_t max_lq = 0, max_lk = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    lqs[b] = varlen ? cq[b + 1] - cq[b] : q.size(1);
+    lks[b] = varlen ? ck[b + 1] - ck[b] : (used.empty() ? k.size(1) : used[b]);
+    ends[b] = visible.empty() ? lks[b] : visible[b];
+    max_lq = std::max(max_lq, lqs[b]), max_lk = std::max(max_lk, ends[b]);
+  }
+  const int64_t threads = at::get_num_threads();
+  // A small call runs on the calling thread: waking the pool costs more than it saves, and with
+  // another process on a core it waits for that core's scheduler slice.
+  const bool serial = q.t.numel() * std::max<int64_t>(max_lk, 1) < (decode ? kx::kSerialBelow : kPrefillSerialBelow);
+  int64_t nq_block = std::max<int64_t>(1, tab.rows_per_task / p.group);
+  // A short parallel prefill has fewer (sequence, KV head) pairs than twice the threads (SmolLM2
+  // at 24-64 tokens: 3 KV heads of one block each, two threads): its query tokens are cut into
+  // smaller blocks so that the threads share it evenly (the costliest blocks go first, below).
+  if (!serial && B * Hk < 2 * threads && max_lq > kMinTokensPerBlock) {
+    const int64_t blocks = (2 * threads + B * Hk - 1) / (B * Hk);  // per (sequence, KV head)
+    nq_block = std::min(nq_block, std::max(kMinTokensPerBlock, (max_lq + blocks - 1) / blocks));
+  }
   // Base tasks (sequence, KV head, query block), then key splits where they are too few to keep
   // every thread busy (decode: one query token against a long cache).
   std::vector<kx::AttnTask> base;
   std::vector<int64_t> group;  // (sequence, KV head) of each base task, in build order
-  int64_t max_lk = 0;
   for (int64_t b = 0; b < B; ++b) {
     kx::AttnTask t{};
-    t.lq = varlen ? cq[b + 1] - cq[b] : q.size(1);
-    t.lk = varlen ? ck[b + 1] - ck[b] : (used.empty() ? k.size(1) : used[b]);
+    t.lq = lqs[b], t.lk = lks[b];
     t.q_off = varlen ? cq[b] * q.stride(0) : b * q.stride(0);
     t.k_off = varlen ? ck[b] * k.stride(0) : b * k.stride(0);
     t.v_off = varlen ? ck[b] * v.stride(0) : b * v.stride(0);
     t.out_off = varlen ? cq[b] * out.stride(0) : b * out.stride(0);
     t.lse_off = varlen ? cq[b] : b * H * q.size(1);
     t.key_mask = km.defined() ? km.data_ptr<bool>() + b * k.size(1) : nullptr;
-    const int64_t end = visible.empty() ? t.lk : visible[b];
-    max_lk = std::max(max_lk, end);
     for (int64_t hk = 0; hk < Hk; ++hk) {
       for (int64_t q0 = 0; q0 < t.lq; q0 += nq_block) {
         t.kv_head = hk, t.q0 = q0, t.nq = std::min(nq_block, t.lq - q0);
-        t.k_begin = 0, t.k_end = end;
+        t.k_begin = 0, t.k_end = ends[b];
         base.push_back(t);
         group.push_back(b * Hk + hk);
       }
     }
   }
-  const int64_t threads = at::get_num_threads();
   int64_t splits = 1;
-  if (static_cast<int64_t>(base.size()) < 2 * threads) {
+  if (!serial && static_cast<int64_t>(base.size()) < 2 * threads) {
     splits = std::min((2 * threads + static_cast<int64_t>(base.size()) - 1) / static_cast<int64_t>(base.size()),
                       std::max<int64_t>(1, max_lk / kMinKeysPerSplit));
   }
@@ -205,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   std::vector<kx::AttnPartial> parts;
   if (splits > 1) {
     const int64_t per_task = rows * D + 2 * rows;
-    scratch = at::empty({static_cast<int64_t>(tasks.size()) * per_task}, q.options().dtype(at::kFloat));
+    scratch = at::empty({static_cast<int64_t>(tasks.size()) * per_task}, q.t.options().dtype(at::kFloat));
     float* base_ptr = scratch.data_ptr<float>();
     for (size_t i = 0; i < tasks.size(); ++i) {
       float* at = base_ptr + static_cast<int64_t>(i) * per_task;
@@ -231,7 +272,7 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
       if (remaining[b].fetch_sub(1) == 1) mg(p, base[b], &parts[b * splits], splits);
     }
   };
-  if (n == 1 || q.numel() * std::max<int64_t>(max_lk, 1) < kx::kSerialBelow) {
+  if (n == 1 || serial) {
     worker(0, 1);
   } else {
     at::parallel_for(0, std::min(threads, n), 1, worker);

@@ -254,26 +254,28 @@ def attention_forward(
     one with position_ids, `_is_packed_sequence`: six small ATen ops reading the position ids)
     costs more than the whole SDPA call at 16 tokens (bench/attention_glue.py).
     """
-    # the common call (a model's own keywords only: position_ids, use_cache, ...) decides in a few
-    # attribute reads: this runs 30 times per token and at 16 tokens the op itself takes ~25 us
+    # the common call (no mask, a model's own keywords only: position_ids, use_cache, ...) decides
+    # in a few attribute reads: this runs 30 times per token and at 16 tokens the op itself takes
+    # ~15 us, so every 0.1 us here shows in the row the explorer measures
+    qs, ks = query.shape, key.shape
     key_mask = None
-    if (  # a decode step's boolean mask: which keys its one query sees
-        attention_mask is not None
-        and attention_mask.dtype == torch.bool
+    if attention_mask is not None and (
+        attention_mask.dtype == torch.bool  # a decode step's boolean mask: which keys its one query sees
         and attention_mask.dim() == 4
-        and attention_mask.shape[1] == attention_mask.shape[2] == query.shape[2] == 1
-        and attention_mask.shape[3] == key.shape[2]
+        and attention_mask.shape[1] == attention_mask.shape[2] == qs[2] == 1
+        and attention_mask.shape[3] == ks[2]
     ):
-        key_mask = attention_mask[:, 0, 0].expand(query.shape[0], -1)
+        key_mask = attention_mask[:, 0, 0].expand(qs[0], -1)
     if (
         (attention_mask is not None and key_mask is None)
         or dropout
         or not (
-            _SDPA_ONLY.isdisjoint(kwargs)
+            not kwargs
+            or _SDPA_ONLY.isdisjoint(kwargs)
             or all(kwargs.get(name) is None or kwargs.get(name) is False for name in _SDPA_ONLY)
         )
-        or not (key.shape[-1] == value.shape[-1] == query.shape[-1] <= 256)
-        or query.shape[1] % key.shape[1]
+        or not (ks[-1] == value.shape[-1] == qs[-1] <= 256)
+        or qs[1] % ks[1]
     ):
         if kwargs.get("s_aux") is not None:  # SDPA drops sinks: the model's own eager takes them
             return _eager_with_sinks(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -290,15 +292,13 @@ def attention_forward(
             is_causal=is_causal,
             **kwargs,
         )
-    q_len, k_len = query.shape[2], key.shape[2]
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(causal) and q_len > 1
+    q_len, k_len = qs[2], ks[2]
+    causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_len > 1
     if causal and k_len > q_len:  # as sdpa_attention_forward: top-left, the first q_len keys
         key, value = key[:, :, :q_len], value[:, :, :q_len]
-    scale = float(query.shape[-1] ** -0.5 if scaling is None else scaling)
+    scale = qs[-1] ** -0.5 if scaling is None else float(scaling)
     # heads_first: no transposes
-    out, _ = _fwd(query, key, value, None, None, None, scale, causal, True, key_mask)
-    return out, None
+    return _fwd(query, key, value, None, None, None, scale, bool(causal), True, key_mask)[0], None
 
 
 def _eager_with_sinks(module, query, key, value, attention_mask, dropout, scaling, **kwargs):
