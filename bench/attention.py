@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from threads import use_threads
 
 from kernel_explorer.measure.stats import median_interval, speedup_interval
 
@@ -122,7 +123,7 @@ def main() -> None:
         parser.error("--clock cpu sums every thread's CPU time: use it with --threads 1")
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads)
 
     from kernels import get_local_kernel
 
@@ -133,7 +134,7 @@ def main() -> None:
     chosen = {line.split(": ")[0]: line.split(": ")[1] for line in fa.isa_choices()}
     paths = args.isa or [p for p in fa.isa_paths() if p != "portable"] or ["portable"]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, {threads}, "
         f"kernel paths {', '.join(fa.isa_paths())}, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {args.clock} clock"
     )

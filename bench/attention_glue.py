@@ -39,6 +39,7 @@ import os
 import time
 
 import isa_env  # first: the AVX2 emulation (KERNEL_EXPLORER_ISA=avx2), set before torch is imported
+from threads import use_threads
 
 TEXT = (
     "The history of computing is a story of abstraction: each generation of engineers built tools "
@@ -105,7 +106,7 @@ def main() -> None:
     from kernel_explorer.build.builder import build_repo
     from kernel_explorer.measure.stats import median_interval, speedup_interval
 
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     model, tokenizer = kx.load_default_model(progress=False)
     explorer = kx.Explorer(model, include_transformers=False)
@@ -116,7 +117,7 @@ def main() -> None:
     AttentionMaskInterface.register("kx_direct", sdpa_mask)
     sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.clock} clock, "
+        f"torch {torch.__version__}, {threads}, {args.clock} clock, "
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
     print(isa_env.describe(fa.isa()))

@@ -56,6 +56,7 @@ from collections.abc import Callable
 
 import isa_env  # first: the AVX2 emulation, set before torch is imported
 from quantized_model import PROMPTS, TEXT  # the same prompts and prefill text as the quantized bench
+from threads import use_threads
 
 PREFILL, PROMPT, DECODE = 512, 128, 64
 
@@ -351,7 +352,7 @@ def main() -> None:
     from kernel_explorer.catalog.bundled import bundled_repo_path
     from kernel_explorer.loading import default_model_gguf, load_default_model
 
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads)
     model, tokenizer = load_default_model(progress=False)
     model.eval()
     kmodel = copy.deepcopy(model)
@@ -364,7 +365,7 @@ def main() -> None:
     with open("/proc/cpuinfo") as info:
         cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "?")
     print(f"host: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; torch {torch.__version__}")
-    print(f"{args.threads} threads")
+    print(threads)
     print(f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}")
     passes = "the layers' default" if args.int8_passes is None else args.int8_passes
     print(f"kernel Linears' int8 passes: {passes}")

@@ -25,6 +25,7 @@ import time
 
 import torch
 from kernel_ops import choice_key, choices, interleaved, make_case
+from threads import use_threads
 
 from kernel_explorer.measure.stats import median_interval, speedup_interval
 
@@ -99,8 +100,7 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 1: timed in process CPU time")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 

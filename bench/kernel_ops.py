@@ -23,6 +23,7 @@ import isa_env  # first: sets the AVX2 emulation before torch is imported
 import torch
 import torch.nn.functional as F
 import transformers.activations as A
+from threads import use_threads
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from kernel_explorer.measure.stats import speedup_interval
@@ -184,8 +185,7 @@ def main() -> None:
         "worker from stalling every parallel op's join for a scheduler slice (about 8-12 ms)",
     )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
     if args.clock == "cpu" and torch.get_num_threads() != 1:
         parser.error("--clock cpu measures one thread's work: add --threads 1")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter

@@ -14,6 +14,7 @@ import statistics
 
 import torch
 from kernel_ops import INTERMEDIATE, interleaved
+from threads import use_threads
 
 PR_SET_THP_DISABLE = 41
 
@@ -25,8 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.no_thp:
         assert ctypes.CDLL(None).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0, "prctl failed"
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is imported)
 import torch
 from kernel_ops import INTERMEDIATE, copy_bandwidth, interleaved
+from threads import use_threads
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -96,8 +97,7 @@ def main() -> None:
         "--gated", action="store_true", help="also silu_and_mul against its loop (kx::map2_rows) with an add"
     )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 

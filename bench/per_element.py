@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from threads import use_threads
 
 
 def best_of(fn: Callable[[], object], reps: int = 400) -> float:
@@ -56,7 +57,7 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=32768)
     parser.add_argument("--isas", nargs="+", default=None)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 

@@ -36,6 +36,7 @@ import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is im
 import torch
 import torch.nn.functional as F
 from kernel_ops import copy_bandwidth, interleaved
+from threads import use_threads
 
 from kernel_explorer.measure.stats import median_interval, speedup_interval
 
@@ -131,8 +132,7 @@ def main() -> None:
     if args.clock == "cpu" and args.threads != 1:
         parser.error("--clock cpu sums every thread's CPU time: use it with --threads 1")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 

@@ -25,6 +25,7 @@ import isa_env  # noqa: F401  (first: the AVX2 emulation, set before torch is im
 import torch
 from kernel_ops import HEAD_DIM, HEADS, HIDDEN, copy_bandwidth, interleaved
 from limits import bandwidth_cells, print_preamble
+from threads import use_threads
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -150,8 +151,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    print(use_threads(args.threads))
 
     from kernels import get_local_kernel
 
