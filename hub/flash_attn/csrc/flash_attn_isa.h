@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace KX_ISA_NS {
 using kx::VecF;
@@ -695,12 +695,23 @@ void rows_task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPa
 }
 
 // Keys x head_dim of a task the row path takes at once (its K^T in scratch, 64 KiB): 256 keys at
-// head_dim 64. Up to there it was faster than the prefill path above on every code path measured,
+// head_dim 64. Up to there it was faster than the prefill path above on every SIMD path measured,
 // SmolLM2's causal shapes on one thread (Zen 4, interleaved in one process): float32 AVX-512 at 16,
 // 64, 128 and 256 tokens 1.52x, 1.65x, 1.36x and 1.15x, bfloat16 1.81x to 1.03x, AVX2 1.61x to
 // 1.08x; a 512-token prefill, whose later query blocks see more keys and take the prefill path,
-// 1.01x-1.05x.
+// 1.01x-1.05x. The portable path (at::vec's scalar loops) keeps the prefill path: the row path's
+// horizontal reductions and scalar transposes made it 0.93x at 16 tokens and 0.71x at 128.
+#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
 constexpr int64_t kRowPathKeyElems = 256 * 64;
+// Below this many q elements x keys a prefill runs on the calling thread. SmolLM2's attention at
+// 16 tokens (147,456) took 12.5 us on two threads against 15.3 on one (Zen 4, quiet), but waking
+// the pool's thread waits for a busy core's scheduler slice (kx_limits.h); at 24 tokens (331,776)
+// two threads took 0.67-0.83x one's time.
+constexpr int64_t kPrefillSerialBelow = int64_t{1} << 18;
+#else
+constexpr int64_t kRowPathKeyElems = 0;
+constexpr int64_t kPrefillSerialBelow = kx::kSerialBelow;  // scalar code: 16 tokens take ~200 us
+#endif
 
 template <typename T>
 void task(const kx::AttnProblem& p, const kx::AttnTask& t, const kx::AttnPartial* partial) {
@@ -745,4 +756,5 @@ extern const kx::AttnTable KX_CAT(kx_flash_attn_table_, KX_ISA) = {
     {KX_ISA_NS::task<float>, KX_ISA_NS::task<c10::BFloat16>, KX_ISA_NS::task<c10::Half>},
     {KX_ISA_NS::merge<float>, KX_ISA_NS::merge<c10::BFloat16>, KX_ISA_NS::merge<c10::Half>},
     KX_ISA_NS::kRowsPerTask,
+    KX_ISA_NS::kPrefillSerialBelow,
 };

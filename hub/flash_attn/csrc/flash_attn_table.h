@@ -50,6 +50,7 @@ struct AttnTable {
   AttnTaskFn task[3];  // by dtype code f32, bf16, f16
   AttnMergeFn merge[3];
   int64_t rows_per_task;  // the query rows (tokens x group) a prefill task is sized for
+  int64_t prefill_serial_below;  // q elements x keys under which a prefill runs on the calling thread
 };
 
 }  // namespace kx

@@ -21,13 +21,6 @@ namespace {
 
 constexpr int64_t kMinKeysPerSplit = 256;
 constexpr int64_t kMinTokensPerBlock = 8;
-// Below this many q elements x keys a prefill runs on the calling thread. SmolLM2's attention (9
-// heads of 64, 3 KV heads) at 16 tokens (147,456) took 12.5 us on two threads against 15.3 on one
-// (Zen 4, quiet), but waking the pool's thread waits for a busy core's scheduler slice (see
-// kx_limits.h), and a row that reads 1.2x when quiet must not read 0.9x beside a compile; at 24
-// tokens (331,776) two threads took 0.67-0.83x one's time. Decode keeps kSerialBelow: its key
-// splits paid from 128 cached keys (10.8 against 12.1 us).
-constexpr int64_t kPrefillSerialBelow = int64_t{1} << 18;
 
 std::vector<int64_t> offsets(const at::Tensor& cu, int64_t total, const char* name) {
   TORCH_CHECK(cu.dim() == 1 && cu.numel() >= 2, "flash_attn_varlen_func: ", name,
@@ -178,7 +171,8 @@ std::tuple<at::Tensor, at::Tensor> fwd(const at::Tensor& q_in, const at::Tensor&
   const int64_t threads = at::get_num_threads();
   // A small call runs on the calling thread: waking the pool costs more than it saves, and with
   // another process on a core it waits for that core's scheduler slice.
-  const bool serial = q.t.numel() * std::max<int64_t>(max_lk, 1) < (decode ? kx::kSerialBelow : kPrefillSerialBelow);
+  const int64_t serial_below = decode ? kx::kSerialBelow : tab.prefill_serial_below;
+  const bool serial = q.t.numel() * std::max<int64_t>(max_lk, 1) < serial_below;
   int64_t nq_block = std::max<int64_t>(1, tab.rows_per_task / p.group);
   // A short parallel prefill has fewer (sequence, KV head) pairs than twice the threads (SmolLM2
   // at 24-64 tokens: 3 KV heads of one block each, two threads): its query tokens are cut into
