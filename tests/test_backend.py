@@ -77,7 +77,14 @@ def test_private_attributes_read_off_library_objects_exist(hub: dict) -> None:
     local = LocalLayerRepository(repo_path=Path("."), layer_name="X")
     model = tiny_llama()
     attention = model.model.layers[0].self_attn
+    from kernels import use_kernel_mapping
+
+    from kernel_explorer._backend.internals import internal
+
+    with use_kernel_mapping({"X": {"cpu": hub_repo}}, inherit_mapping=False):
+        cpu_repos = internal("kernels.layer.globals", "_KERNEL_MAPPING").get()["X"]["cpu"]
     objects = {
+        "kernels' CPU device repos": (cpu_repos, True),
         "kernels.LayerRepository": (hub_repo, False),
         "kernels.LocalLayerRepository": (local, False),
         "use_kernelized_func holders": (attention, True),
@@ -97,18 +104,48 @@ def test_a_missing_private_attribute_is_named_with_the_installed_version() -> No
 
     (line,) = missing_attributes("transformers.PreTrainedModel", object)
     assert line.startswith("transformers.PreTrainedModel._can_set_attn_implementation: attribute missing")
-    assert "tested with transformers 5.22.2" in line and "_backend" in line
+    assert "tested with transformers 5.22.2 and 5.25.0" in line and "_backend" in line
 
 
 def test_a_moved_internal_is_named_with_the_installed_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernels.layer.repos
+    import importlib
 
-    from kernel_explorer._backend.internals import missing_internals
+    from kernels import __version__
 
-    monkeypatch.delattr(kernels.layer.repos, "_MODE_FALLBACK_PRIORITY")
+    from kernel_explorer._backend.internals import missing_internals, module_for
+
+    location = module_for("kernels.layer.repos")
+    monkeypatch.delattr(importlib.import_module(location), "_MODE_FALLBACK_PRIORITY")
     (line,) = missing_internals()
-    assert line.startswith("kernels.layer.repos._MODE_FALLBACK_PRIORITY: name missing in kernels 0.17")
-    assert "tested with kernels 0.17.2" in line and "_backend" in line
+    assert line.startswith(f"{location}._MODE_FALLBACK_PRIORITY: name missing in kernels {__version__}")
+    assert "tested with kernels 0.17.2 and 0.19.1" in line and "_backend" in line
+
+
+@pytest.mark.parametrize(
+    ("version", "module", "location"),
+    [
+        ("0.17.2", "kernels.layer.globals", "kernels.layer.globals"),
+        ("0.17.2", "kernels.variants", "kernels.variants"),
+        ("0.18.3", "kernels.layer.globals", "kernels._internals.layer.globals"),
+        ("0.19.1", "kernels.variants", "kernels._internals.variants"),
+        ("0.19.1", "kernels.hf_hub", "kernels._internals.hf_hub"),
+        ("0.19.1", "kernels._rust", "kernels._rust"),  # the compiled module stayed
+        ("0.19.1", "transformers.modeling_utils", "transformers.modeling_utils"),
+    ],
+)
+def test_internals_are_looked_up_where_each_kernels_release_keeps_them(
+    version: str, module: str, location: str
+) -> None:
+    from kernel_explorer._backend.internals import module_for
+
+    assert module_for(module, version) == location
+
+
+def test_every_internal_imports_through_the_lookup() -> None:
+    from kernel_explorer._backend.internals import INTERNALS, internal
+
+    for _, module, attribute in INTERNALS:
+        assert internal(module, attribute) is not None, f"{module}.{attribute}"
 
 
 def _library_uses(source: str, where: str) -> list[str]:

@@ -13,9 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from kernels.variants import get_variants_local, resolve_variant
 
+from kernel_explorer._backend.internals import internal
 from kernel_explorer.inspect.hardware import HardwareSnapshot, detect_hardware
+
+get_variants_local = internal("kernels.variants", "get_variants_local")
+resolve_variant = internal("kernels.variants", "resolve_variant")
 
 
 def _torch_tag() -> str:

@@ -267,9 +267,36 @@ def tiny_deepseek_v4(*, compressed: bool = False) -> nn.Module:
     return model
 
 
+def refuses_flash_on_deepseek_v4() -> bool:
+    """Transformers 5.25 runs flash kernels only on models declaring flash support; DeepSeek-V4
+    declares none (5.22 ran them)."""
+    from kernel_explorer._backend.attention_features import flash_unsupported
+
+    return bool(flash_unsupported(tiny_deepseek_v4(), "kernels-community/flash-attn2"))
+
+
+def test_deepseek_v4_without_flash_support_is_said_before_a_switch(hub: dict) -> None:
+    if not refuses_flash_on_deepseek_v4():
+        pytest.skip("this Transformers runs flash kernels on DeepSeek-V4")
+    model = tiny_deepseek_v4()
+    before = logits(model)
+    explorer = Explorer(model, include_transformers=False)
+    found, reason = state(explorer, ATTENTION, "bundled/flash_attn")
+    assert found is State.CANNOT_RUN
+    assert reason == (
+        "DeepseekV4ForCausalLM does not declare flash-attention support, and this Transformers "
+        "runs flash-attention kernels only on models that do"
+    )
+    running = explorer.on(ATTENTION)
+    assert not any(now.is_kernel for now in running) and "does not declare" in running[0].reason
+    assert torch.equal(logits(model), before)
+
+
 def test_deepseek_v4_sinks_are_said_before_a_switch_and_the_bundled_kernel_takes_them(
     hub: dict, tmp_path: Path
 ) -> None:
+    if refuses_flash_on_deepseek_v4():
+        pytest.skip("this Transformers runs no flash kernel on DeepSeek-V4 (the test above)")
     without = write_attention_repo(tmp_path, "no-sinks", source=FLASH_ATTN)  # takes **kwargs only
     model = tiny_deepseek_v4()
     before = logits(model)
@@ -308,6 +335,8 @@ def test_deepseek_v4_sinks_are_said_before_a_switch_and_the_bundled_kernel_takes
 
 
 def test_deepseek_v4_compressed_attention_is_wrong_results_here_not_silent(hub: dict) -> None:
+    if refuses_flash_on_deepseek_v4():
+        pytest.skip("this Transformers runs no flash kernel on DeepSeek-V4")
     model = tiny_deepseek_v4(compressed=True)
     before = logits(model)
     explorer = Explorer(model, include_transformers=False)

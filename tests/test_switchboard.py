@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from kernel_repos import NO_BACKWARD_RMSNORM, RAISING_ON_BATCH_RMSNORM, RAISING_RMSNORM, write_repo
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernel_explorer._backend.function_layers import owns_function
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.loading import tiny_llama
@@ -90,8 +91,12 @@ def assert_untouched(model: torch.nn.Module) -> None:
     for path, module in model.named_modules():
         assert "forward" not in module.__dict__, path
         assert not module._forward_hooks and not module._forward_pre_hooks, path
-        for func in getattr(module, "_kernel_funcs", {}).values():
-            assert func is llama.apply_rotary_pos_emb
+        for key, func in getattr(module, "_kernel_funcs", {}).items():
+            if owns_function(module, key):  # kernels 0.18+: the holder's own instance, as built
+                assert type(func) is type(llama.apply_rotary_pos_emb), path
+                assert not {"forward", "_kernel_repo"} & vars(func).keys(), path
+            else:
+                assert func is llama.apply_rotary_pos_emb, path
 
 
 def logits(model: torch.nn.Module) -> torch.Tensor:
@@ -143,7 +148,9 @@ def test_a_model_dropped_with_its_function_switched_leaves_the_shared_function_a
 
     dropped = Explorer(tiny_llama(), include_transformers=False)
     dropped.on("rotary_pos_emb", ["model.layers.1.self_attn"])
-    assert "forward" in vars(llama.apply_rotary_pos_emb)  # the router, while a copy is on
+    routed = not owns_function(dropped.model.model.layers[1].self_attn, "rotary_pos_emb")
+    # the router while a copy is on (kernels 0.17); 0.18+ switches the holder's own instance only
+    assert ("forward" in vars(llama.apply_rotary_pos_emb)) is routed
     del dropped
     gc.collect()
     other = tiny_llama(seed=1)

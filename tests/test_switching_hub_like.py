@@ -64,6 +64,16 @@ def candidate(explorer: Explorer, layer: str, folder: str) -> object:
 # -- a layer that repacks its module in place, under a Hub repo-id with a CPU class of its own ------
 
 
+def _gpt_oss_marks_megablocks() -> bool:
+    """Transformers up to 5.22 marks GPT-OSS's MLP `MegaBlocksMoeMLP`; 5.23+ runs its experts
+    through `experts_implementation` instead (the experts door's tests)."""
+    return any(
+        getattr(type(module), "kernel_layer_name", None) == "MegaBlocksMoeMLP"
+        for module in tiny_gpt_oss().modules()
+    )
+
+
+@pytest.mark.skipif(not _gpt_oss_marks_megablocks(), reason="this Transformers marks no MegaBlocksMoeMLP")
 def test_megablocks_like_moe_is_offered_by_the_hub_mapping_and_restored_exactly(
     repos: dict[str, Path],
 ) -> None:
@@ -202,13 +212,15 @@ def test_a_candidate_with_no_inputs_to_try_is_unverified_until_there_are(hub: di
 
     model = torch.nn.Sequential(LlamaRMSNorm(64))  # no config, no tokenizer: no input to guess
     explorer = Explorer(model, include_transformers=False)
-    bundled = dict(explorer.inventory().row("RMSNorm").candidates)
-    assert [a.state.value for a in bundled.values()] == ["unverified"]
-    assert "capture() first" in next(iter(bundled.values())).reason
+    # (a model loaded earlier in the process may have registered Transformers' mapping: not here)
+    here = [(c, a) for c, a in explorer.inventory().row("RMSNorm").candidates if c.device == "cpu"]
+    assert [(c.source, a.state.value) for c, a in here] == [("bundled", "unverified")]
+    assert "capture() first" in here[0][1].reason
     assert all(now.is_kernel for now in explorer.on("RMSNorm"))  # unverified is still worth a try
     explorer.off("RMSNorm")
     explorer.capture({"input": torch.rand(2, 5, 64)})
-    assert [a.state.value for _, a in explorer.inventory().row("RMSNorm").candidates] == ["ready"]
+    here = [a for c, a in explorer.inventory().row("RMSNorm").candidates if c.device == "cpu"]
+    assert [a.state.value for a in here] == ["ready"]
 
 
 def test_a_second_explorer_of_the_model_reads_the_verdict_the_first_found(repos: dict[str, Path]) -> None:

@@ -26,9 +26,17 @@ def test_kernels_above_window_is_flagged() -> None:
 
 
 def test_missing_kernels_is_flagged() -> None:
-    compat = check_compatibility(kernels_version=None, window=("0.17.2", "0.18.0"))
-    # None means "read the installed one"; the installed one exists, so it is OK.
-    assert compat.ok
+    import kernels
+
+    installed = kernels.__version__
+    compat = check_compatibility(kernels_version=None, window=(installed, "99.0"))
+    # None means "read the installed one"; the installed one exists and is inside, so it is OK.
+    assert compat.ok and compat.kernels_version == installed
+
+
+def test_the_installed_pair_is_one_of_the_tested_windows() -> None:
+    compat = check_compatibility()
+    assert compat.ok, compat.message
 
 
 def test_require_compatible_raises_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

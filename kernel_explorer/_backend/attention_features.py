@@ -209,3 +209,35 @@ def flash_redirect(model: nn.Module, name: str) -> str:
         f"Transformers redirects this model's flash attention to {compatible[0]} "
         f"({type(model).__name__} is compatible with {listed} only), so it would not run this kernel"
     )
+
+
+def flash_unsupported(model: nn.Module, name: str) -> str:
+    """Why Transformers would refuse a flash-contract kernel `name` on this model ("": it would not).
+
+    Transformers 5.25 lets a flash kernel from the Hub (or a local one) run only on a model class
+    that declares flash-attention support (`_supports_flash_attn`); 5.22 ran it on any model. Read
+    from the check itself, so a Transformers without it never gets the line.
+    """
+    if getattr(type(model), "_supports_flash_attn", True) or not _refuses_unsupported_flash():
+        return ""
+    from transformers.utils.generic import is_flash_attention_requested
+
+    if not is_flash_attention_requested(requested_attention_implementation=name):
+        return ""
+    return (
+        f"{type(model).__name__} does not declare flash-attention support, and this Transformers "
+        "runs flash-attention kernels only on models that do"
+    )
+
+
+@functools.cache
+def _refuses_unsupported_flash() -> bool:
+    """Whether the installed Transformers refuses a flash kernel on a model without flash support."""
+    from transformers import PreTrainedModel
+
+    check = getattr(PreTrainedModel, "_check_and_adjust_attn_implementation", None)
+    try:
+        source = inspect.getsource(check) if check is not None else ""
+    except (OSError, TypeError):
+        return False
+    return "does not support Flash Attention yet, so it cannot use" in source

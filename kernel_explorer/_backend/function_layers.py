@@ -3,10 +3,15 @@
 `kernels` keeps a module's function layers in the instance dict `_kernel_funcs` (not submodules),
 and the plain function inside the forward's closure. These accessors are the only readers and
 writers of either.
+
+kernels 0.17 puts the one process-wide function module (the object the model's code calls by its
+global name) in every holder's dict; 0.18+ gives each holder a private instance and routes the
+global name to the running holder's. `owns_function` tells the two apart.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,3 +43,16 @@ def wrapped_function(func_module: nn.Module) -> object:
         if callable(cell.cell_contents):
             return cell.cell_contents
     return type(func_module)
+
+
+def owns_function(holder: nn.Module, key: str) -> bool:
+    """Whether `holder`'s function layer `key` is its own, not the process-wide object.
+
+    The process-wide object is the one bound to the function's name in its module (what the model's
+    code calls); kernels 0.18+ gives each holder a private instance of the same class instead.
+    """
+    current = kernel_functions(holder)[key]
+    function = wrapped_function(current)
+    module = sys.modules.get(getattr(function, "__module__", "") or "")
+    name = getattr(function, "__name__", None)
+    return module is not None and name is not None and getattr(module, name, None) is not current

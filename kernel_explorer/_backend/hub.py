@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernel_explorer._backend.internals import internal
+
 
 def is_offline() -> bool:
     """Whether `huggingface_hub` is in offline mode (`HF_HUB_OFFLINE`) in this process."""
@@ -52,20 +54,21 @@ def hub_session() -> Iterator[None]:
 
 def hub_api() -> Any:
     """The `HfApi` client `kernels` itself uses (same endpoint, token and headers)."""
-    from kernels.hf_hub import _get_hf_api
+    _get_hf_api = internal("kernels.hf_hub", "_get_hf_api")
 
     return _get_hf_api(user_agent="kernel-explorer")
 
 
 def _trace_lines(trace: list[Any]) -> tuple[str, ...]:
-    from kernels.variants import variants_trace_str
+    variants_trace_str = internal("kernels.variants", "variants_trace_str")
 
     return tuple(line for line in variants_trace_str(trace).splitlines() if line.strip())
 
 
 def resolve_local_variant(build: Path, backend: str | None = None) -> tuple[str | None, tuple[str, ...]]:
     """The variant `kernels` picks in a local `build/` folder (None if none fits), and its trace."""
-    from kernels.variants import get_variants_local, resolve_variant
+    get_variants_local = internal("kernels.variants", "get_variants_local")
+    resolve_variant = internal("kernels.variants", "resolve_variant")
 
     variant, trace = resolve_variant(get_variants_local(build), backend)
     return (None if variant is None else variant.variant_str), _trace_lines(trace)
@@ -75,7 +78,8 @@ def resolve_remote_variant(
     api: Any, repo_id: str, revision: str, backend: str | None = None
 ) -> tuple[str | None, tuple[str, ...]]:
     """The variant `kernels` would download from the Hub at `revision`, and its trace."""
-    from kernels.variants import get_variants, resolve_variant
+    get_variants = internal("kernels.variants", "get_variants")
+    resolve_variant = internal("kernels.variants", "resolve_variant")
 
     variant, trace = resolve_variant(get_variants(api, repo_id=repo_id, revision=revision), backend)
     return (None if variant is None else variant.variant_str), _trace_lines(trace)
@@ -83,7 +87,7 @@ def resolve_remote_variant(
 
 def resolve_local_kernel(repo_path: Path, backend: str | None = None) -> str:
     """The variant `kernels` loads from a local repository; `FileNotFoundError` when none fits."""
-    from kernels.resolver import resolve_local_kernel as resolve
+    resolve = internal("kernels.resolver", "resolve_local_kernel")
 
     return resolve(Path(repo_path), backend=backend).variant_str
 

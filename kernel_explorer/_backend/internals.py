@@ -2,15 +2,22 @@
 
 The versions below are the ones the explorer is tested with; when an upgrade moves one of these
 names, `missing_internals()` says which one and against which installed version, instead of an
-`AttributeError` deep inside a switch.
+`AttributeError` deep inside a switch. `kernels` 0.18 moved its internal modules under
+`kernels._internals`; `module_for` maps the names below (spelled as kernels 0.17 has them) to
+where the installed release keeps them, and `internal` imports one from there, so no other module
+of the explorer learns a version.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from typing import Any
 
-# (distribution, module, attribute): the names the _backend modules import or read
+from packaging.version import InvalidVersion, Version
+
+# (distribution, module, attribute): the names the _backend modules import or read. kernels modules
+# are spelled as in 0.17; `module_for` gives the installed release's location.
 INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.layer.repos", "_MODE_FALLBACK_PRIORITY"),
     ("kernels", "kernels.layer.globals", "_KERNEL_MAPPING"),
@@ -27,7 +34,6 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "variants_trace_str"),
     ("kernels", "kernels.variants", "VariantAccepted"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
-    ("kernels", "kernels.load", "_get_local_kernel_overrides"),  # reads LOCAL_KERNELS (attention.py)
     ("kernels", "kernels._rust", "KernelLocks"),
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
     ("transformers", "transformers.integrations.hub_kernels", "is_kernel"),
@@ -43,16 +49,51 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
 )
 
+# kernels 0.18 moved every internal module but its compiled `_rust` under `kernels._internals`.
+_KERNELS_INTERNALS_PACKAGE = "kernels._internals"
+_KERNELS_MOVED_IN = Version("0.18")
+
+
+def module_for(module: str, kernels_version: str | None = None) -> str:
+    """Where the installed `kernels` (or `kernels_version`) keeps `module` (spelled as in 0.17).
+
+    Transformers' names and kernels' `_rust` module stay where they are.
+    """
+    if not module.startswith("kernels.") or module.startswith("kernels._rust"):
+        return module
+    version = kernels_version if kernels_version is not None else _version("kernels")
+    try:
+        moved = Version(version) >= _KERNELS_MOVED_IN
+    except InvalidVersion:  # "not installed": the import then fails with the reason
+        moved = True
+    return _KERNELS_INTERNALS_PACKAGE + module.removeprefix("kernels") if moved else module
+
+
+def internal(module: str, attribute: str) -> Any:
+    """`attribute` of `module` (spelled as in `INTERNALS`), from where the installed release keeps it."""
+    return getattr(importlib.import_module(module_for(module)), attribute)
+
+
 # Private attributes read off objects of those libraries (checked by the tests on real objects).
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "kernels.LayerRepository": ("_repo_id", "_revision", "_version", "_trust_remote_code"),
     "kernels.LocalLayerRepository": ("_repo_path",),
+    "kernels' CPU device repos": ("_repos",),  # the mode -> repository dict (mappings._flat_repos)
     "use_kernelized_func holders": ("_kernel_funcs",),
     "transformers.PretrainedConfig": ("_attn_implementation",),  # what the model's attention runs now
     "transformers.PreTrainedModel": ("_can_set_attn_implementation",),  # whether the model can switch
 }
 
-TESTED_WITH: dict[str, str] = {"kernels": "0.17.2", "transformers": "5.22.2"}
+# The pairs CI runs: the newest (the full suite) and the oldest still supported (the fast tests).
+TESTED_PAIRS: tuple[dict[str, str], ...] = (
+    {"kernels": "0.19.1", "transformers": "5.25.0"},
+    {"kernels": "0.17.2", "transformers": "5.22.2"},
+)
+
+
+def _tested_with(distribution: str) -> str:
+    versions = sorted({pair[distribution] for pair in TESTED_PAIRS}, key=Version)
+    return f"{distribution} " + " and ".join(versions)
 
 
 def _version(distribution: str) -> str:
@@ -72,7 +113,7 @@ def missing_attributes(owner: str, obj: object, *, own: bool = False) -> list[st
     distribution = owner.split(".")[0] if "." in owner else "kernels"
     return [
         f"{owner}.{name}: attribute missing in {distribution} {_version(distribution)} "
-        f"(kernel_explorer is tested with {distribution} {TESTED_WITH[distribution]}); "
+        f"(kernel_explorer is tested with {_tested_with(distribution)}); "
         "update kernel_explorer/_backend for this version"
         for name in ATTRIBUTES[owner]
         if not has(name)
@@ -83,8 +124,9 @@ def missing_internals() -> list[str]:
     """One line per internal that is not where this package expects it (empty when all are)."""
     missing = []
     for distribution, module_name, attribute in INTERNALS:
+        location = module_for(module_name)
         try:
-            module = importlib.import_module(module_name)
+            module = importlib.import_module(location)
         except ImportError as error:
             found = f"module missing ({error})"
         else:
@@ -92,8 +134,8 @@ def missing_internals() -> list[str]:
                 continue
             found = "name missing"
         missing.append(
-            f"{module_name}.{attribute}: {found} in {distribution} {_version(distribution)} "
-            f"(kernel_explorer is tested with {distribution} {TESTED_WITH[distribution]}); "
+            f"{location}.{attribute}: {found} in {distribution} {_version(distribution)} "
+            f"(kernel_explorer is tested with {_tested_with(distribution)}); "
             "update kernel_explorer/_backend for this version"
         )
     return missing

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import MethodType
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.internals import internal
+
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
@@ -26,7 +28,8 @@ def kernelize_each(
     entered once for all modules, which keeps switching 100+ instances within milliseconds.
     """
     from kernels import Device, KernelizeFallback, use_kernel_mapping
-    from kernels.layer.layer import kernelize_layer
+
+    kernelize_layer = internal("kernels.layer.layer", "kernelize_layer")
 
     mapping = {entry.layer_name: {entry.device: {entry.mode: entry.repository}}}
     device = Device(type=entry.device)
@@ -70,7 +73,7 @@ def bound_function(forward: Any) -> Any:
 
 def model_device(model: nn.Module) -> str:
     """The device type `kernelize` would choose kernels for (ROCm told apart from CUDA)."""
-    from kernels.layer.kernelize import _find_device
+    _find_device = internal("kernels.layer.kernelize", "_find_device")
 
     try:
         return _find_device(model).type
@@ -97,7 +100,7 @@ def check_layer_fits(repository: Any, cls: type[nn.Module]) -> None:
     constructor) before anything is switched, so a bad repository is refused up front instead of
     falling back layer by layer at the first switch.
     """
-    from kernels.layer.layer import _validate_layer
+    _validate_layer = internal("kernels.layer.layer", "_validate_layer")
 
     _validate_layer(check_cls=cls, cls=repository.load(), repo=repository)
 
@@ -125,8 +128,13 @@ def set_forward(module: nn.Module, forward: Any) -> None:
 
 
 def remove_forward(module: nn.Module) -> None:
-    """Back to the class's own forward (no-op when none is installed)."""
+    """Back to the class's own forward (no-op when none is installed).
+
+    kernelize 0.18+ also records the repository in the instance's `_kernel_repo` (what
+    `kernels.get_kernelized_layers` reads): it goes with the forward, so kernels' own word agrees.
+    """
     module.__dict__.pop("forward", None)
+    module.__dict__.pop("_kernel_repo", None)
 
 
 def class_forward(module: nn.Module) -> Any:

@@ -62,7 +62,7 @@ def read_pins(project: str | Path) -> tuple[KernelPin, ...]:
             raise KernelExplorerError(
                 f"{lock_path} is not a kernels lock file ({exc}); run `kernels lock`"
             ) from None
-        locked = {dependency.repo_id: lock.commit for dependency, lock in locks.items()}
+        locked = {dependency.repo_id: str(lock.commit) for dependency, lock in locks.items()}  # 0.19: an Oid
     return tuple(
         KernelPin(repo, requested.get(repo, ""), locked.get(repo)) for repo in sorted({*requested, *locked})
     )

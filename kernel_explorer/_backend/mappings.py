@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.internals import internal
+
 if TYPE_CHECKING:
     from kernels import Mode
 
@@ -52,15 +54,27 @@ def _interval_nodes(node: Any) -> Iterator[Any]:
     yield from _interval_nodes(node.right)
 
 
+def _flat_repos(device_repos: Any) -> dict[Any, Any]:
+    """The mode -> repository dict of a device kind without capabilities (CPU, XPU, MPS, ...).
+
+    kernels 0.17 exposes it as the `repos` property; 0.18 replaced that by
+    `repos_for_device(index)`, whose CUDA/ROCm forms ask the GPU. Both keep the dict in `_repos`.
+    """
+    repos = device_repos.__dict__.get("_repos")
+    if repos is None:
+        repos = getattr(device_repos, "repos", None)
+    return dict(repos or {})
+
+
 def iter_registered_mapping() -> Iterator[MappingEntry]:
     """Entries registered with `kernels` (`register_kernel_mapping`, an enclosing `use_kernel_mapping`)."""
-    from kernels.layer.globals import _KERNEL_MAPPING
+    _KERNEL_MAPPING = internal("kernels.layer.globals", "_KERNEL_MAPPING")
 
     for layer_name, per_device in _KERNEL_MAPPING.get().items():
         for device, device_repos in per_device.items():
             tree = getattr(device_repos, "repos_by_capability", None)
             if tree is None:
-                ranges = [(None, device_repos.repos or {})]
+                ranges = [(None, _flat_repos(device_repos))]
             else:
                 ranges = [
                     (f"capability {node.start}-{node.end}" if node.end < sys.maxsize else None, node.data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernel_explorer._backend.internals import internal
 from kernel_explorer.errors import KernelExplorerError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def mode_name(mode: Mode) -> str:
 
 def mode_priority(mode: Mode) -> list[Mode]:
     """The registered modes `kernelize` would accept for `mode`, most preferred first."""
-    from kernels.layer.repos import _MODE_FALLBACK_PRIORITY
+    _MODE_FALLBACK_PRIORITY = internal("kernels.layer.repos", "_MODE_FALLBACK_PRIORITY")
 
     return list(_MODE_FALLBACK_PRIORITY[mode])
 

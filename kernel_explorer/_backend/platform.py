@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_explorer._backend.internals import internal
+
 
 def selected_backend(backend: str | None = None) -> str:
     """The backend variant string `kernels` selects (`"cpu"`, `"cu128"`, ...); None: the torch build's."""
-    from kernels.backends import _select_backend
+    _select_backend = internal("kernels.backends", "_select_backend")
 
     return _select_backend(backend).variant_str
 
 
 def accepted_of(candidates: list[str], backend: str | None = None) -> tuple[str, ...]:
     """The variant strings among `candidates` that `kernels`' resolver accepts, most preferred first."""
-    from kernels.variants import VariantAccepted, parse_variant, resolve_variants
+    VariantAccepted = internal("kernels.variants", "VariantAccepted")
+    parse_variant = internal("kernels.variants", "parse_variant")
+    resolve_variants = internal("kernels.variants", "resolve_variants")
 
     variants = [parse_variant(c) for c in dict.fromkeys(candidates)]
     _, trace = resolve_variants(variants, backend)

@@ -17,6 +17,7 @@ failed build leaves nothing behind but its log.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import hashlib
 import json
@@ -41,7 +42,7 @@ __all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path
 HUB_SOURCES = hub_sources()
 _STAMP = ".kx-build.json"
 # Bump when the build recipe changes, so every cached build is redone.
-_RECIPE_VERSION = 3
+_RECIPE_VERSION = 4  # 4: metadata.json records each file's digest (kernels 0.18+ checks it)
 NOARCH_VARIANT = "torch-cpu"
 # What a built repository carries besides build/: `kernels benchmark <repo>` runs benchmarks/.
 _REPO_EXTRAS = ("benchmarks", "tests", "README.md")  # not build.toml: a built path is taken as it is
@@ -297,10 +298,33 @@ def _write_package(plan: RepoPlan, staging: Path, kernel_id: str, fingerprint: s
         "python-depends": list(plan.python_depends),
         "backend": {"type": "cpu"},
     }
-    (staging / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
     files = {str(p.relative_to(staging)): _sha256(p) for p in sorted(staging.rglob("*")) if p.is_file()}
     stamp = {"fingerprint": fingerprint, "sections": [s.name for s in plan.kernels], "files": files}
     (staging / _STAMP).write_text(json.dumps(stamp, indent=2))
+    # Last, so the digest covers every other file (the stamp included), as kernel-builder's does.
+    metadata["digest"] = variant_digest(staging)
+    (staging / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+
+
+# Files kernels leaves out of a variant's digest: the metadata that holds it, its signature, caches.
+_NOT_DIGESTED = ("metadata.json", "metadata.json.sigstore")
+
+
+def variant_digest(variant_path: Path) -> dict[str, object]:
+    """The `digest` entry of a variant's metadata.json: each file's SHA-256, base64, by relative path.
+
+    kernels 0.18+ hashes a variant's files on load and refuses one whose files differ from this
+    record (an older kernels ignores the entry); without it, every load warns that the build's
+    integrity cannot be verified.
+    """
+    files = {
+        path.relative_to(variant_path).as_posix(): base64.b64encode(
+            hashlib.sha256(path.read_bytes()).digest()
+        ).decode()
+        for path in sorted(variant_path.rglob("*"))
+        if path.is_file() and path.name not in _NOT_DIGESTED and "__pycache__" not in path.parts
+    }
+    return {"algorithm": "sha256", "files": files}
 
 
 def _copy_extras(plan: RepoPlan, repo_path: Path) -> None:

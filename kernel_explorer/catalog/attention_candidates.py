@@ -154,7 +154,9 @@ class AttentionChoices:
         name = candidate.implementation
         if candidate.folder is not None:
             name = attention_interface.local_alias(Path(candidate.folder))
-        redirect = attention_features.flash_redirect(self.model, name)
+        redirect = attention_features.flash_redirect(
+            self.model, name
+        ) or attention_features.flash_unsupported(self.model, name)
         if redirect:
             return Availability(State.CANNOT_RUN, redirect)
         if candidate.folder is None:  # a Hub repository: its functions are not known before loading

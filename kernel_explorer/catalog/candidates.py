@@ -166,15 +166,18 @@ class Catalog:
             sources.append(("bundled", iter_mapping(bundled_mapping())))
         if transformers:
             sources.append(("transformers", iter_mapping(transformers_mapping())))
+        # Transformers' defaults, once registered (5.25's from_pretrained registers them), appear
+        # twice: they keep the name of where they came from.
+        defaults = {_key(entry) for entry in iter_mapping(transformers_mapping())} if transformers else set()
         seen: set[tuple[str, str, str | None, Any, Any]] = set()
         found: list[Candidate] = []
         for source, entries in sources:
             for entry in entries:
                 key = _key(entry)
-                if key in seen:  # Transformers' defaults, once registered, appear twice
+                if key in seen:
                     continue
                 seen.add(key)
-                found.append(Candidate(entry, source))
+                found.append(Candidate(entry, "transformers" if key in defaults else source))
         return found
 
     def add(self, mapping: dict[str, dict[Any, Any]], source: str = "user") -> list[Candidate]:

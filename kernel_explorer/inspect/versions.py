@@ -18,8 +18,8 @@ from kernel_explorer._backend.transformers_window import kernels_window
 from kernel_explorer.errors import IncompatibleVersionsError
 
 # The window this project is tested with; used to name the fix when the pair is incompatible.
-SUPPORTED_TRANSFORMERS = ">=5.18,<5.23"
-SUPPORTED_KERNELS = ">=0.17.2,<0.18"
+SUPPORTED_TRANSFORMERS = ">=5.22,<5.26"
+SUPPORTED_KERNELS = ">=0.17.2,<0.20"
 
 
 @dataclass(frozen=True)

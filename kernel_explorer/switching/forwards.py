@@ -63,6 +63,15 @@ class KernelForward:
         self.on_error = on_error
         self.after_first = after_first
 
+    @property
+    def __func__(self) -> Any:
+        """The kernel's plain function, as on the bound method this stands in for.
+
+        kernels 0.18+ reads `forward.__func__` of a model's function layers (`use_kernelized_func`)
+        to call the selected forward directly under torch.compile.
+        """
+        return bound_function(self.kernel)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             result = self.kernel(*args, **kwargs)

@@ -12,6 +12,10 @@ forward the shared object had before. Detaching the last copy removes the router
 leaving the shared object exactly as it was. The copies and hooks live on the router itself (which
 lives on the shared object), so no table outside the objects involved keeps them.
 
+kernels 0.18+ gives every holder a private instance of the function module already, and routes
+the global name to the running holder's: there the holder's own instance is switched directly,
+with no copy and no router (`owns_function`).
+
 A model dropped with copies still attached (a notebook cell run again, without switching off) takes
 its copies with it (the router holds its holders weakly); the router then has nothing to route and
 takes itself off at its next call, so the process's function is as it was built again.
@@ -29,8 +33,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.function_layers import kernel_functions
-from kernel_explorer._backend.layer_forwards import installed_forward, remove_forward, set_forward
+from kernel_explorer._backend.function_layers import kernel_functions, owns_function
+from kernel_explorer._backend.layer_forwards import (
+    installed_forward,
+    remove_forward,
+    set_forward,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -94,10 +102,11 @@ def shared_function(holder: nn.Module, key: str) -> nn.Module:
 
 
 def copy_for(holder: nn.Module, key: str) -> nn.Module:
-    """The holder's own copy of function `key`, attached (and routed to) on first use."""
+    """The holder's own copy of function `key`, attached (and routed to) on first use; the
+    holder's private instance itself where kernels gives it one."""
     with _lock:
         current = kernel_functions(holder)[key]
-        if getattr(current, _SHARED, None) is not None:
+        if getattr(current, _SHARED, None) is not None or owns_function(holder, key):
             return current
         shared = current
         copy = type(shared)()
@@ -125,6 +134,8 @@ def detach(holder: nn.Module, key: str) -> None:
         current = kernel_functions(holder)[key]
         shared = getattr(current, _SHARED, None)
         if shared is None:
+            if owns_function(holder, key):  # its private instance back on the class forward
+                remove_forward(current)
             return
         kernel_functions(holder)[key] = shared
         router = installed_forward(shared)
