@@ -119,7 +119,19 @@ def test_every_door_exported_gives_the_explorers_logits_bitwise(
     assert torch.equal(got["logits"], expected)
     assert len(got["switched"]["RMSNorm"]) == len(explorer.group("RMSNorm").instances)
     assert len(got["switched"]["Linear"]) == 9  # 3 layers x gate, up, down; attention's Linear stay
+    if hasattr(__import__("kernels"), "get_kernelized_layers"):  # 0.18+: kernels' word, functions too
+        assert len(got["switched"]["rotary_pos_emb"]) == len(explorer.group("rotary_pos_emb").instances)
     explorer.reset()  # the pins and the shared rotary function as they were, for the tests after
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_allow_all_kernels_is_exported_only_where_the_user_opted_in(trusted: bool) -> None:
+    from kernel_explorer.export.plan import AttentionPlan
+    from kernel_explorer.export.script import _attention_lines
+
+    lines = _attention_lines(AttentionPlan("someone/attention@v1", allow_all_kernels=trusted))
+    assert f"ALLOW_ALL_KERNELS = {trusted}" in "\n".join(lines)
+    assert _attention_lines(None)[2] == "ALLOW_ALL_KERNELS = False"
 
 
 def test_some_instances_and_a_pinned_path_are_said_and_kept(folder: Path, tmp_path: Path, hub: dict) -> None:

@@ -88,6 +88,9 @@ class AttentionPlan:
     folder: str | None = None  # a local repository (entered through kernels' LOCAL_KERNELS)
     code_path: str | None = None
     label: str = ""
+    #: the user trusted a Hub repository outside kernels-community: Transformers loads it only with
+    #: `allow_all_kernels=True`, which the exported module then passes (never otherwise)
+    allow_all_kernels: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,11 +138,13 @@ def _attention(board: Switchboard) -> AttentionPlan | None:
     if now is None or getattr(now, "pytorch", False):
         return AttentionPlan(implementation)
     folder = getattr(now, "folder", None)
+    ref = getattr(now, "hub", None)
     return AttentionPlan(
         now.implementation if folder is None else "",
         folder=None if folder is None else str(folder),
         code_path=now.path,
         label=now.label,
+        allow_all_kernels=ref is not None and ref.trusts(board.catalog.trust_remote_code),
     )
 
 

@@ -95,6 +95,7 @@ def _attention_lines(attention: AttentionPlan | None) -> list[str]:
         return [
             "ATTENTION = None  # the model has no Transformers attention interface",
             "ATTENTION_FOLDER = None",
+            "ALLOW_ALL_KERNELS = False",
             "ATTENTION_CODE_PATH = None",
         ]
     if attention.folder is not None:
@@ -117,6 +118,10 @@ def _attention_lines(attention: AttentionPlan | None) -> list[str]:
         ]
         repo, _, revision = attention.implementation.partition(":")[0].partition("@")
         loader = f"get_kernel({_q(repo)}" + (f", revision={_q(revision)})" if revision else ")")
+    if attention.allow_all_kernels:
+        lines.append("ALLOW_ALL_KERNELS = True  # you trusted this repository's publisher in the explorer")
+    else:
+        lines.append("ALLOW_ALL_KERNELS = False")
     if attention.code_path is None:
         return [*lines, "ATTENTION_CODE_PATH = None"]
     return [*lines, f"ATTENTION_CODE_PATH = (lambda: {loader}, {_q(attention.code_path)})"]
@@ -281,7 +286,7 @@ def apply(model: torch.nn.Module) -> dict[str, list[str]]:
         if ATTENTION_FOLDER is not None:
             entries = [e for e in os.environ.get("LOCAL_KERNELS", "").split(":") if e]
             os.environ["LOCAL_KERNELS"] = ":".join([*entries, f"{ATTENTION}={ATTENTION_FOLDER}"])
-        model.set_attn_implementation(ATTENTION)
+        model.set_attn_implementation(ATTENTION, allow_all_kernels=ALLOW_ALL_KERNELS)
         if ATTENTION_CODE_PATH is not None:
             load, path = ATTENTION_CODE_PATH
             load().set_isa(path)
@@ -289,8 +294,20 @@ def apply(model: torch.nn.Module) -> dict[str, list[str]]:
 
 
 def switched(model: torch.nn.Module) -> dict[str, list[str]]:
-    """{layer name: instances whose forward kernelize replaced} (layer classes; functions are shared)."""
+    """{layer name: instances on a kernel}: kernels' own answer (`get_kernelized_layers`, kernels
+    0.18+: layers and the functions each holder carries), else the forwards kernelize replaced."""
+    try:
+        from kernels import get_kernelized_layers
+    except ImportError:  # kernels 0.17: function layers are one object shared by their holders
+        get_kernelized_layers = None
     found: dict[str, list[str]] = {}
+    if get_kernelized_layers is not None:
+        kernelized = get_kernelized_layers(model)
+        for path, layer in kernelized.layers.items():
+            found.setdefault(str(type(layer.module).kernel_layer_name), []).append(path)
+        for (path, _), func in kernelized.funcs.items():
+            found.setdefault(str(type(func.module).kernel_layer_name), []).append(path)
+        return found
     for path, module in model.named_modules():
         name = getattr(type(module), "kernel_layer_name", None)
         forward = vars(module).get("forward")  # kernelize sets it on the instance (PyTorch's, too)
