@@ -223,3 +223,46 @@ def tiny_gpt_oss(seed: int = 0):  # type: ignore[no-untyped-def]
             if "experts" in name or "router" in name:
                 parameter.normal_(0, 0.05)
     return model
+
+
+def tiny_qwen3_moe(seed: int = 0, vocab_size: int = 128):  # type: ignore[no-untyped-def]
+    """A randomly initialised Qwen3-MoE of two layers, 4 experts choose 2 (a `Qwen3MoeExperts` each)."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3MoeConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=128,
+    )
+    return Qwen3MoeForCausalLM(config).eval()
+
+
+def tiny_mixtral(seed: int = 0):  # type: ignore[no-untyped-def]
+    """A randomly initialised Mixtral of two layers, 4 experts choose 2 (a `MixtralExperts` each)."""
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(seed)
+    config = MixtralConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=128,
+    )
+    return MixtralForCausalLM(config).eval()

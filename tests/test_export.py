@@ -214,3 +214,28 @@ def test_pins_for_kernels_lock_and_bad_paths(tmp_path: Path, hub: dict) -> None:
     with pytest.raises(KernelExplorerError, match="does not exist"):
         explorer.export(tmp_path / "missing" / "x.py")
     explorer.reset()  # the pins and the shared rotary function as they were, for the tests after
+
+
+def test_the_experts_implementation_chosen_is_exported(tmp_path: Path, hub: dict) -> None:
+    from hub_like_repos import tiny_qwen3_moe
+
+    folder = tmp_path / "tiny-qwen3-moe"
+    tiny_qwen3_moe(vocab_size=256).save_pretrained(folder)
+    model, _ = load_model(folder, dtype="float32", progress=False)
+    explorer = Explorer(model, include_transformers=False)
+    before = explorer_logits(explorer)  # the implementation from_pretrained gives (grouped_mm)
+    explorer.on("experts", candidate="batched_mm")
+    assert not torch.equal(explorer_logits(explorer), before)  # batched_mm alone changes the bits
+    explorer.on("RMSNorm", candidate="bundled")
+    expected = explorer_logits(explorer)
+
+    module = explorer.export(tmp_path / "moe.py")
+    text = module.read_text()
+    assert 'EXPERTS = "batched_mm"' in text and "chosen in the explorer" in text
+    got = run_exported(module, folder, tmp_path)
+    assert torch.equal(got["logits"], expected)
+    explorer.reset()
+    plain = explorer.export(tmp_path / "plain.py").read_text()
+    assert 'EXPERTS = "grouped_mm"' in plain and "(its own)" in plain
+    no_experts = Explorer(tiny_llama(), include_transformers=False).export(tmp_path / "dense.py")
+    assert "EXPERTS = None" in no_experts.read_text()

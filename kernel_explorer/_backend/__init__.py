@@ -18,5 +18,6 @@ Modules:
 - `platform`: the backend and variant strings `kernels` accepts on this machine.
 - `transformers_window`: the kernels version window the installed Transformers accepts.
 - `attention_interface`: Transformers' attention interface, its names, loading a local repository into it.
+- `experts`: Transformers' experts interface (MoE): the experts modules, what each runs, switching.
 - `internals`: the list of every internal name relied on, checked in one test.
 """

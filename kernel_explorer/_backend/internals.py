@@ -47,6 +47,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "transformers.integrations.flash_attention", "flash_attention_forward"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
+    ("transformers", "transformers.integrations.hub_kernels", "_HUB_KERNEL_MAPPING"),  # experts
 )
 
 # kernels 0.18 moved every internal module but its compiled `_rust` under `kernels._internals`.
@@ -80,7 +81,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "kernels.LocalLayerRepository": ("_repo_path",),
     "kernels' CPU device repos": ("_repos",),  # the mode -> repository dict (mappings._flat_repos)
     "use_kernelized_func holders": ("_kernel_funcs",),
-    "transformers.PretrainedConfig": ("_attn_implementation",),  # what the model's attention runs now
+    # what the model's attention and its experts modules run now
+    "transformers.PretrainedConfig": ("_attn_implementation", "_experts_implementation"),
     "transformers.PreTrainedModel": ("_can_set_attn_implementation",),  # whether the model can switch
 }
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend import attention_interface
 from kernel_explorer._backend.repositories import hub_coordinates, local_path
-from kernel_explorer.inspect.layer_groups import ATTENTION
+from kernel_explorer.inspect.layer_groups import ATTENTION, EXPERTS
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -94,6 +94,15 @@ class AttentionPlan:
 
 
 @dataclass(frozen=True)
+class ExpertsPlan:
+    """The MoE experts implementation the model runs now (what set_experts_implementation takes)."""
+
+    implementation: str  # "grouped_mm", "batched_mm", "eager", or a Hub kernel's name ("deepgemm")
+    chosen: bool  # switched in the explorer (False: the one the model came with)
+    repository: str = ""  # a Hub kernel's repository, as Transformers names it
+
+
+@dataclass(frozen=True)
 class ExportPlan:
     """Everything an exported module applies, and the notes it must say aloud."""
 
@@ -104,6 +113,7 @@ class ExportPlan:
     extensions: tuple[Extension, ...]
     attention: AttentionPlan | None
     notes: tuple[str, ...] = field(default=())
+    experts: ExpertsPlan | None = None  # None: the model has no MoE experts interface
 
 
 def _flags(mode: Mode) -> str:
@@ -146,6 +156,15 @@ def _attention(board: Switchboard) -> AttentionPlan | None:
         label=now.label,
         allow_all_kernels=ref is not None and ref.trusts(board.catalog.trust_remote_code),
     )
+
+
+def _experts(board: Switchboard) -> ExpertsPlan | None:
+    door = board.experts
+    if door is None:
+        return None
+    switched = door.switched()
+    repository = switched.repo if switched is not None else ""
+    return ExpertsPlan(door.implementation(), switched is not None, repository)
 
 
 def _extensions(board: Switchboard) -> tuple[Extension, ...]:
@@ -248,9 +267,10 @@ def export_plan(board: Switchboard) -> ExportPlan:
         layers = tuple(
             plan
             for name in board.groups
-            if name != ATTENTION and (plan := _layer(board, name, state)) is not None
+            if name not in (ATTENTION, EXPERTS) and (plan := _layer(board, name, state)) is not None
         )
         attention = _attention(board)
+        experts = _experts(board)
         extensions = _extensions(board)
     model = board.model
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
@@ -262,4 +282,5 @@ def export_plan(board: Switchboard) -> ExportPlan:
         extensions=extensions,
         attention=attention,
         notes=_notes(layers, attention),
+        experts=experts,
     )

@@ -5,8 +5,9 @@ ids and versions (or local folders, said so), `kernelize` inside `use_kernel_map
 inherit_mapping=False)` so that only the chosen layers change (Transformers' `set_use_kernels`
 would also register its own default mapping, which on a GPU switches layers nobody chose), the
 classes `extend` marked named again through `replace_kernel_forward_from_hub`, the attention
-implementation through `set_attn_implementation`, and a pinned code path through the kernel's own
-`set_isa`. It never imports kernel_explorer: it runs in a job, on a machine without it.
+implementation through `set_attn_implementation`, the MoE experts implementation through
+`set_experts_implementation`, and a pinned code path through the kernel's own `set_isa`. It never
+imports kernel_explorer: it runs in a job, on a machine without it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kernel_explorer.export.plan import AttentionPlan, ExportPlan, LayerChoice, Repository
+    from kernel_explorer.export.plan import AttentionPlan, ExpertsPlan, ExportPlan, LayerChoice, Repository
 
 
 def _q(text: str) -> str:
@@ -127,6 +128,21 @@ def _attention_lines(attention: AttentionPlan | None) -> list[str]:
     return [*lines, f"ATTENTION_CODE_PATH = (lambda: {loader}, {_q(attention.code_path)})"]
 
 
+def _experts_lines(experts: ExpertsPlan | None) -> list[str]:
+    """EXPERTS: what set_experts_implementation receives (None: the model has no experts interface).
+    Written also when it is the model's own: from_pretrained gives its default (grouped_mm), not
+    necessarily what the model was loaded with in the explorer."""
+    if experts is None:
+        return ["EXPERTS = None  # the model has no MoE experts implementation to set"]
+    if experts.repository:
+        what = f"a Hub kernel Transformers loads from {experts.repository} at the first call"
+    elif experts.chosen:
+        what = "Transformers' PyTorch implementation chosen in the explorer"
+    else:
+        what = "the implementation the model ran in the explorer (its own)"
+    return [f"# MoE experts: {what}", f"EXPERTS = {_q(experts.implementation)}"]
+
+
 def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
     """The module's text (ruff-clean Python)."""
     main_choices = [layer.main for layer in plan.layers]
@@ -215,7 +231,7 @@ def render(plan: ExportPlan, *, source: str = "kernel_explorer") -> str:
     lines += [f"    (lambda: {_loader(repo)}, {_q(path)})," for repo, path in sorted(pins, key=str)]
     lines += ["]", ""] if pins else [""]
     lines += _attention_lines(plan.attention)
-    lines += ["", ""]
+    lines += ["", *_experts_lines(plan.experts), "", ""]
     lines += _FUNCTIONS.splitlines()
     text = "\n".join(lines) + "\n"
     body = text.split(_IMPORTS, 1)[1]
@@ -290,6 +306,8 @@ def apply(model: torch.nn.Module) -> dict[str, list[str]]:
         if ATTENTION_CODE_PATH is not None:
             load, path = ATTENTION_CODE_PATH
             load().set_isa(path)
+    if EXPERTS is not None:
+        model.set_experts_implementation(EXPERTS)
     return switched(model)
 
 
@@ -332,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{layer_name}: kernelized (a function layer: one object shared by its holders)")
     if ATTENTION is not None:
         print(f"attention: {ATTENTION}")
+    if EXPERTS is not None:
+        print(f"experts: {EXPERTS}")
     return 0
 
 

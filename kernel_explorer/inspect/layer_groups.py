@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 #: the attention row's name in the inventory, and the breakdown's category for the attention computation
 ATTENTION = "attention"
+EXPERTS = "experts"  # the MoE experts implementation row (Transformers' experts interface, model-wide)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from kernel_explorer.switching import events
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.door_classes import door_class
+from kernel_explorer.switching.experts_door import EXPERTS, ExpertsDoor
 from kernel_explorer.switching.fair_lock import HandingRLock
 from kernel_explorer.switching.forwards import RunningNow
 
@@ -80,6 +81,7 @@ class Switchboard:
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self.doors: dict[str, Door] = {}
         self.attention = AttentionDoor.find(self)  # model-wide; None: no attention interface
+        self.experts = ExpertsDoor.find(self)  # model-wide; None: no MoE experts interface
         self.rescan()
 
     def rescan(self) -> None:
@@ -98,6 +100,8 @@ class Switchboard:
                     doors[group.name] = door_class(group)(self, group)
             if self.attention is not None:
                 doors[ATTENTION] = self.attention
+            if self.experts is not None:
+                doors[EXPERTS] = self.experts
             self.doors = doors
 
     @property

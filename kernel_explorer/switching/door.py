@@ -1,9 +1,10 @@
 """The door protocol: one interface for every way a kernel enters a model.
 
-A kernel enters a Transformers model by one of four doors: a layer's forward replaced by
+A kernel enters a Transformers model by one of five doors: a layer's forward replaced by
 `kernelize` (`module_door.ModuleDoor`), a function layer the model attaches to its modules
 (`function_door.FunctionDoor`), the attention implementation Transformers looks up at each call
-(`attention_door.AttentionDoor`, model-wide), and a class the model does not mark, named by
+(`attention_door.AttentionDoor`, model-wide), the MoE experts implementation it looks up the same
+way (`experts_door.ExpertsDoor`, model-wide), and a class the model does not mark, named by
 `Explorer.extend` (`module_door.ExtensionDoor`). Each door knows how its kernels go in and out; the
 switchboard keeps what is the same for all (choosing instances, the lock, snapshot/restore/holding,
 events) and asks the door, never which kind of door it is.
@@ -74,7 +75,7 @@ class Door(ABC):
     Callers hold the switchboard's lock around every method that changes or reads the model.
     """
 
-    kind: ClassVar[str]  # "module", "function", "attention": what the inventory's kind column says
+    kind: ClassVar[str]  # "module", "function", "attention", "experts": the inventory's kind column
     #: whether one switch serves every instance (attention): snapshots keep it as (name, "*")
     model_wide: ClassVar[bool] = False
 

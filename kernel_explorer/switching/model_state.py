@@ -29,6 +29,8 @@ class ModelSwitching:
     added_mappings: dict[str, list[tuple[dict[str, Any], str]]] = field(default_factory=dict)
     probes: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # (candidate, signature) -> verdict
     explorer: weakref.ref[Any] | None = None  # the latest explorer made for the model
+    #: the experts implementation (per sub-config) the model had when its first explorer came
+    experts_original: dict[str, Any] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
