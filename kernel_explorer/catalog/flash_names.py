@@ -27,12 +27,12 @@ def name_row(found: FlashName, device: str, *, supported: bool, running: str) ->
         return DoorRow(ATTENTION_NAME, found.name, f"pip package {found.package}", why)
     target = f"{found.repository}@{found.revision}" if found.revision else found.repository
     reasons = [f"the pip package {found.package} is not installed, so Transformers loads the Hub repository"]
-    if not supported:
+    if running == found.repository or running.startswith(found.repository + "@"):
+        reasons.append(f"the model's attention runs {running} now: the name became it")
+    elif not supported:
         reasons.append("this model does not support flash attention: Transformers refuses the name")
     elif found.devices and device not in found.devices:
         reasons.append(f"no build for {device}: Transformers lists builds for {', '.join(found.devices)}")
-    if running == found.repository or running.startswith(found.repository + "@"):
-        reasons.append(f"the model's attention runs {running} now")
     return DoorRow(ATTENTION_NAME, found.name, target, "; ".join(reasons), found.repository, found.revision)
 
 

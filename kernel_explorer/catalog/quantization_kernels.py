@@ -42,18 +42,29 @@ def gguf_plan(path: str | Path) -> str:
     )
 
 
+def _gguf_path(config: Any, model: nn.Module) -> Path | None:
+    """The model's GGUF file: as named, or beside the folder it was loaded from (`gguf_file=name`)."""
+    named = backend.gguf_file(config)
+    if named is None:
+        return None
+    folder = str(getattr(getattr(model, "config", None), "name_or_path", "") or "")
+    for path in (Path(named), Path(folder) / named):
+        if path.is_file():
+            return path
+    return None
+
+
 def _gguf_row(method: backend.HubQuantization, config: Any, model: nn.Module) -> DoorRow:
     revision = _revision(method)
-    path = backend.gguf_file(config)
-    loaded = backend.gguf_kernel_loaded(model)
-    if path is not None and Path(path).is_file():
-        reason = gguf_plan(path)
-        packed = backend.gguf_kernel_path(backend.gguf_architecture(path))
-    else:
-        reason, packed = f"GGUF file not found ({path or 'not named'}); {method.on_cpu}", True
+    path = _gguf_path(config, model)
+    if path is None:
+        why = f"its GGUF file is not found ({backend.gguf_file(config) or 'not named'}); {method.on_cpu}"
+        return DoorRow(QUANTIZATION, method.title, "unknown", why, method.repository, revision)
+    reason = gguf_plan(path)
+    packed = backend.gguf_kernel_path(backend.gguf_architecture(path))
     if not packed or backend.dequantized(config):
         runs = "PyTorch on dequantized weights"
-    elif loaded:
+    elif backend.gguf_kernel_loaded(model):
         runs = f"{method.repository}@{revision}"
     else:
         runs = "PyTorch, unpacking the blocks at every forward"
