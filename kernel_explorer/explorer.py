@@ -104,6 +104,8 @@ class Explorer:
                 f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
                 "For the default model: kernel_explorer.load_default_model()."
             )
+        #: a Transformers KernelConfig given as the mapping: its fusions are inventory rows
+        self._kernel_config = mapping if is_kernel_config(mapping) else None
         if is_kernel_config(mapping):  # the form Transformers users write for from_pretrained
             where = device or next((p.device.type for p in model.parameters()), "cpu")
             mapping = mapping_from_kernel_config(mapping, where)
@@ -219,6 +221,7 @@ class Explorer:
             measured=self.results.latest_verdicts(),
             shares=self.results.latest_shares(),
             pins=read_pins(self.project) if self.project is not None else (),
+            kernel_config=self._kernel_config,
         )
 
     def attention_candidates(self, *repositories: str | Path) -> list[Candidate]:

@@ -102,7 +102,7 @@ def test_private_attributes_read_off_library_objects_exist(hub: dict) -> None:
 def test_a_missing_private_attribute_is_named_with_the_installed_version() -> None:
     from kernel_explorer._backend.internals import missing_attributes
 
-    (line,) = missing_attributes("transformers.PreTrainedModel", object)
+    line, *_ = missing_attributes("transformers.PreTrainedModel", object)  # one line per attribute
     assert line.startswith("transformers.PreTrainedModel._can_set_attn_implementation: attribute missing")
     assert "tested with transformers 5.22.2 and 5.25.0" in line and "_backend" in line
 

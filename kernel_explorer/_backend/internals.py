@@ -47,7 +47,16 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("transformers", "transformers.integrations.flash_attention", "flash_attention_forward"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MIN_VERSION"),
     ("transformers", "transformers.utils.import_utils", "KERNELS_MAX_VERSION"),
-    ("transformers", "transformers.integrations.hub_kernels", "_HUB_KERNEL_MAPPING"),  # experts
+    # function kernels with a fallback chain (function_chains)
+    ("transformers", "transformers.integrations.hub_kernels", "use_kernel_func_from_hub_with_fallback"),
+    ("transformers", "transformers.integrations.hub_kernels", "_PACKAGE_TO_DISTRIBUTION"),
+    # flash-attention names resolving to Hub repositories (flash_names)
+    ("transformers", "transformers.modeling_flash_attention_utils", "FLASH_ATTN_KERNEL_VERSIONS"),
+    # quantization kernels from the Hub (quantization_kernels), the experts' Hub kernels (experts)
+    ("transformers", "transformers.integrations.hub_kernels", "_HUB_KERNEL_MAPPING"),
+    ("transformers", "transformers.integrations.gguf.reader", "read_gguf_metadata"),
+    ("transformers", "transformers.integrations.gguf.utils", "is_gguf_arch_supported"),
+    ("transformers", "transformers.integrations.gguf.gguf_conversion_mapping", "GGUF_ARCHS"),
 )
 
 # kernels 0.18 moved every internal module but its compiled `_rust` under `kernels._internals`.
@@ -83,7 +92,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "use_kernelized_func holders": ("_kernel_funcs",),
     # what the model's attention and its experts modules run now
     "transformers.PretrainedConfig": ("_attn_implementation", "_experts_implementation"),
-    "transformers.PreTrainedModel": ("_can_set_attn_implementation",),  # whether the model can switch
+    # whether the model can switch; whether it takes flash attention at all (flash_names)
+    "transformers.PreTrainedModel": ("_can_set_attn_implementation", "_supports_flash_attn"),
 }
 
 # The pairs CI runs: the newest (the full suite) and the oldest still supported (the fast tests).

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend import attention_features, attention_interface
+from kernel_explorer._backend.flash_names import supports_flash
 from kernel_explorer._backend.mappings import MappingEntry
 from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
 from kernel_explorer.catalog.availability import Availability, State
@@ -124,7 +125,7 @@ class AttentionChoices:
         (Doge's dynamic mask) and says it takes no flash attention, or "": its `attention_forward`
         would answer every such call with SDPA, and Transformers' flash glue does not run the
         model (it fails on the module, `'DogeAttention' object has no attribute 'is_causal'`)."""
-        if candidate.folder is None or getattr(self.model, "_supports_flash_attn", True):
+        if candidate.folder is None or supports_flash(self.model):
             return ""
         if not attention_interface.passes_own_mask(self.captured_call()):
             return ""

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import mode_name
 from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.door_row import DoorRow, HubLink
+from kernel_explorer.catalog.door_rows import door_rows
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.inventory.row import GIVEN_SOURCES, InventoryRow
 from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
@@ -49,6 +51,8 @@ class Inventory:
     mode: str
     uncovered: tuple[tuple[str, float], ...] = ()  # (category, share) no kernel layer covers, largest first
     pins: tuple[KernelPin, ...] = ()  # the project's kernels.lock / [tool.kernels] pins, when given one
+    #: Transformers' other doors (function chains, flash names, quantization, KernelConfig fusions)
+    doors: tuple[DoorRow, ...] = ()
 
     @property
     def pins_summary(self) -> str:
@@ -116,6 +120,9 @@ class Inventory:
                 text.append(f"  {row.group.name}: {'; '.join(folded)}")
         if any(len(row.candidates) > 1 for row in self.rows):
             text.append("Every candidate and why it can or cannot run: .to_pandas('candidates')")
+        if self.doors:
+            text.append("Other doors (Transformers):")
+            text += [f"  {door}" for door in self.doors]
         if self.uncovered:
             text.append(self.uncovered_summary)
         if self.pins:
@@ -178,7 +185,8 @@ class Inventory:
                 f"<td>{options}</td>"
                 "</tr>"
             )
-        others = f"<p><small>{html.escape(self.uncovered_summary)}</small></p>" if self.uncovered else ""
+        others = _doors_html(self.doors)
+        others += f"<p><small>{html.escape(self.uncovered_summary)}</small></p>" if self.uncovered else ""
         others += f"<p><small>{html.escape(self.pins_summary)}</small></p>" if self.pins else ""
         if self.other_layers:
             listed = ", ".join(f"{html.escape(name)} x{n}" for name, n in self.other_layers)
@@ -195,7 +203,8 @@ class Inventory:
         )
 
     def to_pandas(self, level: str = "instances") -> pd.DataFrame:
-        """One row per instance (`level="instances"`) or per candidate (`level="candidates"`)."""
+        """One row per instance (`level="instances"`), per candidate (`level="candidates"`) or per
+        door of Transformers' besides layers and attention (`level="doors"`)."""
         import pandas as pd
 
         if level == "instances":
@@ -235,8 +244,21 @@ class Inventory:
                 for row in self.rows
                 for c, found in row.here + row.elsewhere
             ]
+        elif level == "doors":
+            records = [
+                {
+                    "kind": door.kind,
+                    "name": door.name,
+                    "runs": door.runs,
+                    "reason": door.reason,
+                    "repository": door.repository or None,
+                    "revision": door.revision or None,
+                    "instances": door.instances,
+                }
+                for door in self.doors
+            ]
         else:
-            raise ValueError(f"level must be 'instances' or 'candidates', not {level!r}")
+            raise ValueError(f"level must be 'instances', 'candidates' or 'doors', not {level!r}")
         return pd.DataFrame.from_records(records)
 
 
@@ -250,8 +272,10 @@ def build_inventory(
     measured: dict[str, LayerVerdict] | None = None,
     shares: dict[str, float] | None = None,
     pins: tuple[KernelPin, ...] = (),
+    kernel_config: Any | None = None,
 ) -> Inventory:
-    """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`)."""
+    """Snapshot the inventory of `model` (Hub candidates read "checking" unless `query_hub`); the
+    Transformers `KernelConfig` the explorer was given, if any, adds its fusion rows."""
     rows = []
     running = board.running()
     for name, door in board.doors.items():
@@ -279,6 +303,37 @@ def build_inventory(
         ),
         key=lambda p: -p[1],
     )
+    doors = door_rows(model, board.device, hub_links=_hub_links(rows), kernel_config=kernel_config)
     return Inventory(
-        tuple(rows), tuple(others.most_common()), board.device, mode_name(mode), tuple(uncovered), pins
+        tuple(rows), tuple(others.most_common()), board.device, mode_name(mode), tuple(uncovered), pins, doors
+    )
+
+
+def _hub_links(rows: list[InventoryRow]) -> dict[str, HubLink]:
+    """What each layer row says of its Hub kernel: the one running, or why none is (its status)."""
+    links = {}
+    for row in rows:
+        running = [row.kernel_name(now) for now in row.running if now.is_kernel]
+        if running:
+            links[row.group.name] = HubLink(running=", ".join(dict.fromkeys(running)))
+        elif row.best is not None and row.best[1].state.usable:
+            links[row.group.name] = HubLink(why_not=f"{row.best[0].label} is {row.status}, not switched on")
+        else:
+            links[row.group.name] = HubLink(why_not=row.status)
+    return links
+
+
+def _doors_html(doors: tuple[DoorRow, ...]) -> str:
+    """The door rows as a folded list under the layers ("" when there are none): what runs through
+    each door, and why, on hover-free lines."""
+    if not doors:
+        return ""
+    items = "".join(
+        f"<li>{html.escape(d.kind)} <b>{html.escape(d.name)}</b>: {html.escape(d.runs)}"
+        f"<br><small>{html.escape(d.reason)}</small></li>"
+        for d in doors
+    )
+    return (
+        f"<details><summary><small>Other doors (Transformers): {len(doors)}</small></summary>"
+        f"<ul>{items}</ul></details>"
     )
