@@ -104,3 +104,95 @@ def test_after_every_switch_the_explorer_agrees_with_kernels(peer_explorer: Expl
     finally:
         explorer.reset()
     assert kernels_view(explorer) == {}
+
+
+# -- a layer kernelize left on PyTorch says which KernelizeFallback flag, and why -------------------
+
+
+def _rmsnorm_modules() -> list:
+    model = tiny_llama()
+    return [model.model.norm]
+
+
+def _entry(repo: Path, *, layer: str = "RMSNorm", device: str = "cpu", mode=None, key=None):  # type: ignore[no-untyped-def]
+    from kernels import LocalLayerRepository, Mode
+
+    from kernel_explorer._backend.mappings import MappingEntry
+
+    repository = LocalLayerRepository(repo_path=repo, layer_name="RMSNorm")
+    return MappingEntry(layer, device, None, mode or Mode.FALLBACK, repository, key)
+
+
+def _kept(modules: list, entry, mode, **kwargs) -> str:  # type: ignore[no-untyped-def]
+    from kernel_explorer._backend.layer_forwards import kernelize_each, runs_class_forward
+
+    [(module, error, fallback)] = list(kernelize_each(modules, entry, mode, **kwargs))
+    assert error is None and runs_class_forward(module)
+    return fallback
+
+
+def test_no_compatible_mode_says_the_layer_has_no_torch_compile_support(tmp_path: Path, hub: dict) -> None:
+    from kernel_repos import SCALED_RMSNORM, write_repo
+    from kernels import LocalLayerRepository
+
+    repo = write_repo(tmp_path, "kx-no-compile", layers=SCALED_RMSNORM)  # no can_torch_compile
+    mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=repo, layer_name="RMSNorm")}}
+    explorer = Explorer(tiny_llama(), mapping, include_bundled=False, include_transformers=False)
+    running = explorer.on("RMSNorm", mode="torch.compile")
+    said = (
+        "kernels fell back (NO_COMPATIBLE_MODE): the layer has no torch.compile support, "
+        "mode inference+torch.compile"
+    )
+    assert running and all(not now.is_kernel and said in now.reason for now in running)
+    assert all(now.reason == running[0].reason for now in explorer.running("RMSNorm"))
+    explorer.on("RMSNorm")  # inference: the same kernel runs
+    assert all(now.is_kernel for now in explorer.running("RMSNorm"))
+    explorer.reset()
+
+
+def test_no_compatible_mode_says_the_layer_has_no_backward(tmp_path: Path, hub: dict) -> None:
+    from kernel_repos import NO_BACKWARD_RMSNORM, write_repo
+    from kernels import Mode
+
+    repo = write_repo(tmp_path, "kx-no-backward", layers=NO_BACKWARD_RMSNORM)
+    said = _kept(_rmsnorm_modules(), _entry(repo), Mode.TRAINING)
+    assert said == "kernels fell back (NO_COMPATIBLE_MODE): the layer has no backward, mode training"
+
+
+def test_no_compatible_mode_says_no_repository_is_mapped_for_the_mode(tmp_path: Path, hub: dict) -> None:
+    from kernel_repos import write_repo
+    from kernels import Mode
+
+    repo = write_repo(tmp_path, "kx-inference-only")
+    said = _kept(_rmsnorm_modules(), _entry(repo, mode=Mode.INFERENCE), Mode.TRAINING)
+    assert said == "kernels fell back (NO_COMPATIBLE_MODE): no repository is mapped for mode training"
+
+
+def test_no_device_and_no_layer_are_named(tmp_path: Path, hub: dict) -> None:
+    from kernel_repos import write_repo
+    from kernels import Device, Mode
+
+    repo = write_repo(tmp_path, "kx-cuda-only")
+    said = _kept(_rmsnorm_modules(), _entry(repo, device="cuda"), Mode.INFERENCE, device=Device(type="cpu"))
+    assert said == "kernels fell back (NO_DEVICE): no kernel is mapped for device cpu"
+    said = _kept(_rmsnorm_modules(), _entry(repo, layer="LayerNorm"), Mode.INFERENCE)
+    assert said == "kernels fell back (NO_LAYER): no kernel is mapped for the layer name 'RMSNorm'"
+
+
+def test_no_compatible_properties_is_named(
+    tmp_path: Path, hub: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one stand-in: a CUDA device of capability 9.0 (kernels asks the GPU; there is none here)."""
+    import importlib
+
+    from kernel_repos import write_repo
+    from kernels import CUDAProperties, Device, Mode
+
+    from kernel_explorer._backend.internals import module_for
+
+    repos = importlib.import_module(module_for("kernels.layer.repos"))
+    monkeypatch.setattr(repos, "_find_capability", lambda device_index=None: 90)  # the mocked CUDA device
+    repo = write_repo(tmp_path, "kx-blackwell-only")
+    key = Device(type="cuda", properties=CUDAProperties(min_capability=100, max_capability=120))
+    said = _kept(_rmsnorm_modules(), _entry(repo, device="cuda", key=key), Mode.INFERENCE)
+    assert said.startswith("kernels fell back (NO_COMPATIBLE_PROPERTIES): no kernel is mapped for this cuda")
