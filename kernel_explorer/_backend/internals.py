@@ -34,10 +34,7 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "variants_trace_str"),
     ("kernels", "kernels.variants", "VariantAccepted"),
     ("kernels", "kernels.variants", "_resolve_variant_for_system"),  # platform: a described machine
-    ("kernels", "kernels.backends", "CUDA"),
-    ("kernels", "kernels.backends", "ROCm"),
-    ("kernels", "kernels.backends", "Metal"),
-    ("kernels", "kernels.backends", "CPU"),
+    ("kernels", "kernels.backends", "parse_backend"),
     ("kernels", "kernels.archs", "_supports_cuda_capability"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
     ("kernels", "kernels._rust", "KernelLocks"),

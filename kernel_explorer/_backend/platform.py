@@ -238,14 +238,14 @@ def _resolve_for(variants: list[Any], platform: DescribedPlatform) -> list[Any]:
     from packaging.version import Version
 
     resolve = internal("kernels.variants", "_resolve_variant_for_system")
-    backend_class = internal(
-        "kernels.backends", {"cuda": "CUDA", "rocm": "ROCm", "metal": "Metal"}.get(platform.backend, "CPU")
-    )
-    selected = (
-        backend_class(version=Version(platform.backend_version))
-        if platform.backend_version
-        else (backend_class())
-    )
+    parse_backend = internal("kernels.backends", "parse_backend")
+
+    legacy = platform.backend  # the legacy spelling both releases read: "cu130", "rocm70", "metal", "cpu"
+    if platform.backend_version:
+        major, minor = platform.backend_version.split(".")
+        legacy = f"{'cu' if platform.backend == 'cuda' else platform.backend}{major}{minor}"
+    takes_parts = next(iter(inspect.signature(parse_backend).parameters)) == "parts"  # kernels 0.19+
+    selected = parse_backend([legacy]) if takes_parts else parse_backend(legacy)
     arguments: dict[str, Any] = {
         "variants": variants,
         "selected_backend": selected,
