@@ -18,6 +18,7 @@ from kernel_explorer.errors import (
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.inspect.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
 from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.variants import CandidateVariants, VariantsReport
 from kernel_explorer.inspect.versions import Compatibility, check_compatibility
 from kernel_explorer.inventory.table import Inventory, InventoryRow
 from kernel_explorer.loading import load_default_model, load_model, tiny_gpt2, tiny_llama
@@ -64,6 +65,7 @@ __all__ = [
     "BuiltRepo",
     "CacheDirError",
     "Candidate",
+    "CandidateVariants",
     "CapturedInputs",
     "Compatibility",
     "CpuInfo",
@@ -91,6 +93,7 @@ __all__ = [
     "RunHandle",
     "RunningNow",
     "State",
+    "VariantsReport",
     "Verdict",
     "__version__",
     "build_hub",

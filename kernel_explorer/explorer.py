@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.inspect.hardware import HardwareSnapshot
     from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.inspect.variants import VariantsReport
     from kernel_explorer.inventory.table import Inventory
 
 
@@ -312,6 +313,24 @@ class Explorer:
     def running(self, name: str | None = None) -> list[RunningNow]:
         """What each instance runs now."""
         return self._switchboard.running(name)
+
+    def variants(self, name: str, platform: str | None = None) -> VariantsReport:
+        """Which build variant of each candidate of layer `name` a machine takes, and why the rest are
+        rejected, in `kernels`' own words: this machine, or one described as `platform`
+        ("cuda 13.0, sm_90, torch 2.13", "rocm 7.0, gfx942, torch 2.13", "metal, torch 2.13",
+        "cpu, x86_64, torch 2.13"), so a laptop shows what a GPU job will load."""
+        from kernel_explorer.inspect.variants import variants_report
+
+        self.group(name)  # an unknown layer: one line naming the model's layers
+        return variants_report(name, self._catalog.candidates(name), platform)
+
+    def hardware_for(self, platform: str) -> HardwareSnapshot:
+        """The hardware panel with, for every layer, what a machine described as `platform` would take
+        of each candidate (`variants`), under this machine's own rows."""
+        from dataclasses import replace
+
+        reports = [self.variants(name, platform) for name in self.layers]
+        return replace(self.hardware, elsewhere=tuple(r for r in reports if r.candidates))
 
     @contextlib.contextmanager
     def using(

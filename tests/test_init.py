@@ -18,7 +18,7 @@ PUBLIC = {
     "InventoryRow", "KernelExplorerError", "KernelSwitchError", "LayerDeterminism", "LayerDivergence",
     "LayerGroup", "LayerLatency", "ModelAgreement", "ModelDecode", "ModelPrefill", "ModelThroughput",
     "NoUsableKernelError", "NoisyMachineWarning", "Record", "ResultLog", "RunEvent", "RunHandle",
-    "RunningNow", "State", "Verdict",
+    "RunningNow", "State", "Verdict", "CandidateVariants", "VariantsReport",
     "__version__", "build_hub", "check_compatibility", "detect_hardware", "find_kernel_layers",
     "load_default_model", "load_model", "tiny_gpt2", "tiny_llama",
 }  # fmt: skip

@@ -114,3 +114,11 @@ def download_variant(repo_id: str, revision: str, variant: str, *, progress: boo
         if not progress:
             enable_progress_bars()
     return Path(snapshot)
+
+
+def remote_variant_names(repo_id: str, revision: str) -> list[str]:
+    """The `build/<variant>/` folder names of a Hub kernel repository at `revision` (a branch like v1)."""
+    from huggingface_hub.hf_api import RepoFolder
+
+    tree = hub_api().list_repo_tree(repo_id, path_in_repo="build", repo_type="kernel", revision=revision)
+    return sorted({item.path.split("/")[-1] for item in tree if isinstance(item, RepoFolder)})

@@ -33,6 +33,9 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.variants", "parse_variant"),
     ("kernels", "kernels.variants", "variants_trace_str"),
     ("kernels", "kernels.variants", "VariantAccepted"),
+    ("kernels", "kernels.variants", "_resolve_variant_for_system"),  # platform: a described machine
+    ("kernels", "kernels.backends", "parse_backend"),
+    ("kernels", "kernels.archs", "_supports_cuda_capability"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
     ("kernels", "kernels._rust", "KernelLocks"),
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),

@@ -18,29 +18,89 @@ if TYPE_CHECKING:
 
 
 def kernelize_each(
-    modules: list[nn.Module], entry: MappingEntry, mode: Mode
-) -> Iterator[tuple[nn.Module, Exception | None]]:
+    modules: list[nn.Module], entry: MappingEntry, mode: Mode, *, device: Any = None
+) -> Iterator[tuple[nn.Module, Exception | None, str]]:
     """Run `kernelize`'s per-layer step on each module, with exactly one candidate mapped.
 
     `kernelize` itself walks every submodule and would reset layers of other names to their class
     forward; the per-layer step it calls touches only the module it is given. Loading errors are
     yielded (no `CANNOT_LOAD` fallback), so the caller can show the reason; the mapping context is
     entered once for all modules, which keeps switching 100+ instances within milliseconds.
+
+    Each module comes with why kernelize kept PyTorch for it ("" when it installed the kernel, or
+    raised): `KernelizeFallback` falls back without a word for no device, no compatible mode or
+    properties; `fallback_reason` names the flag and the cause. `device`: the `kernels.Device` to
+    kernelize for (default: the entry's device type); the entry's own device key (with CUDA/ROCm
+    properties, when the mapping had them) is what the mapping holds.
     """
     from kernels import Device, KernelizeFallback, use_kernel_mapping
 
     kernelize_layer = internal("kernels.layer.layer", "kernelize_layer")
 
-    mapping = {entry.layer_name: {entry.device: {entry.mode: entry.repository}}}
-    device = Device(type=entry.device)
+    key = entry.device_key if entry.device_key is not None else entry.device
+    mapping = {entry.layer_name: {key: {entry.mode: entry.repository}}}
+    device = Device(type=entry.device) if device is None else device
     with use_kernel_mapping(mapping, inherit_mapping=False):
         for module in modules:
             try:
                 kernelize_layer(module, mode=mode, device_type=device, use_fallback=KernelizeFallback.DEFAULT)
             except Exception as error:
-                yield module, error
+                yield module, error, ""
             else:
-                yield module, None
+                kept = runs_class_forward(module)
+                yield module, None, fallback_reason(module, mode, device) if kept else ""
+
+
+#: the flags under which kernelize keeps PyTorch without a word (in the order it checks them)
+SILENT_FALLBACKS = ("NO_LAYER", "NO_DEVICE", "NO_COMPATIBLE_PROPERTIES", "NO_COMPATIBLE_MODE")
+
+
+def fallback_reason(module: nn.Module, mode: Mode, device: Any) -> str:
+    """Which `KernelizeFallback` flag kept `module` on PyTorch, and why, in one line.
+
+    kernels says nothing for these; asking it again with that one flag removed makes it raise its
+    own reason (before any load for the first three; the layer loaded already, memoized, for a mode
+    the layer cannot run). Call inside the mapping context the module was kernelized under.
+    """
+    from kernels import KernelizeFallback
+
+    from kernel_explorer._backend.modes import mode_name
+
+    kernelize_layer = internal("kernels.layer.layer", "kernelize_layer")
+
+    for name in SILENT_FALLBACKS:
+        flag = getattr(KernelizeFallback, name)
+        try:
+            kernelize_layer(
+                module, mode=mode, device_type=device, use_fallback=KernelizeFallback.DEFAULT & ~flag
+            )
+        except ValueError as error:
+            said = str(error)
+            break
+        except Exception:  # not this flag's doing (kernels raised for another reason): keep asking
+            continue
+    else:
+        return "kernels kept PyTorch (its mapping is disabled, or it gave no reason)"
+    named = mode_name(mode)
+    layer = getattr(type(module), "kernel_layer_name", type(module).__name__)
+    if name == "NO_LAYER":
+        why = f"no kernel is mapped for the layer name {layer!r}"
+    elif name == "NO_DEVICE":
+        why = f"no kernel is mapped for device {device.type}"
+    elif name == "NO_COMPATIBLE_PROPERTIES":
+        why = f"no kernel is mapped for this {device.type} device's properties (capability out of range)"
+    elif "No repository" in said:
+        why = f"no repository is mapped for mode {named}"
+    else:  # the layer lacks what the mode needs (kernels 0.17 says only "does not support mode")
+        from kernels import Mode
+
+        compile_ = "torch.compile" in said or ("backward" not in said and Mode.TORCH_COMPILE in mode)
+        backward = "backward" in said or ("torch.compile" not in said and Mode.TORCH_COMPILE not in mode)
+        lacks = " or ".join(
+            w for w, on in (("torch.compile support", compile_), ("backward", backward)) if on
+        )
+        why = f"the layer has no {lacks}, mode {named}"
+    return f"kernels fell back ({name}): {why}"
 
 
 @dataclass(frozen=True)

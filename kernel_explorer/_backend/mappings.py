@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.internals import internal
@@ -23,6 +23,8 @@ class MappingEntry:
     properties: str | None  # e.g. "capability 121-121" for a CUDA/ROCm range; None for any
     mode: Mode
     repository: Any
+    #: the mapping's own device key (a `kernels.Device` with CUDA/ROCm properties), None: the type
+    device_key: Any = field(default=None, compare=False)
 
 
 def _device_of(key: Any) -> tuple[str, str | None]:
@@ -43,7 +45,8 @@ def iter_mapping(mapping: dict[str, dict[Any, Any]]) -> Iterator[MappingEntry]:
             device, properties = _device_of(device_key)
             by_mode = repos if isinstance(repos, dict) else {Mode.FALLBACK: repos}
             for mode, repository in by_mode.items():
-                yield MappingEntry(str(layer_name), device, properties, mode, repository)
+                key = None if isinstance(device_key, str) else device_key
+                yield MappingEntry(str(layer_name), device, properties, mode, repository, key)
 
 
 def _interval_nodes(node: Any) -> Iterator[Any]:

@@ -16,10 +16,13 @@ import platform
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.platform import accepted_of, selected_backend
+from kernel_explorer._backend.platform import VariantVerdict, accepted_of, selected_backend, variant_verdicts
 from kernel_explorer.inspect.versions import Compatibility, check_compatibility
+
+if TYPE_CHECKING:
+    from kernel_explorer.inspect.variants import VariantsReport
 
 # ISA extensions that decide which code path a CPU kernel can take, in display order.
 _X86_FLAGS = {
@@ -109,6 +112,11 @@ class HardwareSnapshot:
     #: the code path each bundled kernel chose here (kernel_paths.py; empty in `detect_hardware()`'s
     #: snapshot, which loads no kernel)
     kernel_paths: tuple[KernelPath, ...] = field(default=())
+    #: kernels' own verdict on each variant kind a repository may carry (the new kinds included):
+    #: accepted here, or rejected with kernels' reason
+    variant_verdicts: tuple[VariantVerdict, ...] = field(default=())
+    #: what a described machine would take of each layer's candidates (`Explorer.hardware_for`)
+    elsewhere: tuple[VariantsReport, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON-ready)."""
@@ -144,6 +152,10 @@ class HardwareSnapshot:
         if self.accepted_cpu_variants != self.accepted_variants:
             rows.append(("Accepted CPU variants", "\n".join(self.accepted_cpu_variants)))
         rows.append(("Stable ABI", self.stable_abi_note))
+        if self.variant_verdicts:
+            rows.append(("Variants (kernels' word)", "\n".join(v.line() for v in self.variant_verdicts)))
+        for report in self.elsewhere:
+            rows.append((f"{report.layer} elsewhere", "\n".join(report.lines()[1:]).replace("  ", "", 1)))
         if self.kernel_paths:
             rows.append(("Bundled kernel paths", "\n".join(k.line() for k in self.kernel_paths)))
         c = self.compatibility
@@ -317,6 +329,58 @@ def _candidate_variants(torch_version: str, backend: str, cpu: str, os_name: str
     return candidates
 
 
+def _new_kind_variants(torch_version: str, backend: str, cpu: str, os_name: str) -> list[str]:
+    """The variant kinds kernels 0.18+ added, for this machine's torch, backend, CPU and OS: stable ABI
+    (any torch >= X.Y), tvm-ffi, the dotted arch form, noarch per backend, and MLX on Metal."""
+    major, minor = torch_version.split(".")[:2]
+    mm = f"{major}.{re.match(r'[0-9]+', minor).group(0)}"  # type: ignore[union-attr]
+    cuda = re.fullmatch(r"cu(\d+?)(\d)", backend)
+    rocm = re.fullmatch(r"rocm(\d)(\d+)", backend)
+    dotted = (
+        f"cuda-{cuda.group(1)}.{cuda.group(2)}"
+        if cuda
+        else f"rocm-{rocm.group(1)}.{rocm.group(2)}"
+        if rocm
+        else backend
+    )
+    system = f"cpython-3.9-abi3-{cpu}-{os_name}"
+    return [
+        f"torch-stable-abi-{mm}-{dotted}-{system}",
+        f"torch-stable-abi-{major}.{int(mm.split('.')[1]) + 1}-{dotted}-{system}",  # too new for this torch
+        f"torch-{mm}-{dotted}-{system}",
+        f"tvm-ffi-0.1-{dotted}-{system}",
+        "torch-cpu",
+        "torch-cuda",
+        "torch-rocm",
+        "torch-metal",
+        "mlx-metal",
+    ]
+
+
+def variant_kinds_here() -> tuple[VariantVerdict, ...]:
+    """kernels' resolver on every variant kind a repository may carry for this machine (near misses
+    and the kinds of kernels 0.18+ included): accepted, or rejected with kernels' reason. kernels
+    0.17 cannot read the new kinds; each such name says so."""
+    import torch
+
+    selected = selected_backend()
+    cpu, os_name = _system()
+    names = _candidate_variants(torch.__version__, selected, cpu, os_name)
+    names += _new_kind_variants(torch.__version__, selected, cpu, os_name)
+    return tuple(variant_verdicts(names))
+
+
+def _system() -> tuple[str, str]:
+    """CPU and OS as kernels' resolver names them."""
+    cpu = platform.machine()
+    os_name = platform.system().lower()
+    if os_name == "darwin" and cpu == "arm64":
+        cpu = "aarch64"
+    if os_name == "windows" and cpu == "AMD64":
+        cpu = "x86_64"
+    return cpu, os_name
+
+
 def accepted_variants(backend: str | None = None) -> tuple[tuple[str, ...], str]:
     """Variant strings `kernels` accepts on this machine, most preferred first, and the backend.
 
@@ -326,12 +390,7 @@ def accepted_variants(backend: str | None = None) -> tuple[tuple[str, ...], str]
     import torch
 
     selected = selected_backend(backend)
-    cpu = platform.machine()
-    os_name = platform.system().lower()
-    if os_name == "darwin" and cpu == "arm64":
-        cpu = "aarch64"
-    if os_name == "windows" and cpu == "AMD64":
-        cpu = "x86_64"
+    cpu, os_name = _system()
     candidates = _candidate_variants(torch.__version__, selected, cpu, os_name)
     return accepted_of(candidates, backend), selected
 
@@ -381,4 +440,5 @@ def detect_hardware() -> HardwareSnapshot:
         ),
         compatibility=compatibility,
         notes=tuple(notes),
+        variant_verdicts=variant_kinds_here(),
     )

@@ -107,7 +107,7 @@ class InstanceDoor(Door):
         path = self.group.instances[0]
         trial = self.trial_module(path)
         with hub_session():
-            [(_, error)] = list(kernelize_each([trial], entry, mode))
+            [(_, error, _)] = list(kernelize_each([trial], entry, mode))
         if error is not None:
             return ProbeVerdict(CANNOT_RUN, explain(error))
         if runs_class_forward(trial):
@@ -190,14 +190,14 @@ class InstanceDoor(Door):
         refused: str | None = None  # a code path another layer pins otherwise (not the kernel's fault)
         with hub_session():
             results = list(kernelize_each(list(targets.values()), entry, mode))
-        for target, error in results:
+        for target, error, fallback in results:
             path = by_target[id(target)]
             if error is not None:
                 failure = explain(error)
                 self._to_pytorch(path)
                 self._reasons[path] = f"{chosen.repo_label} failed to load: {failure}"
                 continue
-            refused = self._install(path, target, chosen, mode, verdict) or refused
+            refused = self._install(path, target, chosen, mode, verdict, fallback) or refused
         self.after_switch([p for p in paths if p in self._on])
         if failure is not None:
             host.catalog.record_failure(chosen, failure)
@@ -221,13 +221,20 @@ class InstanceDoor(Door):
         )
 
     def _install(
-        self, path: str, target: nn.Module, chosen: Candidate, mode: Mode, verdict: ProbeVerdict
+        self,
+        path: str,
+        target: nn.Module,
+        chosen: Candidate,
+        mode: Mode,
+        verdict: ProbeVerdict,
+        fallback: str = "",
     ) -> str | None:
         """Put the kernel's forward on `path`, wrapped; returns why not, where its code path is refused."""
         forward = installed_forward(target)
-        if runs_class_forward(target):  # kernelize kept PyTorch: the kernel does not support this mode
+        if runs_class_forward(target):  # kernelize kept PyTorch (`fallback`: which flag and why)
             self._to_pytorch(path)
-            self._reasons[path] = f"{chosen.repo_label} does not support {mode_name(mode)}"
+            said = f"; {fallback}" if fallback else ""
+            self._reasons[path] = f"{chosen.repo_label} does not support {mode_name(mode)}{said}"
             self.host.catalog.record_unsupported(
                 chosen, mode, f"the kernel does not support {mode_name(mode)}"
             )
