@@ -147,8 +147,8 @@ def test_a_model_dropped_with_its_function_switched_leaves_the_shared_function_a
     import transformers.models.llama.modeling_llama as llama
 
     dropped = Explorer(tiny_llama(), include_transformers=False)
+    routed = not owns_function(dropped.model.model.layers[1].self_attn, "rotary_pos_emb")  # as built
     dropped.on("rotary_pos_emb", ["model.layers.1.self_attn"])
-    routed = not owns_function(dropped.model.model.layers[1].self_attn, "rotary_pos_emb")
     # the router while a copy is on (kernels 0.17); 0.18+ switches the holder's own instance only
     assert ("forward" in vars(llama.apply_rotary_pos_emb)) is routed
     del dropped
