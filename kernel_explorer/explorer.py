@@ -213,6 +213,8 @@ class Explorer:
         from kernel_explorer._backend.locks import read_pins
         from kernel_explorer.inventory.table import build_inventory
 
+        pins = read_pins(self.project) if self.project is not None else ()
+        self._catalog.use_pins(pins)  # each Hub candidate's lock column compares with them
         return build_inventory(
             self.model,
             self._catalog,
@@ -221,7 +223,7 @@ class Explorer:
             query_hub=query_hub,
             measured=self.results.latest_verdicts(),
             shares=self.results.latest_shares(),
-            pins=read_pins(self.project) if self.project is not None else (),
+            pins=pins,
             kernel_config=self._kernel_config,
         )
 

@@ -52,7 +52,7 @@ function render({ model, el: root }) {
         groups.set(device, group);
         select.append(group);
       }
-      const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: option.reason || "" });
+      const item = el("option", { value: option.label, text: option.usable ? option.short : `${option.short} (${option.state})`, title: [option.reason, option.trust].filter(Boolean).join("\n") });
       item.disabled = !option.usable;
       item.selected = option.label === row.candidate;
       groups.get(device).append(item);
@@ -73,6 +73,8 @@ function render({ model, el: root }) {
     const given = (row) => (row.given || []).map((option) => el("div", { class: "kx-given", title: option.reason },
       el("span", { class: `kx-badge kx-state-${option.state_key}`, text: option.state }),
       el("small", { text: ` ${option.short} [${option.source}]: ${option.reason.split("\n")[0]}` })));
+    // the picked candidate's publisher, signature, digest and lock; each sentence on hover
+    const trust = (row) => (row.trust ? [el("div", { class: "kx-trust", title: row.trust_title || "" }, el("small", { text: row.trust }))] : []);
     // a kernel the user named runs although its values are wrong here: said in that state's colour
     const runsCell = (row, working) => {
       const cell = el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" });
@@ -98,7 +100,7 @@ function render({ model, el: root }) {
         el("td", {}, switchBox),
         el("td", {}, expand, el("b", { text: ` ${row.name}` }), el("div", { class: "kx-original", text: row.added ? `${row.original} (added by you)` : row.original })),
         el("td", { text: `${row.on_count}/${row.count}` }),
-        el("td", {}, badge, picker(row), ...given(row)),
+        el("td", {}, badge, picker(row), ...trust(row), ...given(row)),
         runsCell(row, working)));
       if (open.has(row.name)) {
         for (const instance of row.instances) {

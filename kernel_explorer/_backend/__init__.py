@@ -15,6 +15,7 @@ Modules:
 - `repositories`: what a `LayerRepository`-like object points at; building one to load.
 - `hub`: the Hub API, the cache, variant resolution, offline mode and the user-agent workaround.
 - `function_layers`: the function layers a module holds (`use_kernelized_func`) and what they wrap.
+- `verification`: a build's files against its digest and its sigstore signature, as kernels checks them.
 - `platform`: the backend and variant strings `kernels` accepts on this machine.
 - `transformers_window`: the kernels version window the installed Transformers accepts.
 - `attention_interface`: Transformers' attention interface, its names, loading a local repository into it.

@@ -38,6 +38,10 @@ INTERNALS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "kernels.archs", "_supports_cuda_capability"),
     ("kernels", "kernels.resolver", "resolve_local_kernel"),
     ("kernels", "kernels._rust", "KernelLocks"),
+    ("kernels", "kernels._rust", "Metadata"),  # verification: a build's digest, hashed as kernels does
+    ("kernels", "kernels._rust", "Digest"),
+    ("kernels", "kernels._rust", "DigestValidationError"),
+    ("kernels", "kernels._rust", "DigestViolation"),
     ("transformers", "transformers.integrations.hub_kernels", "get_kernel_mapping_transformers"),
     ("transformers", "transformers.integrations.hub_kernels", "is_kernel"),
     ("transformers", "transformers.integrations.hub_kernels", "get_attn_kernel_version"),

@@ -19,6 +19,7 @@ class HubCoordinates:
     version: int | None
     revision: str | None
     trust_remote_code: bool | tuple[str, ...]
+    locked: bool = False  # a `LockedLayerRepository`: `revision` is the commit its lock pins
 
 
 def hub_coordinates(repository: Any) -> HubCoordinates | None:
@@ -30,9 +31,10 @@ def hub_coordinates(repository: Any) -> HubCoordinates | None:
     trust = tuple(trust) if isinstance(trust, list) else bool(trust)
     revision = getattr(repository, "_revision", None)
     locks, dep = getattr(repository, "kernel_locks", None), getattr(repository, "kernel_dep", None)
-    if locks is not None and dep is not None:
+    locked = locks is not None and dep is not None
+    if locked:
         revision = str(locks[dep].commit)  # a str in 0.17, an Oid in 0.19
-    return HubCoordinates(str(repo_id), getattr(repository, "_version", None), revision, trust)
+    return HubCoordinates(str(repo_id), getattr(repository, "_version", None), revision, trust, locked)
 
 
 def local_path(repository: Any) -> Path | None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernel_explorer.catalog.trust import Trust
 
 
 class State(str, Enum):
@@ -16,6 +20,7 @@ class State(str, Enum):
     OFFLINE_NOT_CACHED = "offline and not cached"  # no network (or no answer) and nothing cached
     NO_MAPPING = "no mapping for this device or mode"  # mapped for other devices or modes only
     FAILED = "failed to load"  # tried and failed; the error is kept
+    REFUSED = "refused"  # a file of its build changed since it was built (digest): never loaded
     CANNOT_RUN = "cannot run here"  # loads, but its trial on this model failed (no CPU kernel, dtype)
     # runs, but its trial's values are far from PyTorch's (against float64): switched only when named
     WRONG_RESULTS = "wrong results here"
@@ -47,6 +52,7 @@ _COLOURS: dict[State, str] = {
     State.OFFLINE_NOT_CACHED: "#9a6700",
     State.NO_MAPPING: "#6e7781",
     State.FAILED: "#cf222e",
+    State.REFUSED: "#cf222e",
     State.CANNOT_RUN: "#cf222e",
     State.WRONG_RESULTS: "#8250df",
     State.UNVERIFIED: "#6e7781",
@@ -62,6 +68,8 @@ class Availability:
     variant: str | None = None  # the build variant `kernels` picks here
     trace: tuple[str, ...] = field(default=())  # kernels' variant decisions: "variant: why rejected"
     size_bytes: int | None = None  # download size of the variant, when the Hub says
+    trusted_publisher: bool | None = None  # the Hub's `trustedKernelPublisher` flag (None: not asked)
+    trust: Trust | None = field(default=None, compare=False)  # publisher, signature, digest, lock
 
     def __str__(self) -> str:
         text = self.state.value

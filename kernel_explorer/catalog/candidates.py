@@ -39,12 +39,14 @@ from kernel_explorer.catalog.hub_access import (
     local_availability,
     query_hub,
 )
+from kernel_explorer.catalog.trust import Trust, hub_trust, local_trust
 from kernel_explorer.catalog.words import with_code_path
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError
 
 if TYPE_CHECKING:
     from kernels import Mode
 
+    from kernel_explorer._backend.locks import KernelPin
     from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 
 SOURCES: tuple[str, ...] = ("user", "registered", "bundled", "peer", "transformers")
@@ -151,6 +153,7 @@ class Catalog:
         self._unsupported: dict[tuple[Candidate, Mode], str] = {}  # refused a mode (kept PyTorch)
         self._probes: dict[tuple[Candidate, Mode], ProbeVerdict] = {}  # tried on this explorer's model
         self._pool: ThreadPoolExecutor | None = None
+        self._pins: tuple[KernelPin, ...] = ()  # the project's kernels.lock, when the explorer has one
         self._candidates = self._collect(
             mapping or {}, include_registered, include_bundled, include_transformers
         )
@@ -273,8 +276,49 @@ class Catalog:
 
         Without `query_hub`, a Hub candidate that is not cached reads "checking" (or the session's
         earlier answer); with it, the query starts in the background and this waits `wait` seconds
-        (default `hub_timeout`).
+        (default `hub_timeout`). The answer carries the candidate's `trust` (publisher, signature,
+        digest, lock); a build with a file changed since it was built reads "refused" and is never
+        loaded.
         """
+        found = self._where(candidate, device=device, mode=mode, query_hub=query_hub, wait=wait)
+        trust = self.trust(candidate, found)
+        if trust is None:
+            return found
+        if trust.refusal and found.state is not State.NO_MAPPING:
+            return Availability(State.REFUSED, trust.refusal, variant=found.variant, trust=trust)
+        return replace(found, trust=trust)
+
+    def use_pins(self, pins: tuple[KernelPin, ...]) -> None:
+        """The project's kernel pins (`kernels.lock`), which the candidates' lock column compares with."""
+        self._pins = tuple(pins)
+
+    def trust(self, candidate: Candidate, found: Availability) -> Trust | None:
+        """Where `candidate` stands on publisher, signature, digest and lock (`catalog/trust.py`), from
+        its build on disk, without loading it; None for a repository object that names no folder."""
+        ref = candidate.hub
+        if ref is None:
+            path = local_path(candidate.repository)
+            if path is None:
+                return None
+            variant = found.variant or local_availability(path).variant
+            return local_trust(path / "build" / variant if variant else None)
+        offline = is_offline()
+        with self._lock:
+            asked = (ref, self.trust_remote_code) in self._hub_queries
+        return hub_trust(
+            ref,
+            cached_variant_dir(ref),
+            allowlist=self.trust_remote_code,
+            trusted_publisher=found.trusted_publisher,
+            offline=offline,
+            waiting=asked and found.state is State.CHECKING,
+            pins=self._pins,
+        )
+
+    def _where(
+        self, candidate: Candidate, *, device: str, mode: Mode, query_hub: bool, wait: float | None
+    ) -> Availability:
+        """`availability` before the trust checks: mapping, build, cache, Hub, trial."""
         with self._lock:
             failure = self._failures.get(candidate)
         if failure is not None:
@@ -386,7 +430,7 @@ class Catalog:
             found = found or self.availability(chosen, device=device, mode=mode)
             wanted = found.state is State.WRONG_RESULTS and names_one(candidate)  # the door warns
             if not found.state.usable and not wanted:
-                if found.state in (State.CANNOT_RUN, State.WRONG_RESULTS):  # its trial said why: once
+                if found.state in (State.CANNOT_RUN, State.WRONG_RESULTS, State.REFUSED):  # said once
                     raise NoUsableKernelError(f"{chosen.repo_label} {found.state.value}: {found.reason}")
                 raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
             return chosen, chosen.entry

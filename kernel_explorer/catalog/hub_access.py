@@ -37,6 +37,7 @@ from kernel_explorer._backend.repositories import (
     local_layer_repository,
 )
 from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.trust import REFUSED, digest_check
 from kernel_explorer.errors import NoUsableKernelError
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -50,6 +51,7 @@ class HubReference:
     version: int | None = None
     revision: str | None = None
     trust_remote_code: bool | tuple[str, ...] = False
+    locked: bool = False  # a `LockedLayerRepository`: `revision` is the commit its lock pins
 
     @property
     def ref(self) -> str:
@@ -77,7 +79,7 @@ def hub_reference(repository: Any) -> HubReference | None:
     found = hub_coordinates(repository)
     if found is None:
         return None
-    return HubReference(found.repo_id, found.version, found.revision, found.trust_remote_code)
+    return HubReference(found.repo_id, found.version, found.revision, found.trust_remote_code, found.locked)
 
 
 def cached_variant_dir(ref: HubReference, backend: str | None = None) -> Path | None:
@@ -135,20 +137,25 @@ def query_hub(
         if cached is not None:
             return Availability(State.READY, "in the local cache", variant=cached.name)
         return Availability(State.OFFLINE_NOT_CACHED, "HF_HUB_OFFLINE is set and no build is cached")
+    flagged: bool | None = None  # the Hub's publisher flag, asked only when the user did not opt in
     try:
         with hub_session():
             api = hub_api()
             if not ref.trusts(allowlist):  # online, kernels checks trust before it looks at the cache
                 org = ref.repo_id.split("/", 1)[0]
                 overview = api.get_organization_overview(org)
-                if not getattr(overview, "trustedKernelPublisher", False):
+                flagged = bool(getattr(overview, "trustedKernelPublisher", False))
+                if not flagged:
                     return Availability(
                         State.UNTRUSTED,
                         f"the Hub does not flag {org!r} as a trusted kernel publisher; to opt in, "
                         f"pass trust_remote_code=[{ref.repo_id!r}] to Explorer",
+                        trusted_publisher=False,
                     )
             if cached is not None:
-                return Availability(State.READY, "in the local cache", variant=cached.name)
+                return Availability(
+                    State.READY, "in the local cache", variant=cached.name, trusted_publisher=flagged
+                )
             revision = ref.ref
             if ref.version is not None:
                 branches = {
@@ -158,12 +165,19 @@ def query_hub(
                 if revision not in branches:
                     versions = sorted(name for name in branches if name.startswith("v")) or ["none"]
                     return Availability(
-                        State.NO_BUILD, f"the Hub has no {revision} branch (versions: {', '.join(versions)})"
+                        State.NO_BUILD,
+                        f"the Hub has no {revision} branch (versions: {', '.join(versions)})",
+                        trusted_publisher=flagged,
                     )
                 revision = branches[revision]
             variant, trace = resolve_remote_variant(api, ref.repo_id, revision, backend)
             if variant is None:
-                return Availability(State.NO_BUILD, "no variant on the Hub fits this machine", trace=trace)
+                return Availability(
+                    State.NO_BUILD,
+                    "no variant on the Hub fits this machine",
+                    trace=trace,
+                    trusted_publisher=flagged,
+                )
             files = api.list_repo_tree(
                 ref.repo_id,
                 path_in_repo=f"build/{variant}",
@@ -177,7 +191,9 @@ def query_hub(
         if "NotFound" in name:
             return Availability(State.FAILED, f"{ref.repo_id} is not on the Hub ({name})")
         return Availability(State.OFFLINE_NOT_CACHED, f"the Hub could not be reached: {name}: {error}")
-    return Availability(State.DOWNLOADABLE, "on the Hub", variant=variant, size_bytes=size)
+    return Availability(
+        State.DOWNLOADABLE, "on the Hub", variant=variant, size_bytes=size, trusted_publisher=flagged
+    )
 
 
 def download(ref: HubReference, variant: str, *, progress: bool = True) -> Path:
@@ -186,6 +202,14 @@ def download(ref: HubReference, variant: str, *, progress: bool = True) -> Path:
     Downloads by the version's branch name so the cache records `refs/v<N>` (fault 1).
     """
     return download_variant(ref.repo_id, ref.ref, variant, progress=progress) / "build" / variant
+
+
+def _refuse_changed(ref: HubReference, variant_path: Path | None) -> None:
+    """Raise `NoUsableKernelError` when a file of the build about to load changed since it was built
+    (whatever kernels' receipts say: a changed file is a changed file)."""
+    check = digest_check(variant_path)
+    if check.word == REFUSED:
+        raise NoUsableKernelError(f"{ref.label} {check}")
 
 
 def loadable_repository(
@@ -203,13 +227,17 @@ def loadable_repository(
             raise NoUsableKernelError(
                 f"{ref.label} is not cached and HF_HUB_OFFLINE is set: switch it on once while online."
             )
+        _refuse_changed(ref, cached)
         return local_layer_repository(cached.parent.parent, layer_name)
     if found.state is State.UNTRUSTED:
         raise NoUsableKernelError(f"{ref.label}: {found.reason}")
+    if found.state is State.REFUSED:
+        raise NoUsableKernelError(f"{ref.label} {found.state.value}: {found.reason}")
     if found.state not in (State.READY, State.DOWNLOADABLE, State.CHECKING):
         raise NoUsableKernelError(f"{ref.label} cannot run here: {found.details}")
     if cached is None and found.variant:
         download(ref, found.variant)
+    _refuse_changed(ref, cached_variant_dir(ref))
     trust: bool | list[str] = True if ref.trust_remote_code is True else [*ref.trusts_extra(), *allowlist]
     return hub_layer_repository(
         ref.repo_id, layer_name, version=ref.version, revision=ref.revision, trust=trust

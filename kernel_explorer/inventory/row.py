@@ -112,6 +112,19 @@ class InventoryRow:
             return "no mapping from any source"
         return str(best[1])
 
+    @property
+    def trust_summary(self) -> str:
+        """`bundled/rmsnorm: publisher local, not checked · signature not checked · digest matches ·
+        lock not locked`: the best candidate's trust in words ("" when it names no build)."""
+        best = self.best
+        trust = best[1].trust if best else None
+        return f"{best[0].repo_label}: {trust.short}" if best and trust else ""
+
+    @property
+    def refused(self) -> tuple[tuple[Candidate, Availability], ...]:
+        """Candidates of this device refused because a file of their build changed since it was built."""
+        return tuple(pair for pair in self.here if pair[1].state is State.REFUSED)
+
     def _elsewhere(self, candidate: Candidate) -> bool:
         return bool(self.device) and candidate.device != self.device
 

@@ -109,6 +109,14 @@ class Inventory:
             if row.warning:  # a kernel named by the user runs although its values are wrong here
                 text.append(f"  {row.group.name}: {row.warning}")
             text += [f"  {row.group.name}: {c.repo_label} [{c.source}]: {found}" for c, found in row.given]
+            if row.trust_summary:  # publisher, signature, digest, lock of what `on()` would take
+                text.append(f"  {row.group.name} trust of {row.trust_summary}")
+            given = {c for c, _ in row.given}
+            text += [
+                f"  {row.group.name}: {c.repo_label} refused: {found.reason}"
+                for c, found in row.refused
+                if c not in given
+            ]
             if row.changes_summary and row.changes_summary != row.warning:
                 text.append(f"  {row.group.name}: {row.changes_summary}")
             text += [f"  {row.group.name} code path {why}" for why in row.code_paths.values() if why]
@@ -141,10 +149,14 @@ class Inventory:
                 f'border-radius:4px;padding:0 4px;white-space:nowrap">{html.escape(found.state.value)}</span>'
             )
 
-        def option(candidate: Candidate, found: Availability) -> str:
+        def option(candidate: Candidate, found: Availability, *, here: bool = True) -> str:
             text = f"{badge(found)} {html.escape(candidate.label)} <small>[{candidate.source}]</small>"
-            if candidate.source in GIVEN_SOURCES and found.reason:  # given by the user: why, visibly
-                text += f"<br><small>{html.escape(found.reason)}</small>"
+            if (candidate.source in GIVEN_SOURCES or found.state is State.REFUSED) and found.reason:
+                text += f"<br><small>{html.escape(found.reason)}</small>"  # given by the user: why, visibly
+            if here and found.trust is not None:  # one short line; every sentence on hover
+                full = "\n".join(f"{name}: {value}" for name, value in found.trust.columns().items())
+                short = html.escape(found.trust.short)
+                text += f'<br><small class="kx-trust" title="{html.escape(full)}">{short}</small>'
             return text
 
         def runs_now(row: InventoryRow) -> str:
@@ -170,7 +182,7 @@ class Inventory:
         for row in self.rows:
             options = "<br>".join(option(c, found) for c, found in row.here)
             if row.elsewhere:
-                folded = "<br>".join(option(c, found) for c, found in row.elsewhere)
+                folded = "<br>".join(option(c, found, here=False) for c, found in row.elsewhere)
                 options += (
                     f"{'<br>' if options else ''}<details><summary><small>"
                     f"{html.escape(row.elsewhere_summary)}</small></summary>{folded}</details>"
@@ -240,6 +252,7 @@ class Inventory:
                     "variant": found.variant,
                     "reason": found.reason,
                     "size_bytes": found.size_bytes,
+                    **_trust_columns(found),
                 }
                 for row in self.rows
                 for c, found in row.here + row.elsewhere
@@ -260,6 +273,17 @@ class Inventory:
         else:
             raise ValueError(f"level must be 'instances', 'candidates' or 'doors', not {level!r}")
         return pd.DataFrame.from_records(records)
+
+
+#: the trust columns of `to_pandas("candidates")`, each a sentence (`catalog/trust.py`)
+TRUST_COLUMNS = ("publisher", "signature", "digest", "lock")
+
+
+def _trust_columns(found: Availability) -> dict[str, str | None]:
+    """A candidate's trust cells; None where the repository object names no build to check."""
+    if found.trust is None:
+        return dict.fromkeys(TRUST_COLUMNS)
+    return found.trust.columns()
 
 
 def build_inventory(

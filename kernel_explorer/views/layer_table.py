@@ -52,8 +52,15 @@ def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
             "usable": availability.state.usable,
             "state": availability.state.value,
             "reason": availability.details,
+            "trust": trust_lines(availability),  # publisher, signature, digest, lock: one line each
         }
     return sorted(kept.values(), key=lambda option: option["device"] != device)  # stable: this device first
+
+
+def trust_lines(availability: Any) -> str:
+    """A candidate's trust (`catalog/trust.py`), one sentence per line ("" when it names no build)."""
+    trust = getattr(availability, "trust", None)
+    return "" if trust is None else "\n".join(f"{name}: {text}" for name, text in trust.columns().items())
 
 
 def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -64,6 +71,9 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
     for row in inventory.rows:
         best = row.best
         picked = (chosen or {}).get(row.group.name) or (best[0].label if best else "")
+        # the trust cells are those of the candidate picked
+        shown = next((found for c, found in row.candidates if c.label == picked), best[1] if best else None)
+        trust = shown.trust if shown is not None else None
         instances = [
             {
                 "path": now.instance,
@@ -85,6 +95,8 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "state_key": best[1].state.key if best else State.NO_MAPPING.key,
                 "reason": best[1].details if best else "no mapping from any source",
                 "candidate": picked,
+                "trust": trust.short if trust is not None else "",
+                "trust_title": trust_lines(shown) if shown is not None else "",
                 "candidates": picker_candidates(row.candidates, explorer.device),
                 "given": [  # the user's own candidates, each with its state, even when another ranks first
                     {
