@@ -316,22 +316,23 @@ class Explorer:
         """What each instance runs now."""
         return self._switchboard.running(name)
 
-    def variants(self, name: str, platform: str | None = None) -> VariantsReport:
+    def variants(self, name: str, platform: str | None = None, *, query_hub: bool = False) -> VariantsReport:
         """Which build variant of each candidate of layer `name` a machine takes, and why the rest are
         rejected, in `kernels`' own words: this machine, or one described as `platform`
         ("cuda 13.0, sm_90, torch 2.13", "rocm 7.0, gfx942, torch 2.13", "metal, torch 2.13",
-        "cpu, x86_64, torch 2.13"), so a laptop shows what a GPU job will load."""
+        "cpu, x86_64, torch 2.13"), so a laptop shows what a GPU job will load. Hub repositories'
+        builds are listed with `query_hub=True` only (else: "the Hub has not been asked")."""
         from kernel_explorer.inspect.variants import variants_report
 
         self.group(name)  # an unknown layer: one line naming the model's layers
-        return variants_report(name, self._catalog.candidates(name), platform)
+        return variants_report(name, self._catalog.candidates(name), platform, query_hub=query_hub)
 
-    def hardware_for(self, platform: str) -> HardwareSnapshot:
+    def hardware_for(self, platform: str, *, query_hub: bool = False) -> HardwareSnapshot:
         """The hardware panel with, for every layer, what a machine described as `platform` would take
         of each candidate (`variants`), under this machine's own rows."""
         from dataclasses import replace
 
-        reports = [self.variants(name, platform) for name in self.layers]
+        reports = [self.variants(name, platform, query_hub=query_hub) for name in self.layers]
         return replace(self.hardware, elsewhere=tuple(r for r in reports if r.candidates))
 
     @contextlib.contextmanager

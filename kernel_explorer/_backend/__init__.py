@@ -4,7 +4,7 @@ The explorer loads and swaps kernels only through `kernels`, and now and then ne
 `kernels` or Transformers keeps private: `kernelize`'s per-layer step, the registered mapping, the
 mode priority table, the attributes of repository objects, the hidden `_kernel_funcs` dict of
 function layers. Every such use lives in this package and nowhere else, using the libraries' public
-names wherever the pinned versions (kernels 0.17.x, Transformers 5.18-5.22) have them, so an
+names wherever the supported pairs (kernels 0.17.2-0.19.x, Transformers 5.22-5.25) have them, so an
 upgrade breaks one small package, and `internals.missing_internals()` names what moved.
 
 Modules:
@@ -20,5 +20,9 @@ Modules:
 - `transformers_window`: the kernels version window the installed Transformers accepts.
 - `attention_interface`: Transformers' attention interface, its names, loading a local repository into it.
 - `experts`: Transformers' experts interface (MoE): the experts modules, what each runs, switching.
-- `internals`: the list of every internal name relied on, checked in one test.
+- `kernelized`: what kernels itself says runs (`get_kernelized_layers`, 0.18+), in the explorer's terms.
+- `function_chains`, `flash_names`, `quantization_kernels`: Transformers' other doors (rows nothing
+  switches): function kernels with a fallback chain, flash names that become Hub repositories,
+  quantization methods that load Hub kernels.
+- `internals`: the list of every internal name relied on, where each release keeps it, checked in one test.
 """

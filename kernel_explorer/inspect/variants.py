@@ -91,8 +91,13 @@ def _archs(variant_dir: Path) -> list[str] | None:
     return [str(a) for a in archs] if isinstance(archs, list) else None
 
 
-def candidate_variants(candidate: Candidate, platform: DescribedPlatform | None) -> CandidateVariants:
-    """What `platform` (None: this machine, for the candidate's device) takes of `candidate`."""
+def candidate_variants(
+    candidate: Candidate, platform: DescribedPlatform | None, *, query_hub: bool = False
+) -> CandidateVariants:
+    """What `platform` (None: this machine, for the candidate's device) takes of `candidate`.
+
+    A Hub repository's `build/` tree is listed only with `query_hub` (as the inventory asks the Hub
+    only then): a notebook cell never waits on the network unasked."""
     from kernel_explorer._backend.hub import remote_variant_names
 
     backend = None if platform is not None or candidate.device not in ("cpu",) else "cpu"
@@ -101,6 +106,9 @@ def candidate_variants(candidate: Candidate, platform: DescribedPlatform | None)
     if path is not None:
         where, names = str(path), local_variant_names(path)
         note = "" if names else f"no build/<variant>/ folders in {path} (build it first)"
+    elif ref is not None and not query_hub:
+        where, names = ref.label, []
+        note = "variants not known: the Hub has not been asked (query_hub=True asks it)"
     elif ref is not None:
         where = ref.label
         try:
@@ -122,7 +130,9 @@ def candidate_variants(candidate: Candidate, platform: DescribedPlatform | None)
     return CandidateVariants(candidate.label, where, taken, verdicts, refused_on_load=refused)
 
 
-def variants_report(layer: str, candidates: list[Candidate], platform: str | None = None) -> VariantsReport:
+def variants_report(
+    layer: str, candidates: list[Candidate], platform: str | None = None, *, query_hub: bool = False
+) -> VariantsReport:
     """For each candidate of `layer`, the variant the described machine (None: this one) takes, and why
     the rest are rejected. An unreadable description raises one line naming the accepted forms."""
     described = None if platform is None else describe_platform(platform)
@@ -132,5 +142,5 @@ def variants_report(layer: str, candidates: list[Candidate], platform: str | Non
         unique.setdefault(
             str(local_path(candidate.repository) or (ref.label if ref else candidate.label)), candidate
         )
-    found = tuple(candidate_variants(c, described) for c in unique.values())
+    found = tuple(candidate_variants(c, described, query_hub=query_hub) for c in unique.values())
     return VariantsReport(layer, "this machine" if described is None else str(described), found)
