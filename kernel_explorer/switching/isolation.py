@@ -226,6 +226,13 @@ class _Worker:
         ("unisolable", why)."""
         try:
             self.connection.send_bytes(payload)
+            # rebuilding the arguments there imports their classes' modules: not the trial's time
+            if not self.connection.poll(START_TIMEOUT):
+                self.stop()
+                return "timeout", f"did not answer in {START_TIMEOUT:g} s"
+            status, value = self._receive()
+            if status != "rebuilt":
+                return status, value
             if not self.connection.poll(timeout):
                 self.stop()
                 return "timeout", f"did not answer in {timeout:g} s"
@@ -279,9 +286,7 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, type):
             base = obj.__dict__.get("kernel_explorer_base")
             if base is not None:  # an extended instance's marked subclass
-                from kernel_explorer.switching.extension import marked_class
-
-                return marked_class, (base, obj.kernel_layer_name)
+                return _marked_again, (base, obj.kernel_layer_name)
             if "<locals>" in obj.__qualname__:
                 from kernel_explorer._backend.function_layers import function_of_class
 
@@ -289,6 +294,23 @@ class _Pickler(pickle.Pickler):
                 if found is not None:  # a function layer's class: the one of the function it wraps
                     return _function_layer_class, found
         return NotImplemented
+
+
+_MARKED: dict[tuple[type, str], type] = {}
+
+
+def _marked_again(base: type, layer_name: str) -> type:
+    """In the worker: a subclass of `base` marked as kernel layer `layer_name`, as `extension.
+    marked_class` makes it in the notebook (kernels' class attributes, nothing else)."""
+    from kernel_explorer._backend.layer_forwards import mark_layer_class
+
+    found = _MARKED.get((base, layer_name))
+    if found is None:
+        namespace = {"__module__": __name__, "__qualname__": base.__qualname__, "kernel_explorer_base": base}
+        found = type(base)(base.__name__, (base,), namespace)
+        mark_layer_class(found, layer_name)
+        _MARKED[(base, layer_name)] = found
+    return found
 
 
 def _function_layer_class(module: str, name: str) -> type:
@@ -320,6 +342,14 @@ def serve(fd: int) -> None:
     import torch
     import transformers  # noqa: F401
 
+    import kernel_explorer._backend.hub
+    import kernel_explorer._backend.layer_forwards
+    import kernel_explorer.catalog.peers
+    import kernel_explorer.switching.attention_trial
+    import kernel_explorer.switching.code_paths
+    import kernel_explorer.switching.guard
+    import kernel_explorer.switching.probe  # noqa: F401
+
     torch.set_num_threads(int(os.environ.get("KERNEL_EXPLORER_WORKER_THREADS", torch.get_num_threads())))
     state = (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled())
     connection.send_bytes(pickle.dumps(("ready", None)))
@@ -331,16 +361,17 @@ def serve(fd: int) -> None:
         torch.set_num_threads(state[0])  # what a kernel changed in an earlier trial stays there
         torch.set_default_dtype(state[1])
         torch.set_grad_enabled(state[2])
-        connection.send_bytes(_answer(data))
+        connection.send_bytes(_answer(data, connection))
 
 
-def _answer(data: bytes) -> bytes:
+def _answer(data: bytes, connection: Any) -> bytes:
     from kernel_explorer.switching.probe import explain
 
     try:
         function, args, environ, path = pickle.loads(data)
     except Exception as error:
         return pickle.dumps(("unisolable", f"{type(error).__name__}: {error}"))
+    connection.send_bytes(pickle.dumps(("rebuilt", None)))  # the trial's time starts now
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
