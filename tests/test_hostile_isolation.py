@@ -216,3 +216,21 @@ def test_a_kernel_a_hundred_times_slower_is_tried_and_measured_slower(tmp_path: 
     assert summary["speedup"] < 0.2 and summary["stalled"] < summary["pairs"] / 2, summary
     assert not any(now.is_kernel for now in explorer.running())
     assert state_of(model) == before and torch.equal(logits(model), reference)
+
+
+def test_extend_with_a_candidate_that_crashes_at_import_is_refused_in_one_line(tmp_path: Path) -> None:
+    """`extend` checks a local candidate fits the class before anything switches; its Python is
+    imported for that in the worker, so a crash at import is one line, and nothing changed."""
+    from kernel_explorer.errors import KernelExplorerError
+
+    source = f"import ctypes\n{CRASH}\n\nfrom torch import nn\n\n\nclass Embedding(nn.Embedding):\n    pass\n"
+    repo = write_repo(tmp_path, "kx-embedding-import-crash", layers=source)
+    model = tiny_llama(seed=3)
+    explorer = Explorer(model, include_bundled=False, include_transformers=False, trial_timeout=TIMEOUT)
+    with pytest.raises(KernelExplorerError, match=r"crashed its trial \(SIGSEGV\)") as info:
+        explorer.extend(
+            "Embedding",
+            torch.nn.Embedding,
+            candidates={"cpu": LocalLayerRepository(repo_path=repo, layer_name="Embedding")},
+        )
+    assert "\n" not in str(info.value) and "Embedding" not in explorer.layers

@@ -30,8 +30,9 @@ from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.catalog.bundled import extension_mappings
 from kernel_explorer.catalog.hub_access import local_availability
+from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.switching import events, model_state
+from kernel_explorer.switching import events, isolation, model_state
 
 if TYPE_CHECKING:
     from torch import nn
@@ -151,6 +152,16 @@ def _check_fits(entries: Iterable[Any], classes: set[type]) -> None:
         if path is None or not local_availability(path).state.usable:
             continue  # Hub repositories (and unbuilt ones) are checked by kernelize when switched
         for cls in classes:
+            if isolation.ENABLED:  # its Python is imported in the worker first: a crash there is one line
+                try:
+                    found = isolation.run_isolated(check_layer_fits, entry.repository, cls)
+                except isolation.Unisolable:
+                    found = None
+                if isinstance(found, ProbeVerdict):
+                    raise KernelExplorerError(
+                        f"{path.name}:{entry.repository.layer_name} does not fit {cls.__name__}.forward: "
+                        f"{found.reason}"
+                    )
             try:
                 check_layer_fits(entry.repository, cls)
             except Exception as error:

@@ -60,9 +60,13 @@ DEFAULT_TIMEOUT = 30.0
 START_TIMEOUT = 180.0
 #: sources whose candidates run in this process without a worker: this package's own kernels
 TRUSTED_SOURCES = ("bundled",)
+#: False: every trial runs in this process, as before isolation (bench/isolation_cost.py measures
+#: what isolation costs this way; never for kernels you do not trust)
+ENABLED = True
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "ENABLED",
     "Unisolable",
     "close",
     "isolated",
@@ -79,7 +83,7 @@ class Unisolable(Exception):
 
 def isolated(candidate: Any) -> bool:
     """Whether `candidate` is tried in the worker first: every source but this package's own."""
-    return getattr(candidate, "source", None) not in TRUSTED_SOURCES
+    return ENABLED and getattr(candidate, "source", None) not in TRUSTED_SOURCES
 
 
 def run_isolated(function: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
@@ -146,9 +150,11 @@ def try_layer_isolated(
 def peer_classes(repo_path: Path, variant: str | None = None, *, timeout: float | None = None) -> list[str]:
     """A peer's layer classes, imported in the worker (`peers.imported_classes`); read from its
     source when it cannot import there (it raises anything, or crashes the worker)."""
-    from kernel_explorer.catalog.peers import classes_in_source, imported_classes
+    from kernel_explorer.catalog.peers import classes_in_source, imported_classes, layer_classes
     from kernel_explorer.errors import KernelExplorerError
 
+    if not ENABLED:
+        return layer_classes(repo_path, variant)
     try:
         found = run_isolated(imported_classes, Path(repo_path), timeout=timeout)
     except Unisolable:
