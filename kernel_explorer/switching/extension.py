@@ -146,29 +146,36 @@ def _per_device(name: str, candidates: dict[Any, Any] | None) -> dict[str, dict[
 
 
 def _check_fits(entries: Iterable[Any], classes: set[type]) -> None:
-    """Refuse, in one line, a local repository whose layer cannot replace these classes' forward."""
+    """Refuse, in one line, a local repository whose layer cannot replace these classes' forward.
+
+    Checking loads the repository's Python: it is loaded in the trial worker first (a crash or a
+    hang there is the line), and here only once it loaded there."""
     for entry in entries:
         path = local_path(entry.repository)
         if path is None or not local_availability(path).state.usable:
             continue  # Hub repositories (and unbuilt ones) are checked by kernelize when switched
         for cls in classes:
-            if isolation.ENABLED:  # its Python is imported in the worker first: a crash there is one line
+            problem = None
+            if isolation.ENABLED:
                 try:
-                    found = isolation.run_isolated(check_layer_fits, entry.repository, cls)
+                    problem = isolation.run_isolated(fit_problem, entry.repository, cls)
                 except isolation.Unisolable:
-                    found = None
-                if isinstance(found, ProbeVerdict):
-                    raise KernelExplorerError(
-                        f"{path.name}:{entry.repository.layer_name} does not fit {cls.__name__}.forward: "
-                        f"{found.reason}"
-                    )
-            try:
-                check_layer_fits(entry.repository, cls)
-            except Exception as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise KernelExplorerError(
-                    f"{path.name}:{entry.repository.layer_name} does not fit {cls.__name__}.forward: {first}"
-                ) from None
+                    problem = None
+                if isinstance(problem, ProbeVerdict):
+                    problem = problem.reason
+            problem = problem or fit_problem(entry.repository, cls)
+            if problem:
+                what = f"{path.name}:{entry.repository.layer_name}"
+                raise KernelExplorerError(f"{what} does not fit {cls.__name__}.forward: {problem}")
+
+
+def fit_problem(repository: Any, cls: type[nn.Module]) -> str:
+    """Why `repository`'s layer cannot replace `cls`'s forward, in one line ("": it fits)."""
+    try:
+        check_layer_fits(repository, cls)
+    except Exception as error:
+        return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ""
 
 
 def extend(
