@@ -255,15 +255,17 @@ class AttentionChoices:
         if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
             listed = ", ".join(candidate.devices)
             return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
+        tried = None
         if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE):  # before it loads here
             tried = self._stranger_trial(candidate, mode)
-            if tried is not None and (tried.refused or tried.wrong):
-                state = State.CANNOT_RUN if tried.refused else State.WRONG_RESULTS
-                return replace(found, state=state, reason=tried.reason)
+            if tried is not None and tried.refused:  # it crashed, hung or failed there: never here
+                return replace(found, state=State.CANNOT_RUN, reason=tried.reason)
         if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE, State.CHECKING):
-            before = self._before_trust(candidate, mode)
+            before = self._before_trust(candidate, mode)  # what Transformers would drop says why
             if before is not None:
                 return replace(found, state=before.state, reason=before.reason)
+        if tried is not None and tried.wrong:
+            return replace(found, state=State.WRONG_RESULTS, reason=tried.reason)
         return found
 
     def found(

@@ -313,6 +313,9 @@ class AttentionDoor(AttentionChoices, Door):
         key = (candidate, mode, bool(calls))
         if key not in self._isolated:
             ref = candidate.hub
+            cached = cached_variant_dir(ref) if ref is not None else None
+            if ref is not None and cached is not None and is_offline():  # as `_loadable_name`: the
+                attention_interface.map_to_folder(ref.repo_id, cached.parent.parent)  # worker reads it
             try:
                 verdict = isolation.run_isolated(
                     attention_trial.isolated_trial,
@@ -332,8 +335,6 @@ class AttentionDoor(AttentionChoices, Door):
     def _trial_calls(self) -> list[tuple[str, nn.Module, attention_trial.Sample]]:
         """Copies of the first attention module of each kind with its captured call (none before a
         capture), without what runs on them here (hooks, an installed forward)."""
-        from kernel_explorer._backend.layer_forwards import remove_forward
-
         calls, seen = [], set()
         for path in self.group.instances:
             sample = self.host.sample(ATTENTION, path)
@@ -343,13 +344,7 @@ class AttentionDoor(AttentionChoices, Door):
             if kind in seen:
                 continue
             seen.add(kind)
-            module = copy.deepcopy(self._modules[path])
-            for part in module.modules():
-                remove_forward(part)
-                for key, value in list(vars(part).items()):
-                    if key.endswith("_hooks") and isinstance(value, dict):
-                        value.clear()
-            calls.append((path, module, sample))
+            calls.append((path, isolation.sendable(copy.deepcopy(self._modules[path])), sample))
         return calls
 
     def captured_call(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:

@@ -72,6 +72,7 @@ __all__ = [
     "isolated",
     "peer_classes",
     "run_isolated",
+    "sendable",
     "try_layer_isolated",
     "worker_pid",
 ]
@@ -134,13 +135,6 @@ def try_layer_isolated(
 ) -> ProbeVerdict:
     """`probe.try_layer` in the worker, on `module` (a copy of the instance, sent without what the
     explorer or a kernel installed on it: forwards, hooks) and the captured `sample`."""
-    from kernel_explorer._backend.layer_forwards import remove_forward
-
-    for part in module.modules():
-        remove_forward(part)
-        for key, value in list(vars(part).items()):
-            if key.endswith("_hooks") and isinstance(value, dict):
-                value.clear()  # hooks are the notebook's (a capture's, a holder's router): not the trial's
     found = run_isolated(_layer_trial, module, entry, mode, sample, where, code_path, label, timeout=timeout)
     if not isinstance(found, ProbeVerdict):
         return ProbeVerdict(CANNOT_RUN, f"its trial answered {type(found).__name__}, not a verdict")
@@ -164,6 +158,20 @@ def peer_classes(repo_path: Path, variant: str | None = None, *, timeout: float 
     if isinstance(found, list):
         return found
     return classes_in_source(repo_path, variant)
+
+
+def sendable(module: nn.Module) -> nn.Module:
+    """`module` (a copy: it is changed) without what the notebook installed on it, its submodules
+    included: a kernel's or the explorer's forward, and hooks (a capture's, a holder's router),
+    which are not the trial's and may not cross to the worker."""
+    from kernel_explorer._backend.layer_forwards import remove_forward
+
+    for part in module.modules():
+        remove_forward(part)
+        for key, value in list(vars(part).items()):
+            if key.endswith("_hooks") and isinstance(value, dict):
+                value.clear()
+    return module
 
 
 def _layer_trial(
