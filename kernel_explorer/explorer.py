@@ -7,6 +7,7 @@ snapshot, and hands out inventories. It works the same without Jupyter.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
@@ -68,6 +69,10 @@ class Explorer:
             kernels, as candidates of source "peer" (`add_peer`).
         project: a project folder whose kernel pins (`[tool.kernels]` in pyproject.toml,
             `kernels.lock`) the inventory shows.
+        trial_timeout: seconds a candidate from outside this package may take to answer its first
+            trial, which runs in a separate worker process (a crash there is the candidate's reason,
+            not the notebook's end); default `kernel_explorer.switching.isolation.DEFAULT_TIMEOUT`
+            (30 s).
 
     Example:
         ```python
@@ -97,6 +102,7 @@ class Explorer:
         attention: Iterable[str | Path] = (),
         peers: Iterable[str | Path] = (),
         project: str | Path | None = None,
+        trial_timeout: float | None = None,
     ) -> None:
         from torch import nn
 
@@ -124,7 +130,13 @@ class Explorer:
             include_transformers=include_transformers,
             trust_remote_code=trust_remote_code,
         )
-        self._switchboard = Switchboard(model, self._catalog, device=device, strict=strict)
+        if trial_timeout is not None and not (isinstance(trial_timeout, (int, float)) and trial_timeout > 0):
+            raise KernelExplorerError(
+                f"trial_timeout must be a positive number of seconds, got {trial_timeout!r}."
+            )
+        self._switchboard = Switchboard(
+            model, self._catalog, device=device, strict=strict, trial_timeout=trial_timeout
+        )
         adopt(self._switchboard)  # rows an earlier explorer added keep their candidates
         self.project = project  # a folder whose kernels.lock / [tool.kernels] pins the inventory shows
         for path in peers:  # built for this CPU (cached); candidates of source "peer"
@@ -205,8 +217,11 @@ class Explorer:
         """Offer a local kernel-builder repository (source or built path) as a candidate of source
         "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
         from kernel_explorer.catalog.peers import peer_mapping
+        from kernel_explorer.switching.isolation import peer_classes
 
-        return self._catalog.add_peer(peer_mapping(path, self.layers, layers=layers))
+        timeout = self._switchboard.trial_timeout
+        read = functools.partial(peer_classes, timeout=timeout)  # its Python runs in the worker
+        return self._catalog.add_peer(peer_mapping(path, self.layers, layers=layers, read_classes=read))
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""

@@ -102,3 +102,12 @@ def test_a_summary_row_the_machine_stalled_has_no_speed() -> None:
     assert row["verdict"] is Verdict.NOT_MEASURABLE  # the reason is in the row's counts:
     assert row["speedup"] is None and row["speedup_low"] is None and row["across_high"] is None
     assert row["stalled"] == 3 and row["pairs"] == 5
+
+
+def test_a_kernel_a_hundred_times_slower_reads_slower_with_its_interval() -> None:
+    """0.01x on every pair, two PyTorch-side stalls: measurable, and "slower", never "not measurable"."""
+    speedups = [0.0100, 0.0098, 0.0102, 0.0101, 0.0099, 0.0100, 0.0097, 0.0103] * 3
+    found = Comparison.of_pairs(_pairs(speedups, stalled=(3, 11)), AA)
+    assert found.measurable and found.verdict == SLOWER
+    verdict = LayerVerdict(instances=1, **found.fields(), accuracy="", stopped_by="pairs")  # type: ignore[arg-type]
+    assert verdict.summary.startswith("0.01x [") and "slower" in verdict.summary

@@ -122,3 +122,17 @@ def test_a_pair_that_waited_for_the_machine_is_flagged() -> None:
     # never less than a plain copy of the op's bytes: a reference faster than a copy is no reference
     copy_bound = StallWatch(copy_s=1e-3)
     assert not copy_bound.observe(1e-6, 5e-3)
+
+
+def test_a_kernel_slow_on_every_call_is_slow_not_stalled() -> None:
+    """A kernel 100 times slower than PyTorch on every call: its own time is no stall (issue 46 read
+    "not measurable here (182 of 183 pairs stalled)"); a stall of its own shows against its own
+    fastest call, and PyTorch's side is judged against PyTorch's."""
+    from kernel_explorer.measure.stats import STALL_FACTOR, StallWatch
+
+    watch = StallWatch()
+    assert not watch.observe(35e-6, 36e-6, aa=True)
+    assert not any(watch.observe(35e-6, 3.5e-3 * (1 + i / 100)) for i in range(20))
+    assert watch.observe(35e-6, 3.5e-3 * STALL_FACTOR * 1.1)  # the kernel waited, against its own time
+    assert watch.observe(35e-6 * STALL_FACTOR * 1.1, 3.5e-3)  # PyTorch waited
+    assert watch.observe(36e-6, 35e-6 * STALL_FACTOR * 1.1, aa=True)  # an A/A pair: either side

@@ -322,3 +322,18 @@ def wrap_registered(name: str, wrap: Callable[[Callable[..., Any]], Callable[...
 
     if name in ALL_ATTENTION_FUNCTIONS.valid_keys():
         AttentionInterface.register(name, wrap(ALL_ATTENTION_FUNCTIONS[name]))
+
+
+def load_and_register(name: str, *, allow_all_kernels: bool = False) -> None:
+    """Load the repository a Hub-shaped `name` names (a local alias included) and register it in
+    Transformers' interface with Transformers' own flash glue, as `set_attn_implementation` does,
+    without a model: what the trial worker does before it calls the kernel."""
+    from transformers.integrations.hub_kernels import load_and_register_attn_kernel
+
+    load_and_register_attn_kernel(name, None, allow_all_kernels)
+
+
+def set_module_implementation(module: nn.Module, name: str) -> None:
+    """Make `module`'s config name `name`: Transformers' flash glue finds the kernel again, at every
+    call, by the implementation its module's config names (a copy's, in the trial worker)."""
+    module.config._attn_implementation = name

@@ -56,3 +56,23 @@ def owns_function(holder: nn.Module, key: str) -> bool:
     module = sys.modules.get(getattr(function, "__module__", "") or "")
     name = getattr(function, "__name__", None)
     return module is not None and name is not None and getattr(module, name, None) is not current
+
+
+def function_of_class(cls: type) -> tuple[str, str] | None:
+    """(module, name) of the function a function layer's class wraps, where that module binds the
+    name to an instance of the class (what the model's code calls), or None for any other class.
+
+    The class is local to kernels' decorator, so pickle cannot name it; a worker process gets it
+    again as `type(getattr(import_module(module), name))` (switching/isolation.py)."""
+    forward = getattr(cls, "forward", None)
+    for cell in getattr(forward, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        module, name = getattr(value, "__module__", None), getattr(value, "__name__", None)
+        if callable(value) and module and name:
+            bound = getattr(sys.modules.get(module), name, None)
+            if type(bound) is cls:
+                return module, name
+    return None

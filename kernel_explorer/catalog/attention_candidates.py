@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from kernel_explorer.catalog.candidates import Catalog
+    from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 
 ACCEPTED = (
     "'eager', 'sdpa' (or another name registered in Transformers' AttentionInterface), "
@@ -96,8 +97,6 @@ class AttentionChoices:
         it takes, and the row says what it drops or refuses. A model that hands its attention a mask
         of its own (Doge's dynamic mask, a padded batch) goes through the glue too: the direct
         function answers every masked call with SDPA, so the kernel would never run there."""
-        from kernels import Mode
-
         if candidate.folder is None:  # a Hub repository: Transformers loads it, through its glue
             return None
         try:
@@ -105,8 +104,15 @@ class AttentionChoices:
         except Exception:  # it fails to load: the switch says so
             return None
         function = attention_interface.direct_function(module)
-        if function is None:
+        if function is None or not self._direct_allowed(mode):
             return None
+        return function
+
+    def _direct_allowed(self, mode: Mode) -> bool:
+        """Whether this model's attention lets a repository's `attention_forward` run directly (see
+        `_direct`): read from the model and its captured call, without loading any repository."""
+        from kernels import Mode
+
         captured, training = self.captured_keywords(), Mode.TRAINING in mode
         # the captured call is one module's; the source reads every module's (MiMo-V2-Flash passes
         # sinks in its sliding-window layers only)
@@ -115,10 +121,13 @@ class AttentionChoices:
             **attention_features.passed_features(self._modules.values(), None, training=training),
         }
         if set(passed) & set(attention_features.GLUE_ONLY) or attention_features.unread_tensors(captured):
-            return None
-        if attention_interface.passes_own_mask(self.captured_call()):
-            return None
-        return function
+            return False
+        return not attention_interface.passes_own_mask(self.captured_call())
+
+    def _stranger_trial(self, candidate: AttentionCandidate, mode: Mode) -> ProbeVerdict | None:
+        """A stranger's candidate tried where it cannot take the notebook down, before anything of
+        it loads here (the door runs it in its trial worker); None: not tried (PyTorch's, or ours)."""
+        return None
 
     def _own_mask_without_glue(self, candidate: AttentionCandidate) -> str:
         """Why a local kernel cannot run on a model that hands its attention a mask of its own
@@ -247,10 +256,17 @@ class AttentionChoices:
         if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
             listed = ", ".join(candidate.devices)
             return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
+        tried = None
+        if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE):  # before it loads here
+            tried = self._stranger_trial(candidate, mode)
+            if tried is not None and tried.refused:  # it crashed, hung or failed there: never here
+                return replace(found, state=State.CANNOT_RUN, reason=tried.reason)
         if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE, State.CHECKING):
-            before = self._before_trust(candidate, mode)
+            before = self._before_trust(candidate, mode)  # what Transformers would drop says why
             if before is not None:
                 return replace(found, state=before.state, reason=before.reason)
+        if tried is not None and tried.wrong:
+            return replace(found, state=State.WRONG_RESULTS, reason=tried.reason)
         return found
 
     def found(

@@ -11,14 +11,16 @@ A peer is taken as the Hub would serve it:
   mapping, what is registered with `kernels`) say it, per device and mode: Transformers maps
   `MegaBlocksMoeMLP` on cpu to megablocks' `CPUMegaBlocksMoeMLP`. Otherwise a class whose name is
   one of the model's kernel layer names (case aside) serves that layer.
-- a peer whose Python fails to import (megablocks imports `triton`) is still listed: its classes
-  are read from its source without running it, and its candidates say what its code needs.
+- a peer's Python is a stranger's code: the explorer imports it in the trial worker
+  (`switching/isolation.py`), never in its own process; one that fails to import (megablocks
+  imports `triton`; any exception; a crash) is still listed: its classes are read from its source
+  without running it, and its candidates' trials say what its code needs.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +30,36 @@ from kernel_explorer.errors import KernelExplorerError
 
 
 def layer_classes(repo_path: Path, variant: str | None = None) -> list[str]:
-    """The class names in a built repository's layers module.
+    """The class names in a built repository's layers module, imported in this process.
 
-    Loaded through `kernels`; when its Python fails to import (a dependency this machine lacks),
-    read from `layers.py` without running it, so the peer is still listed with what it needs.
+    When its Python fails to import (a dependency this machine lacks, or any exception its code
+    raises), they are read from `layers.py` without running it, so the peer is still listed and its
+    candidates' trials say why it cannot run. The explorer asks the trial worker instead
+    (`switching.isolation.peer_classes`): there a peer that crashes at import crashes the worker.
     """
+    try:
+        found = imported_classes(repo_path)
+    except Exception:  # a stranger's code may raise anything at import
+        return classes_in_source(repo_path, variant)
+    if isinstance(found, KernelExplorerError):
+        raise found
+    return found
+
+
+def imported_classes(repo_path: Path) -> list[str] | KernelExplorerError:
+    """The module classes of the repository's `layers`, loaded through `kernels` (the error to
+    raise, returned, when it has no `layers`: a worker sends it back as it is)."""
     from kernels import get_local_kernel
     from torch import nn
 
-    try:
-        module = get_local_kernel(repo_path)
-    except ImportError:
-        return _classes_in_source(repo_path, variant)
+    module = get_local_kernel(Path(repo_path))
     layers = getattr(module, "layers", None)
     if layers is None:
-        raise KernelExplorerError(f"{repo_path}: the kernel has no `layers` module, so no layer can use it")
+        return KernelExplorerError(f"{repo_path}: the kernel has no `layers` module, so no layer can use it")
     return sorted(n for n, v in vars(layers).items() if isinstance(v, type) and issubclass(v, nn.Module))
 
 
-def _classes_in_source(repo_path: Path, variant: str | None) -> list[str]:
+def classes_in_source(repo_path: Path, variant: str | None) -> list[str]:
     folders = [repo_path / "build" / variant] if variant else sorted((repo_path / "build").glob("*"))
     for folder in folders:
         source = folder / "layers.py"
@@ -77,12 +90,14 @@ def peer_mapping(
     *,
     layers: dict[str, str] | None = None,
     progress: bool = False,
+    read_classes: Callable[[Path, str | None], list[str]] = layer_classes,
 ) -> dict[str, dict[str, Any]]:
     """The kernels mapping of the repository at `path`, built for this CPU.
 
     `layers` maps layer names to the repository's classes explicitly; otherwise the Hub's mappings
     for its `[general.hub] repo-id` decide, then every class whose name matches one of
-    `layer_names` (case-insensitive) serves that layer on the cpu.
+    `layer_names` (case-insensitive) serves that layer on the cpu. `read_classes` lists the
+    repository's classes (the explorer's imports it in the trial worker, not here).
     """
     from kernel_explorer.build.builder import build_path
     from kernel_explorer.build.repo_format import read_plan
@@ -90,7 +105,7 @@ def peer_mapping(
     built = build_path(path, progress=progress)
     source = Path(path).expanduser().resolve()
     repo_id = read_plan(source).hub_repo_id if (source / "build.toml").is_file() else None
-    names = layer_classes(built.repo_path, built.variant)
+    names = read_classes(built.repo_path, built.variant)
     if layers is not None:
         return {layer: {"cpu": local_layer_repository(built.repo_path, c)} for layer, c in layers.items()}
     mapping: dict[str, dict[str, Any]] = {}

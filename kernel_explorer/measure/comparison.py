@@ -12,7 +12,9 @@ A pair counts toward a kernel's speedup only when the instance ran a kernel; a c
 pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A pair the machine
 stalled (`stats.StallWatch`: a side waited a scheduler slice) measures the machine, not the kernel:
 it is counted, and left out of the median and the interval. When half the pairs or more stalled,
-or the interval still reaches 0, the comparison is "not measurable here", not a speed.
+or the interval still reaches toward 0 (its low end under 1% of its median), the comparison is "not
+measurable here", not a speed. Stalls are judged per side (PyTorch's calls against PyTorch's, the
+kernel's against its own): a kernel 100 times slower than PyTorch is "slower, 0.01x", not a stall.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ if TYPE_CHECKING:
     from kernel_explorer.measure.records import GradientDivergence, LayerDivergence, LayerLatency
 
 KERNEL_OFF = Verdict.KERNEL_OFF
-UNMEASURABLE_LOW = 0.01  # an interval whose low end reads 0.00x measured the machine, not the kernel
+#: an interval whose low end is under 1% of its median measured the machine, not the kernel: stalls
+#: pulled it toward 0 (relative to the median, so a kernel 100 times slower still reads 0.01x)
+UNMEASURABLE_LOW = 0.01
 UNMEASURABLE_SHARE = 0.5  # ... and so did a comparison half of whose pairs stalled (its median would be one)
 
 
@@ -115,7 +119,8 @@ class Comparison:
         if not self.stalled_pairs:
             return True
         share = self.stalled_pairs / max(self.pairs, 1)
-        return share < UNMEASURABLE_SHARE and self.interval.low >= UNMEASURABLE_LOW
+        interval = self.interval
+        return share < UNMEASURABLE_SHARE and interval.low >= UNMEASURABLE_LOW * interval.median
 
     @property
     def verdict(self) -> Verdict:

@@ -199,7 +199,7 @@ def interleaved_series(
     for index in range(calibration_pairs):
         item = items[index % len(items)]
         first, second, _, repeat = pair(item, index, True)
-        watches[index % len(items)].observe(first, second)
+        watches[index % len(items)].observe(first, second, aa=True)
         aa_ratios.append(first / second)
         yield record(item, LayerCalibration(first, second, first / second, repeat, mode=mode))
     samples: list[LayerLatency] = []

@@ -99,7 +99,7 @@ def compare_prefill(
                 first, second = interleaved_pair(
                     clock, forwards[length], forwards[length], 1, index % 2 == 1, **sides(board, switch=False)
                 )
-                watches[length].observe(first, second)
+                watches[length].observe(first, second, aa=True)
                 aa[length].append(first / second)
     speedups: dict[int, list[float]] = {length: [] for length in lengths}
     stalls: dict[int, list[bool]] = {length: [] for length in lengths}

@@ -126,7 +126,7 @@ def _pairs(
             first, second = interleaved_pair(
                 clock, run_pytorch, run_pytorch, 1, index % 2 == 1, **sides(board, switch=False)
             )
-        yield first, second, watch.observe(first, second)
+        yield first, second, watch.observe(first, second, aa=True)
     for index in range(pairs):
         pytorch_s, kernel_s = interleaved_pair(
             clock, run_pytorch, run_kernel, 1, index % 2 == 1, **sides(board, switch=switch)

@@ -174,25 +174,36 @@ class StopRule:
 
 class StallWatch:
     """Flags a pair where a side waited for the machine rather than ran: slower than `STALL_FACTOR`
-    times the comparison's reference time.
+    times that side's own reference time.
 
-    The reference is the fastest per-call time seen so far on either side (the A/A pairs come
-    first, so PyTorch's own time is known before any kernel pair), and never less than a plain
-    copy of the op's bytes here. Why: on a loaded 2-core guest a kernel's parallel region waits
-    for its second thread to be scheduled, a slice of several milliseconds; rotary on 48 tokens
-    then took 10-20 ms a call against PyTorch's 35 us, and its "speedup" read 0.00x. Such a pair
-    says nothing about the kernel; `Comparison` counts these and calls the comparison "not
-    measurable here" when they decide its interval.
+    PyTorch's reference is the fastest PyTorch call seen so far (the A/A pairs come first, and both
+    of their sides are PyTorch, so PyTorch's own time is known before any kernel pair); the other
+    side's is the fastest call of that side; neither is less than a plain copy of the op's bytes
+    here. Why: on a loaded 2-core guest a parallel region waits for its second thread to be
+    scheduled, a slice of several milliseconds; rotary on 48 tokens then took 10-20 ms on some calls
+    against 35 us on others, and its "speedup" read 0.00x. Such a pair says nothing about the
+    kernel; `Comparison` counts these and calls the comparison "not measurable here" when they
+    decide its interval. A kernel is never judged against PyTorch's time: one that is 100 times
+    slower on every call is slow, not stalled (it reads "slower, 0.01x"), and a stall of its own
+    shows against its own fastest call.
     """
 
     def __init__(self, copy_s: float = 0.0) -> None:
-        self.fastest = math.inf
+        self.fastest = math.inf  # PyTorch's fastest call (A/A pairs and PyTorch's side of each pair)
+        self.fastest_other = math.inf  # the other side's fastest call
         self.copy_s = copy_s
 
-    def observe(self, *seconds: float) -> bool:
-        """Take one pair's per-call times; True when the pair stalled."""
-        self.fastest = min(self.fastest, *seconds)
-        return max(seconds) > STALL_FACTOR * max(self.fastest, self.copy_s)
+    def observe(self, pytorch_s: float, other_s: float, *, aa: bool = False) -> bool:
+        """Take one pair's per-call times (PyTorch's, then the other side's; `aa`: both PyTorch);
+        True when the pair stalled."""
+        if aa:
+            self.fastest = min(self.fastest, pytorch_s, other_s)
+            return max(pytorch_s, other_s) > STALL_FACTOR * max(self.fastest, self.copy_s)
+        self.fastest = min(self.fastest, pytorch_s)
+        self.fastest_other = min(self.fastest_other, other_s)
+        return pytorch_s > STALL_FACTOR * max(self.fastest, self.copy_s) or other_s > STALL_FACTOR * max(
+            self.fastest_other, self.copy_s
+        )
 
 
 class NoisyMachineWarning(UserWarning):

@@ -12,6 +12,8 @@
   trial on a copy judged on its values, the exact restore, the forward that falls back, a pinned
   code path); `attention_trial`: the attention row's trial (one call per kind of module, then the
   whole model).
+- `isolation`: a stranger's candidate tried first in a worker process (a crash or a hang there is
+  the row's reason, never the notebook's end).
 - `events`, `model_state`: every explorer of one model hears of each switch and shares one state.
 
 A new door goes in a module here: subclass `Door` (or `InstanceDoor` for a per-instance forward),

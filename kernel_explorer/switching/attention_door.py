@@ -30,6 +30,7 @@ call is answered by PyTorch.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import warnings
 import weakref
@@ -45,7 +46,7 @@ from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
-from kernel_explorer.switching import attention_trial
+from kernel_explorer.switching import attention_trial, isolation
 from kernel_explorer.switching.code_paths import (
     RunningPath,
     check_path,
@@ -97,42 +98,8 @@ _DIRECT: dict[str, tuple[AttentionCandidate, str]] = {}
 MODEL_WIDE = "model-wide: model.config._attn_implementation, through Transformers' AttentionInterface"
 
 
-@functools.cache
-def _call_class() -> type:
-    from torch import nn
-
-    class AttentionCall(nn.Module):
-        """One attention module's call of one attention function: what a measurement times."""
-
-        def __init__(self, attention: nn.Module, function: Callable[..., Any], kind: str = "") -> None:
-            super().__init__()
-            self.attention = attention
-            self.function = function
-            self.kind = kind  # "eager", "flash" or "direct" (a kernel), "" (sdpa, ...): how it reads a mask
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            if len(args) >= 4:
-                mask = args[3]
-                if self.kind == "eager" and mask is None and getattr(self.attention, "is_causal", True):
-                    # a call captured without a mask: the causal one the model gives eager
-                    mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
-                elif self.kind == "flash" and getattr(mask, "dim", lambda: 0)() == 4:
-                    mask = None  # captures are unpadded: a flash kernel's mask there is None
-                elif self.kind == "direct" and attention_interface.is_plain_causal(mask, args[0], args[1]):
-                    mask = None  # SDPA's mask function skips a plain causal one (eager's capture has it)
-                args = (*args[:3], mask, *args[4:])
-            return self.function(self.attention, *args, **kwargs)[0]
-
-    return AttentionCall
-
-
-def _kind(name: str, pytorch: bool) -> str:
-    """How an implementation reads a captured call's mask (`AttentionCall.kind`)."""
-    if name == "eager":
-        return "eager"
-    if pytorch:
-        return ""
-    return "direct" if attention_interface.is_direct(name) else "flash"
+_call_class = attention_trial.call_class  # what a measurement times (one module's call of one function)
+_kind = attention_trial.call_kind
 
 
 class AttentionDoor(AttentionChoices, Door):
@@ -159,6 +126,8 @@ class AttentionDoor(AttentionChoices, Door):
         self._names: dict[str, AttentionCandidate] = {}  # implementation string -> candidate
         self._kernel_ids: dict[str, str] = {}
         self._calls: dict[tuple[str, str], Any] = {}
+        #: (candidate, mode, with calls) -> what its trial in the worker found (None: not isolable)
+        self._isolated: dict[tuple[Any, Any, bool], ProbeVerdict | None] = {}
         self._trial = False  # a probe's trial call runs: a kernel's error is the verdict, not a fallback
         self.reason = ""  # why the baseline runs although a kernel was asked for
         self.warning = ""  # why the kernel that runs, named by the user, gives wrong results here
@@ -331,6 +300,52 @@ class AttentionDoor(AttentionChoices, Door):
             return attention_trial.try_model(self.model) if verdict.runs else verdict
         finally:
             self._trial = False
+
+    def _stranger_trial(self, candidate: AttentionCandidate, mode: Mode) -> ProbeVerdict | None:
+        """A stranger's candidate loaded and called in the trial worker (`isolation`) on copies of
+        one attention module per kind and their captured calls, before anything of it loads here:
+        what crashes, hangs or fails there reads "cannot run here" with the reason and never loads
+        here. Kept per candidate, mode and whether there were calls to try (after a capture, the
+        calls are tried too). None: PyTorch's or this package's own."""
+        if candidate.pytorch or not isolation.isolated(candidate):
+            return None
+        calls = self._trial_calls()
+        key = (candidate, mode, bool(calls))
+        if key not in self._isolated:
+            ref = candidate.hub
+            cached = cached_variant_dir(ref) if ref is not None else None
+            if ref is not None and cached is not None and is_offline():  # as `_loadable_name`: the
+                attention_interface.map_to_folder(ref.repo_id, cached.parent.parent)  # worker reads it
+            try:
+                verdict = isolation.run_isolated(
+                    attention_trial.isolated_trial,
+                    candidate.folder,
+                    candidate.implementation,
+                    ref is not None and ref.trusts(self.catalog.trust_remote_code),
+                    self._direct_allowed(mode),
+                    calls,
+                    self.baseline,
+                    timeout=self.host.trial_timeout,
+                )
+            except isolation.Unisolable:  # a module the worker cannot rebuild: tried here, as before
+                verdict = None
+            self._isolated[key] = verdict if isinstance(verdict, ProbeVerdict) else None
+        return self._isolated[key]
+
+    def _trial_calls(self) -> list[tuple[str, nn.Module, attention_trial.Sample]]:
+        """Copies of the first attention module of each kind with its captured call (none before a
+        capture), without what runs on them here (hooks, an installed forward)."""
+        calls, seen = [], set()
+        for path in self.group.instances:
+            sample = self.host.sample(ATTENTION, path)
+            if sample is None:
+                continue
+            kind = attention_trial.kind_of(self._modules[path], *sample)
+            if kind in seen:
+                continue
+            seen.add(kind)
+            calls.append((path, isolation.sendable(copy.deepcopy(self._modules[path])), sample))
+        return calls
 
     def captured_call(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The arguments and keywords the model passed in one captured attention call."""

@@ -12,10 +12,13 @@ implementation does not build), where no fallback of the attention function can 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import attention_interface
 from kernel_explorer.measure.divergence import float64_reference
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
@@ -31,6 +34,44 @@ if TYPE_CHECKING:
     from torch import nn
 
 Sample = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+@functools.cache
+def call_class() -> type:
+    from torch import nn
+
+    class AttentionCall(nn.Module):
+        """One attention module's call of one attention function: what a measurement times."""
+
+        def __init__(self, attention: nn.Module, function: Callable[..., Any], kind: str = "") -> None:
+            super().__init__()
+            self.attention = attention
+            self.function = function
+            self.kind = kind  # "eager", "flash" or "direct" (a kernel), "" (sdpa, ...): how it reads a mask
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            if len(args) >= 4:
+                mask = args[3]
+                if self.kind == "eager" and mask is None and getattr(self.attention, "is_causal", True):
+                    # a call captured without a mask: the causal one the model gives eager
+                    mask = attention_interface.causal_mask(args[0], args[1], kwargs.get("sliding_window"))
+                elif self.kind == "flash" and getattr(mask, "dim", lambda: 0)() == 4:
+                    mask = None  # captures are unpadded: a flash kernel's mask there is None
+                elif self.kind == "direct" and attention_interface.is_plain_causal(mask, args[0], args[1]):
+                    mask = None  # SDPA's mask function skips a plain causal one (eager's capture has it)
+                args = (*args[:3], mask, *args[4:])
+            return self.function(self.attention, *args, **kwargs)[0]
+
+    return AttentionCall
+
+
+def call_kind(name: str, pytorch: bool) -> str:
+    """How an implementation reads a captured call's mask (`AttentionCall.kind`)."""
+    if name == "eager":
+        return "eager"
+    if pytorch:
+        return ""
+    return "direct" if attention_interface.is_direct(name) else "flash"
 
 
 def kind_of(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -105,3 +146,48 @@ def try_model(model: nn.Module) -> ProbeVerdict:
     except Exception as error:
         return ProbeVerdict(CANNOT_RUN, f"the model's own attention code fails with it: {explain(error)}")
     return ProbeVerdict(OK)
+
+
+def isolated_trial(
+    folder: str | None,
+    implementation: str,
+    allow_all: bool,
+    want_direct: bool,
+    calls: list[tuple[str, nn.Module, Sample]],
+    baseline: str,
+) -> ProbeVerdict:
+    """In the trial worker (`switching/isolation.py`): load a stranger's attention repository as the
+    door would (its `attention_forward` directly, else through Transformers' flash glue), then
+    `try_each_kind` on copies of the model's attention modules with their captured calls, each
+    judged by `try_call` as the in-process trial judges it."""
+    kernel_module = None
+    if folder is not None:
+        kernel_module = attention_interface.load_local(Path(folder))
+        direct = attention_interface.direct_function(kernel_module) if want_direct else None
+        if direct is not None:
+            name = attention_interface.register_direct(Path(folder), direct)
+        elif attention_interface.contract_of(kernel_module) is None:
+            return ProbeVerdict(OK)  # nothing Transformers can call: the switch says why, loading nothing
+        else:
+            name = attention_interface.local_alias(Path(folder))
+            attention_interface.load_and_register(name)
+    else:
+        name = implementation
+        attention_interface.load_and_register(name, allow_all_kernels=allow_all)
+    if not calls:
+        return ProbeVerdict(UNVERIFIED, "no attention inputs to try it on (capture() first)")
+    modules = {path: module for path, module, _ in calls}
+    for module in modules.values():
+        attention_interface.set_module_implementation(module, name)
+
+    def one(path: str, sample: Sample) -> ProbeVerdict:
+        module = modules[path]
+        kernel = call_class()(
+            module, attention_interface.attention_function(module, name), call_kind(name, False)
+        )
+        pytorch = call_class()(
+            module, attention_interface.attention_function(module, baseline), call_kind(baseline, True)
+        )
+        return try_call(path, sample, kernel.forward, pytorch.forward, kernel_module)
+
+    return try_each_kind(calls, one)

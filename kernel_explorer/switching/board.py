@@ -66,14 +66,23 @@ class Switchboard:
         catalog: where candidates come from and whether they can run here.
         device: the device type to pick kernels for; default: where the model's parameters are.
         strict: raise `KernelSwitchError` instead of falling back to PyTorch.
+        trial_timeout: seconds a stranger's candidate may take to answer its trial in the worker
+            process (`isolation.py`); None: `isolation.DEFAULT_TIMEOUT`.
     """
 
     def __init__(
-        self, model: nn.Module, catalog: Catalog, *, device: str | None = None, strict: bool = False
+        self,
+        model: nn.Module,
+        catalog: Catalog,
+        *,
+        device: str | None = None,
+        strict: bool = False,
+        trial_timeout: float | None = None,
     ):
         self.model = model
         self.catalog = catalog
         self.strict = strict
+        self.trial_timeout = trial_timeout
         self.device = device or model_device(model)
         self.lock = HandingRLock()  # a switch clicked mid-run gets it between two pairs
         #: one real call of (layer, instance) for a probe's trial; the explorer sets it

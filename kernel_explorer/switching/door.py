@@ -48,6 +48,7 @@ class DoorHost(Protocol):
     catalog: Catalog
     device: str
     strict: bool
+    trial_timeout: float | None  # seconds a stranger's trial may take in the worker (None: the default)
 
     def module(self, path: str) -> nn.Module:
         """The model's submodule at `path`."""

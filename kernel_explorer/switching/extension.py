@@ -30,8 +30,9 @@ from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.catalog.bundled import extension_mappings
 from kernel_explorer.catalog.hub_access import local_availability
+from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.switching import events, model_state
+from kernel_explorer.switching import events, isolation, model_state
 
 if TYPE_CHECKING:
     from torch import nn
@@ -145,19 +146,36 @@ def _per_device(name: str, candidates: dict[Any, Any] | None) -> dict[str, dict[
 
 
 def _check_fits(entries: Iterable[Any], classes: set[type]) -> None:
-    """Refuse, in one line, a local repository whose layer cannot replace these classes' forward."""
+    """Refuse, in one line, a local repository whose layer cannot replace these classes' forward.
+
+    Checking loads the repository's Python: it is loaded in the trial worker first (a crash or a
+    hang there is the line), and here only once it loaded there."""
     for entry in entries:
         path = local_path(entry.repository)
         if path is None or not local_availability(path).state.usable:
             continue  # Hub repositories (and unbuilt ones) are checked by kernelize when switched
         for cls in classes:
-            try:
-                check_layer_fits(entry.repository, cls)
-            except Exception as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise KernelExplorerError(
-                    f"{path.name}:{entry.repository.layer_name} does not fit {cls.__name__}.forward: {first}"
-                ) from None
+            problem = None
+            if isolation.ENABLED:
+                try:
+                    problem = isolation.run_isolated(fit_problem, entry.repository, cls)
+                except isolation.Unisolable:
+                    problem = None
+                if isinstance(problem, ProbeVerdict):
+                    problem = problem.reason
+            problem = problem or fit_problem(entry.repository, cls)
+            if problem:
+                what = f"{path.name}:{entry.repository.layer_name}"
+                raise KernelExplorerError(f"{what} does not fit {cls.__name__}.forward: {problem}")
+
+
+def fit_problem(repository: Any, cls: type[nn.Module]) -> str:
+    """Why `repository`'s layer cannot replace `cls`'s forward, in one line ("": it fits)."""
+    try:
+        check_layer_fits(repository, cls)
+    except Exception as error:
+        return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ""
 
 
 def extend(

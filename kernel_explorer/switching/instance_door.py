@@ -10,7 +10,6 @@ kernel changed, and restores it exactly when the instance goes back to PyTorch.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import warnings
 from abc import abstractmethod
@@ -18,11 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session
 from kernel_explorer._backend.layer_forwards import (
-    bound_function,
     class_forward,
     installed_forward,
-    kernel_module,
-    kernel_origin,
     kernelize_each,
     runs_class_forward,
     set_forward,
@@ -31,8 +27,8 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.measure.divergence import float64_reference
-from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
+from kernel_explorer.switching import isolation
+from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
@@ -44,14 +40,12 @@ from kernel_explorer.switching.forwards import (
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
-    OK,
-    UNVERIFIED,
     ProbeVerdict,
     cached,
-    describe_call,
     explain,
+    kernel_package,
     settled,
-    trial_verdict,
+    try_layer,
 )
 
 if TYPE_CHECKING:
@@ -102,45 +96,22 @@ class InstanceDoor(Door):
         return settled(self.host, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
 
     def _try(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
-        import torch
-
+        """`probe.try_layer` on a copy of the first instance; a stranger's candidate first in the
+        worker (`isolation`): what does not pass there is never loaded here."""
         path = self.group.instances[0]
-        trial = self.trial_module(path)
-        with hub_session():
-            [(_, error, _)] = list(kernelize_each([trial], entry, mode))
-        if error is not None:
-            return ProbeVerdict(CANNOT_RUN, explain(error))
-        if runs_class_forward(trial):
-            return ProbeVerdict(OK)  # kernelize keeps PyTorch in this mode: nothing to try
         sample = self.trial_inputs(path)
-        if sample is None:
-            return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
-        args, kwargs = sample
-        guard = ModuleGuard(trial)
-        forward = installed_forward(trial)
-        try:
-            with (
-                torch.no_grad(),
-                pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label),
-            ):
-                output = forward(*args, **kwargs)
-            original = self.target(path, for_switching=False)
-            with torch.no_grad():
-                expected = class_forward(original)(*args, **kwargs)
-        except Exception as failure:
-            return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
-        reference = None
-        with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
-            reference = float64_reference(original, args, kwargs)
-        return trial_verdict(
-            output,
-            expected,
-            guard.summary(),
-            guard.kept_bytes,
-            guard.in_place,
-            reference=reference,
-            where=describe_call(path, args, kwargs),
-        )
+        where = {"where": path, "code_path": chosen.path, "label": chosen.label}
+        if isolation.isolated(chosen):
+            try:
+                verdict = isolation.try_layer_isolated(
+                    self.trial_module(path), entry, mode, sample, timeout=self.host.trial_timeout, **where
+                )
+            except isolation.Unisolable:  # a class the worker cannot import: tried here, as before
+                verdict = None
+            if verdict is not None and (verdict.refused or verdict.wrong):
+                return verdict
+        original = self.target(path, for_switching=False)
+        return try_layer(self.trial_module(path), original, entry, mode, sample, **where)
 
     # -- switching ------------------------------------------------------------------------------
 
@@ -396,6 +367,5 @@ def one_line(text: str) -> str:
 
 
 def _kernel_package(forward: Any) -> Any | None:
-    """The loaded kernel package a (bound) layer forward comes from, for naming what its build lacks."""
-    origin = kernel_origin(bound_function(forward))
-    return None if origin is None else kernel_module(origin.kernel_id)
+    """The loaded kernel package a (bound) layer forward comes from (`probe.kernel_package`)."""
+    return kernel_package(forward)

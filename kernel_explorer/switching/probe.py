@@ -12,15 +12,20 @@ before it touches the model.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.platform import ops_without_kernel
 from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, WRONG, ProbeVerdict
-from kernel_explorer.measure.divergence import divergence, wrong_bound
+from kernel_explorer.measure.divergence import divergence, float64_reference, wrong_bound
 
 if TYPE_CHECKING:
+    from kernels import Mode
+    from torch import nn
+
+    from kernel_explorer._backend.mappings import MappingEntry
     from kernel_explorer.switching.door import DoorHost
 
 __all__ = [
@@ -31,8 +36,10 @@ __all__ = [
     "ProbeVerdict",
     "cached",
     "explain",
+    "kernel_package",
     "settled",
     "trial_verdict",
+    "try_layer",
     "wrong_values",
 ]
 
@@ -62,6 +69,73 @@ def settled(
             model_state.of(host.model).probes[(candidate, layer, mode, signature(host.model))] = verdict
         host.catalog.record_probe(candidate, mode, verdict)
     return verdict
+
+
+def try_layer(
+    trial: nn.Module,
+    original: nn.Module,
+    entry: MappingEntry,
+    mode: Mode,
+    sample: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    *,
+    where: str,
+    code_path: str | None = None,
+    label: str = "",
+) -> ProbeVerdict:
+    """The trial of one layer candidate: `entry` loaded onto `trial` (a copy of the instance) by
+    kernelize's own step, called once on `sample`, judged against `original`'s PyTorch forward and
+    its float64 run. The one trial function: the door runs it here, the worker
+    (`switching/isolation.py`) runs it in its own process first for a stranger's candidate."""
+    import torch
+
+    from kernel_explorer._backend.hub import hub_session
+    from kernel_explorer._backend.layer_forwards import (
+        class_forward,
+        installed_forward,
+        kernelize_each,
+        runs_class_forward,
+    )
+    from kernel_explorer.switching.code_paths import pinned
+    from kernel_explorer.switching.guard import ModuleGuard
+
+    with hub_session():
+        [(_, error, _)] = list(kernelize_each([trial], entry, mode))
+    if error is not None:
+        return ProbeVerdict(CANNOT_RUN, explain(error))
+    if runs_class_forward(trial):
+        return ProbeVerdict(OK)  # kernelize keeps PyTorch in this mode: nothing to try
+    if sample is None:
+        return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
+    args, kwargs = sample
+    guard = ModuleGuard(trial)
+    forward = installed_forward(trial)
+    try:
+        with torch.no_grad(), pinned(kernel_package(forward), code_path, ("probe", id(trial)), label):
+            output = forward(*args, **kwargs)
+        with torch.no_grad():
+            expected = class_forward(original)(*args, **kwargs)
+    except Exception as failure:
+        return ProbeVerdict(CANNOT_RUN, explain(failure, kernel_package(forward)))
+    reference = None
+    with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
+        reference = float64_reference(original, args, kwargs)
+    return trial_verdict(
+        output,
+        expected,
+        guard.summary(),
+        guard.kept_bytes,
+        guard.in_place,
+        reference=reference,
+        where=describe_call(where, args, kwargs),
+    )
+
+
+def kernel_package(forward: Any) -> Any | None:
+    """The loaded kernel package a (bound) layer forward comes from, for naming what its build lacks."""
+    from kernel_explorer._backend.layer_forwards import bound_function, kernel_module, kernel_origin
+
+    origin = kernel_origin(bound_function(forward))
+    return None if origin is None else kernel_module(origin.kernel_id)
 
 
 def missing_module_hint(error: BaseException) -> str | None:
