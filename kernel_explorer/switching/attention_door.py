@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -58,38 +57,17 @@ from kernel_explorer.switching.code_paths import (
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
+from kernel_explorer.switching.registry_guard import SwitchedModules
 
 if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
 
-#: attention module -> (its door, the candidate it was switched to): what `_guarded` answers for
-_GUARDED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref[AttentionDoor], AttentionCandidate]] = (
-    weakref.WeakKeyDictionary()
+#: module -> (its door, the candidate it was switched to), and the registered function's fallback
+_GUARDED = SwitchedModules(
+    ATTENTION, lambda door, module: attention_interface.attention_function(module, door.baseline)
 )
-
-
-def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` (a registered attention implementation) with the explorer's fallback: an error in
-    a module an explorer switched sends that model back to PyTorch and the call to PyTorch's."""
-    if getattr(function, "kernel_explorer_guarded", False):
-        return function
-
-    @functools.wraps(function)  # `__wrapped__` is Transformers' own function
-    def guarded(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(module, *args, **kwargs)
-        except Exception as error:
-            found = _GUARDED.get(module)
-            door = found[0]() if found is not None else None
-            if door is None or door._trial:  # not an explorer's, or a trial: the error is the verdict
-                raise
-            door.host.kernel_raised(ATTENTION, "*", found[1], error)
-            return attention_interface.attention_function(module, door.baseline)(module, *args, **kwargs)
-
-    guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
-    return guarded
 
 
 #: a directly registered name -> (its candidate, kernel id): what a later door of a model on it reads
@@ -369,7 +347,7 @@ class AttentionDoor(AttentionChoices, Door):
         door = weakref.ref(self)
         for module in self._modules.values():
             _GUARDED[module] = (door, chosen)
-        attention_interface.wrap_registered(name, _guarded)
+        attention_interface.wrap_registered(name, _GUARDED.guarded)
         self._calls = {key: call for key, call in self._calls.items() if key[1] != name}
 
     def kernel_raised(self, path: str, chosen: Candidate, error: Exception) -> str:

@@ -51,6 +51,7 @@ from kernel_explorer.switching.probe import (
     settled,
     trial_verdict,
 )
+from kernel_explorer.switching.registry_guard import SwitchedModules
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -62,33 +63,8 @@ MODEL_WIDE = "model-wide: config._experts_implementation, through Transformers' 
 #: what a Transformers implementation's RunningNow names as its repository
 BUILT_IN = "Transformers (PyTorch)"
 
-#: experts module -> (its door, the candidate it was switched to): what `_guarded` answers for
-_GUARDED: weakref.WeakKeyDictionary[nn.Module, tuple[weakref.ref[ExpertsDoor], ExpertsCandidate]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` (a registered experts implementation) with the explorer's fallback: an error in a
-    module an explorer switched puts that model back on its original implementation, and the call
-    is answered by the original."""
-    if getattr(function, "kernel_explorer_guarded", False):
-        return function
-
-    @functools.wraps(function)
-    def guarded(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(module, *args, **kwargs)
-        except Exception as error:
-            found = _GUARDED.get(module)
-            door = found[0]() if found is not None else None
-            if door is None or door._trial:  # not an explorer's, or a trial: the error is the verdict
-                raise
-            door.host.kernel_raised(EXPERTS, "*", found[1], error)  # type: ignore[index]
-            return experts.function(module, door.baseline(module))(module, *args, **kwargs)
-
-    guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
-    return guarded
+#: module -> (its door, the candidate it was switched to), and the registered function's fallback
+_GUARDED = SwitchedModules(EXPERTS, lambda door, module: experts.function(module, door.baseline(module)))
 
 
 @functools.cache
@@ -268,7 +244,7 @@ class ExpertsDoor(Door):
         door = weakref.ref(self)
         for module in self._modules.values():
             _GUARDED[module] = (door, chosen)
-            experts.wrap_registered(module, chosen.implementation, _guarded)
+            experts.wrap_registered(module, chosen.implementation, _GUARDED.guarded)
         self._calls = {key: call for key, call in self._calls.items() if key[1] != chosen.implementation}
 
     def _back(self, implementation: dict[str, Any]) -> None:
