@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.modes import mode_name
-from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.availability import Availability
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.inventory.row import GIVEN_SOURCES, InventoryRow
 from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
@@ -155,7 +155,7 @@ class Inventory:
                 path += f"<br><small>through {html.escape(row.through_summary)}</small>"
             changes = f"<br><small>{html.escape(row.changes_summary)}</small>" if row.changes_summary else ""
             if row.warning:  # in the state's colour: a named kernel with wrong results runs
-                colour = State.WRONG_RESULTS.colour
+                colour = row.warning_state.colour
                 changes = f'<br><small style="color:{colour}">{html.escape(row.warning)}</small>'
             return ", ".join(parts) + path + changes
 

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import warnings
 from abc import abstractmethod
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session
@@ -32,6 +33,7 @@ from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
 from kernel_explorer.measure.divergence import float64_reference
+from kernel_explorer.switching import model_trial
 from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
@@ -45,7 +47,9 @@ from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, a
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
     OK,
+    SIDE_EFFECTS,
     UNVERIFIED,
+    WRONG,
     ProbeVerdict,
     cached,
     describe_call,
@@ -53,6 +57,7 @@ from kernel_explorer.switching.probe import (
     settled,
     trial_verdict,
 )
+from kernel_explorer.switching.trial_checks import checked_call, preserved_session
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -102,50 +107,97 @@ class InstanceDoor(Door):
         return settled(self.host, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
 
     def _try(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
-        import torch
+        """The trial on a copy of the first instance, at the capture's length and the longer one
+        (`measure/trial_inputs.py`), with the checks of `trial_checks` around each call; then, when
+        it runs, the model's answers with it on every instance (`_on_model`)."""
+        verdict = self._try_calls(entry, mode, chosen)
+        if verdict.outcome != OK:
+            return verdict
+        return self._on_model(entry, mode, chosen, verdict)
 
+    def _try_calls(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
         path = self.group.instances[0]
         trial = self.trial_module(path)
-        with hub_session():
+        with preserved_session() as at_load, hub_session():
             [(_, error)] = list(kernelize_each([trial], entry, mode))
         if error is not None:
             return ProbeVerdict(CANNOT_RUN, explain(error))
+        loaded = [f"{found} when loaded" for found in at_load]
         if runs_class_forward(trial):
-            return ProbeVerdict(OK)  # kernelize keeps PyTorch in this mode: nothing to try
+            return ProbeVerdict(SIDE_EFFECTS, "; ".join(loaded)) if loaded else ProbeVerdict(OK)
         sample = self.trial_inputs(path)
         if sample is None:
             return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
-        args, kwargs = sample
+        longer = self.host.long_sample(self.name, path)
         guard = ModuleGuard(trial)
         forward = installed_forward(trial)
+        original = self.target(path, for_switching=False)
+        verdict = ProbeVerdict(OK)
+        for index, (args, kwargs) in enumerate(s for s in (sample, longer) if s is not None):
+            try:
+                with pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label):
+                    checked = checked_call(forward, class_forward(original), args, kwargs, memory=index == 0)
+            except Exception as failure:
+                return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
+            reference = None
+            with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
+                reference = float64_reference(original, args, kwargs)
+            verdict = trial_verdict(
+                checked.output,
+                checked.expected,
+                guard.summary(),
+                guard.kept_bytes,
+                guard.in_place,
+                reference=reference,
+                where=describe_call(path, args, kwargs),
+                side_effects=[*loaded, *checked.side_effects],
+                mismatch=checked.mismatch,
+            )
+            if verdict.outcome != OK:
+                return verdict
+        return verdict
+
+    def model_paths(self) -> list[str] | None:
+        """The instances a whole-model trial switches in a shadow of the model (None: not judged on
+        the model, for a door whose kernel the model reaches otherwise than through its modules)."""
+        return list(self.group.instances)
+
+    def _on_model(
+        self, entry: MappingEntry, mode: Mode, chosen: Candidate, verdict: ProbeVerdict
+    ) -> ProbeVerdict:
+        """The model's answers with `chosen` on every instance (`model_trial`): "wrong results here:
+        changes the model's answers (top-1 94%; ...)" when they move more than in bfloat16."""
+        paths = self.model_paths()
+        kwargs = self.host.model_inputs() if paths and "training" not in mode_name(mode) else None
+        if kwargs is None or compiles(mode):
+            return verdict
+        model = self.host.model
         try:
-            with (
-                torch.no_grad(),
-                pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label),
-            ):
-                output = forward(*args, **kwargs)
-            original = self.target(path, for_switching=False)
-            with torch.no_grad():
-                expected = class_forward(original)(*args, **kwargs)
+            refs = model_trial.cached_references(model, kwargs)
+            if refs is None:
+                return verdict
+            shadow, targets = model_trial.with_candidate(model, paths, copy_tensors=verdict.in_place)
+            with preserved_session(), hub_session():
+                loaded = list(kernelize_each(targets, entry, mode))
+                if any(error is not None for _, error in loaded):
+                    return verdict
+                forward = installed_forward(targets[0])
+                with pinned(_kernel_package(forward), chosen.path, ("probe", id(shadow)), chosen.label):
+                    found = model_trial.logits(shadow, kwargs)
         except Exception as failure:
-            return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
-        reference = None
-        with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
-            reference = float64_reference(original, args, kwargs)
-        return trial_verdict(
-            output,
-            expected,
-            guard.summary(),
-            guard.kept_bytes,
-            guard.in_place,
-            reference=reference,
-            where=describe_call(path, args, kwargs),
-        )
+            return ProbeVerdict(CANNOT_RUN, f"the model fails with it on every instance: {explain(failure)}")
+        if found is None:
+            return verdict
+        got, changed = model_trial.judged(found, refs)
+        if changed:
+            return ProbeVerdict(WRONG, changed, verdict.changes, verdict.kept_bytes, verdict.in_place)
+        return replace(verdict, answers=f"{got} against {refs.against}")
 
     # -- switching ------------------------------------------------------------------------------
 
     def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
         host = self.host
+        self._refresh(mode)
         while True:
             try:
                 chosen, entry = host.catalog.resolve(
@@ -158,12 +210,12 @@ class InstanceDoor(Door):
                 return
             verdict = self.probe(chosen, entry, mode)
             named = names_one(candidate)
-            if verdict.wrong and named and not host.strict:  # asked for by name: on, and said
+            if verdict.distrusted and named and not host.strict:  # asked for by name: on, and said
                 warnings.warn(
                     f"{chosen.repo_label} {verdict}; switched on because you named it", stacklevel=4
                 )
                 break
-            if not (verdict.refused or verdict.wrong):
+            if not (verdict.refused or verdict.distrusted):
                 break
             if named or host.strict:  # the user named it (or wants no silent choice): say why it is off
                 reason = f"{chosen.repo_label} {verdict}"
@@ -251,7 +303,7 @@ class InstanceDoor(Door):
         if verdict.changes:  # known from the probe: PyTorch's side runs on the original state from now
             self._pytorch[path] = class_forward(guard.original())
             self._notes[path] = f"{verdict.changes}; restored on off"
-        if verdict.wrong:  # switched because it was named: every view of the row says so
+        if verdict.distrusted:  # switched because it was named: every view of the row says so
             self._notes[path] = "; ".join(n for n in (str(verdict), self._notes.get(path, "")) if n)
         if compiles(mode):
             # torch.compile guards a callable object by identity: a wrapper per instance made every
@@ -265,7 +317,7 @@ class InstanceDoor(Door):
         def after_first(path: str = path, guard: ModuleGuard = guard) -> None:
             if guard.changes():
                 kept = f"{guard.kept_bytes / 2**20:.1f} MB kept while on"
-                said = f"{verdict}; " if verdict.wrong else ""
+                said = f"{verdict}; " if verdict.distrusted else ""
                 self._notes[path] = f"{said}{guard.summary()}; restored on off; {kept}"
                 self._pytorch.setdefault(path, class_forward(guard.original()))
 
@@ -359,6 +411,7 @@ class InstanceDoor(Door):
     def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
         host = self.host
         found = []
+        self._refresh(mode)
         for candidate in host.catalog.candidates(self.name):
             availability = host.catalog.availability(
                 candidate, device=host.device, mode=mode, query_hub=query_hub
@@ -367,6 +420,12 @@ class InstanceDoor(Door):
                 availability = self._probed(candidate, availability, mode)
             found.append((candidate, availability))
         return tuple(found)
+
+    def _refresh(self, mode: Mode) -> None:
+        """The catalog's verdicts as they hold for the model now: one of another dtype or capture
+        length is dropped (tried again), one another explorer of the model made is taken."""
+        for candidate in self.host.catalog.candidates(self.name):
+            cached(self.host, candidate, self.name, mode)
 
     def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
         """A ready candidate's availability once probed on this model (a failure to probe is one line)."""

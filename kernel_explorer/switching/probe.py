@@ -13,11 +13,18 @@ before it touches the model.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.platform import ops_without_kernel
-from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, WRONG, ProbeVerdict
+from kernel_explorer.catalog.probe_verdict import (
+    CANNOT_RUN,
+    OK,
+    SIDE_EFFECTS,
+    UNVERIFIED,
+    WRONG,
+    ProbeVerdict,
+)
 from kernel_explorer.measure.divergence import divergence, wrong_bound
 
 if TYPE_CHECKING:
@@ -26,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANNOT_RUN",
     "OK",
+    "SIDE_EFFECTS",
     "UNVERIFIED",
     "WRONG",
     "ProbeVerdict",
@@ -42,9 +50,11 @@ def cached(host: DoorHost, candidate: Any, layer: str, mode: Any) -> ProbeVerdic
     model), also kept in this host's catalog, which the inventory and the default choice read."""
     from kernel_explorer.switching import model_state
 
-    verdict = model_state.of(host.model).probes.get((candidate, layer, mode, signature(host.model)))
+    verdict = model_state.of(host.model).probes.get((candidate, layer, mode, *verdict_key(host)))
     if verdict is not None:
         host.catalog.record_probe(candidate, mode, verdict)
+    else:  # a verdict of another dtype or capture length is stale: tried again at the next use
+        host.catalog.forget_probe(candidate, mode)
     return verdict
 
 
@@ -57,11 +67,21 @@ def settled(
 
     verdict = cached(host, candidate, layer, mode)
     if verdict is None:
+        key = verdict_key(host)  # before the trial: what it runs on is this dtype and length
         verdict = trial()
         if verdict.outcome != UNVERIFIED:
-            model_state.of(host.model).probes[(candidate, layer, mode, signature(host.model))] = verdict
+            model_state.of(host.model).probes[(candidate, layer, mode, *key)] = verdict
         host.catalog.record_probe(candidate, mode, verdict)
     return verdict
+
+
+def verdict_key(host: DoorHost) -> tuple[Any, ...]:
+    """What a verdict holds for: the model's `signature` and the capture's length bucket (a longer
+    `capture()`, or the model converted to another dtype, tries every candidate again)."""
+    from kernel_explorer.measure.trial_inputs import length_bucket
+
+    tokens = getattr(host, "trial_tokens", None)
+    return (signature(host.model), length_bucket(tokens() if tokens is not None else None))
 
 
 def missing_module_hint(error: BaseException) -> str | None:
@@ -104,16 +124,26 @@ def trial_verdict(
     *,
     reference: Any = None,
     where: str = "",
+    side_effects: Sequence[str] = (),
+    mismatch: Sequence[str] = (),
 ) -> ProbeVerdict:
-    """The verdict of a trial call that returned: cannot run here when its output's shape is not
-    PyTorch's, wrong results here when its values are far from PyTorch's (`wrong_values`, against
-    `reference`, the float64 run; `where` names the instance and inputs), else runs here."""
+    """The verdict of a trial call that returned: cannot run here when its output's shape, dtype or
+    device is not PyTorch's (`mismatch`, from `trial_checks.output_changes`), wrong results here
+    when its values are far from PyTorch's (`wrong_values`, against `reference`, the float64 run;
+    `where` names the instance and inputs), side effects here when the checks around the call found
+    any (`side_effects`, one phrase each), else runs here."""
     got, want = first_shape(output), first_shape(expected)
     if got != want:
         return ProbeVerdict(CANNOT_RUN, f"it returns shape {got} where PyTorch returns {want}")
+    if mismatch:
+        return ProbeVerdict(CANNOT_RUN, "; ".join(mismatch))
     off = wrong_values(first_tensor(output), first_tensor(expected), first_tensor(reference))
+    effects = "; ".join(dict.fromkeys(side_effects))
     if off:
-        return ProbeVerdict(WRONG, f"{off}{f', on {where}' if where else ''}", changes, kept, in_place)
+        also = f"; it also {effects}" if effects else ""
+        return ProbeVerdict(WRONG, f"{off}{f', on {where}' if where else ''}{also}", changes, kept, in_place)
+    if effects:
+        return ProbeVerdict(SIDE_EFFECTS, effects, changes, kept, in_place)
     return ProbeVerdict(OK, "", changes, kept, in_place)
 
 
