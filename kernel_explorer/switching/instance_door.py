@@ -236,7 +236,7 @@ class InstanceDoor(Door):
         targets = {path: self.target(path, for_switching=True) for path in paths}
         for path, target in targets.items():
             if path not in self._guards:
-                self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place)
+                self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place, model=self.host.model)
         by_target = {id(t): p for p, t in targets.items()}
         failure: str | None = None
         refused: str | None = None  # a code path another layer pins otherwise (not the kernel's fault)
