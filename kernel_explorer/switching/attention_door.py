@@ -56,7 +56,7 @@ from kernel_explorer.switching.code_paths import (
 )
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import RunningNow
-from kernel_explorer.switching.probe import UNVERIFIED, ProbeVerdict, explain, settled
+from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -327,7 +327,9 @@ class AttentionDoor(AttentionChoices, Door):
                         path, sample, self._call(path, name), self._call(path, self.baseline), module
                     ),
                 )
-                if sample == self.host.sample or found.outcome != UNVERIFIED:  # no longer one: the first
+                # the longer trial counts where it found wrong values or side effects; one it cannot
+                # run (a sliding window past the capture's keys) is a call the fallback answers
+                if sample == self.host.sample or found.distrusted:
                     verdict = found
                 if not verdict.runs:
                     break

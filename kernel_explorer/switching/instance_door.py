@@ -138,6 +138,8 @@ class InstanceDoor(Door):
                 with pinned(_kernel_package(forward), chosen.path, ("probe", id(trial)), chosen.label):
                     checked = checked_call(forward, class_forward(original), args, kwargs, memory=index == 0)
             except Exception as failure:
+                if index:  # raising past the capture's length: the fallback answers such a call
+                    return verdict
                 return ProbeVerdict(CANNOT_RUN, explain(failure, _kernel_package(forward)))
             reference = None
             with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
