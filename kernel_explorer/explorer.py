@@ -151,6 +151,11 @@ class Explorer:
         # would keep both alive for ever)
         model_state.of(model).explorer = weakref.ref(self)
         self._switchboard.samples = self._sample
+        self._switchboard.long_samples = self._long_sample
+        self._switchboard.model_call = self._model_call
+        self._switchboard.tokens = self._tokens
+        self._captured_for: tuple[Any, ...] | None = None  # the model's dtype and device at capture
+        self._longer: tuple[tuple[Any, ...], Any] | None = None  # (for, the longer trial's capture)
         if attention:
             self.attention_candidates(*attention)
 
@@ -284,6 +289,43 @@ class Explorer:
         calls = self.captured_inputs().calls.get((name, path))
         return calls[0] if calls else None
 
+    def _model_call(self) -> dict[str, Any] | None:
+        """The capture's model call (captured first when there is none), for a whole-model trial."""
+        self.captured_inputs()
+        return self._capture_kwargs
+
+    def _tokens(self) -> int | None:
+        """The length of the capture (or of the one the next trial makes), without running the model."""
+        from kernel_explorer.measure.capture import model_inputs
+        from kernel_explorer.measure.trial_inputs import tokens_of
+
+        return tokens_of(self._capture_kwargs or model_inputs(self.model, None, self.tokenizer))
+
+    def _long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The call of (layer, instance) when the capture's prompt is repeated to the longer trial
+        length (`measure/trial_inputs.py`): one capture of the first instance of each row (every
+        attention module), made once per capture and model dtype."""
+        from kernel_explorer.inspect.layer_groups import ATTENTION
+        from kernel_explorer.measure.capture import capture_inputs
+        from kernel_explorer.measure.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
+
+        self.captured_inputs()
+        key = (self._capture_kwargs, *_state_key(self.model))  # this capture (by identity), this dtype
+        if self._longer is None or self._longer[0][0] is not key[0] or self._longer[0][1:] != key[1:]:
+            kwargs = longer_kwargs(self._capture_kwargs or {}, self.model)
+            found = None
+            if kwargs is not None:
+                only = {
+                    (row, path)
+                    for row, group in self._switchboard.groups.items()
+                    for path in (group.instances if row == ATTENTION else group.instances[:1])
+                }
+                found = capture_inputs(self._switchboard, kwargs, memory_cap=LONGER_MEMORY_CAP, only=only)
+            self._longer = (key, found)
+        captured = self._longer[1]
+        calls = captured.calls.get((name, path)) if captured is not None else None
+        return calls[0] if calls else None
+
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
         try:
@@ -379,6 +421,7 @@ class Explorer:
         self._captured = capture_inputs(self._switchboard, kwargs, memory_cap=memory_cap)
         self._captured_grad = None  # training mode recaptures these inputs with autograd on
         self._capture_kwargs = kwargs
+        self._captured_for = _state_key(self.model)
         return self._captured
 
     def captured_inputs(self, *, grad: bool = False) -> CapturedInputs:
@@ -388,13 +431,18 @@ class Explorer:
         """
         from kernel_explorer.measure.capture import capture_inputs, model_inputs
 
+        if self._captured_for is not None and self._captured_for != _state_key(self.model):
+            # the model was converted (`.to(torch.bfloat16)`): inputs of the old dtype are stale
+            self._captured = self._captured_grad = None
         if not grad:
             if self._captured is None and self._capture_kwargs is not None:  # dropped by extend()
                 self._captured = capture_inputs(self._switchboard, self._capture_kwargs)
+                self._captured_for = _state_key(self.model)
             return self._captured if self._captured is not None else self.capture()
         if self._captured_grad is None:
             kwargs = self._capture_kwargs or model_inputs(self.model, None, self.tokenizer)
             self._captured_grad = capture_inputs(self._switchboard, kwargs, grad=True)
+            self._captured_for = _state_key(self.model)
         return self._captured_grad
 
     def compare(
@@ -658,3 +706,9 @@ class Explorer:
         total = sum(len(g) for g in self._switchboard.groups.values())
         model = type(self.model).__name__
         return f"<Explorer {model}: {len(self.layers)} kernel layers, {on}/{total} instances on kernels>"
+
+
+def _state_key(model: Any) -> tuple[Any, ...]:
+    """What makes captured inputs stale when it changes: the model's dtype and device."""
+    first = next(model.parameters(), None)
+    return (None, None) if first is None else (first.dtype, first.device)

@@ -24,6 +24,8 @@ class State(str, Enum):
     CANNOT_RUN = "cannot run here"  # loads, but its trial on this model failed (no CPU kernel, dtype)
     # runs, but its trial's values are far from PyTorch's (against float64): switched only when named
     WRONG_RESULTS = "wrong results here"
+    # runs and computes PyTorch's values, but changes torch's settings or its input, or keeps memory
+    SIDE_EFFECTS = "side effects here"
     UNVERIFIED = "unverified"  # loads; no trial could settle whether it runs on this model
     CHECKING = "checking"  # a Hub query is still running
 
@@ -36,6 +38,11 @@ class State(str, Enum):
     def colour(self) -> str:
         """The badge colour every view uses for this state (one table, here)."""
         return _COLOURS[self]
+
+    @property
+    def distrusted(self) -> bool:
+        """It runs, but its trial found wrong values or side effects: switched only when named."""
+        return self in (State.WRONG_RESULTS, State.SIDE_EFFECTS)
 
     @property
     def usable(self) -> bool:
@@ -55,6 +62,7 @@ _COLOURS: dict[State, str] = {
     State.REFUSED: "#cf222e",
     State.CANNOT_RUN: "#cf222e",
     State.WRONG_RESULTS: "#8250df",
+    State.SIDE_EFFECTS: "#8250df",
     State.UNVERIFIED: "#6e7781",
 }
 

@@ -243,6 +243,11 @@ class Catalog:
         with self._lock:
             self._probes[(candidate, mode)] = verdict
 
+    def forget_probe(self, candidate: Candidate, mode: Mode) -> None:
+        """Drop what a trial found (the model changed dtype or capture length: tried again at next use)."""
+        with self._lock:
+            self._probes.pop((candidate, mode), None)
+
     def clear_failure(self, candidate: Candidate) -> None:
         with self._lock:
             self._failures.pop(candidate, None)
@@ -370,11 +375,13 @@ class Catalog:
             return replace(found, state=State.CANNOT_RUN, reason=verdict.reason)
         if verdict.wrong:
             return replace(found, state=State.WRONG_RESULTS, reason=verdict.reason)
+        if verdict.distrusted:  # side effects: what its trial found it does besides its output
+            return replace(found, state=State.SIDE_EFFECTS, reason=verdict.reason)
         if not verdict.runs:
             return replace(found, state=State.UNVERIFIED, reason=verdict.reason)
-        if verdict.changes:
-            return replace(found, reason="; ".join(r for r in (found.reason, verdict.changes) if r))
-        return found
+        model = f"model: {verdict.answers}" if verdict.answers else ""
+        said = [r for r in (found.reason, verdict.changes, model) if r]
+        return replace(found, reason="; ".join(said)) if said != [found.reason] else found
 
     def choose(
         self, layer_name: str, *, device: str, mode: Mode, candidate: str | Candidate | None = None
@@ -428,9 +435,9 @@ class Catalog:
         ref = chosen.hub
         if ref is None:
             found = found or self.availability(chosen, device=device, mode=mode)
-            wanted = found.state is State.WRONG_RESULTS and names_one(candidate)  # the door warns
+            wanted = found.state.distrusted and names_one(candidate)  # the door warns
             if not found.state.usable and not wanted:
-                if found.state in (State.CANNOT_RUN, State.WRONG_RESULTS, State.REFUSED):  # said once
+                if found.state in (State.CANNOT_RUN, State.REFUSED) or found.state.distrusted:  # said once
                     raise NoUsableKernelError(f"{chosen.repo_label} {found.state.value}: {found.reason}")
                 raise NoUsableKernelError(f"{chosen.repo_label} cannot run here: {found.details}")
             return chosen, chosen.entry

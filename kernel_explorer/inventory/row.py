@@ -95,14 +95,22 @@ class InventoryRow:
 
     @property
     def warning(self) -> str:
-        """Why the kernel that runs gives wrong results here ("" when none does): the user named it."""
+        """Why the kernel that runs gives wrong results or has side effects here ("" when none does):
+        the user named it."""
         return "; ".join(
             dict.fromkeys(
                 now.note
                 for now in self.running
-                if now.is_kernel and now.note.startswith(State.WRONG_RESULTS.value)
+                if now.is_kernel
+                and now.note.startswith((State.WRONG_RESULTS.value, State.SIDE_EFFECTS.value))
             )
         )
+
+    @property
+    def warning_state(self) -> State:
+        """The state the warning reads as (its colour): wrong results, or side effects."""
+        side = self.warning.startswith(State.SIDE_EFFECTS.value)
+        return State.SIDE_EFFECTS if side else State.WRONG_RESULTS
 
     @property
     def status(self) -> str:

@@ -174,7 +174,7 @@ class Inventory:
                 path += f"<br><small>through {html.escape(row.through_summary)}</small>"
             changes = f"<br><small>{html.escape(row.changes_summary)}</small>" if row.changes_summary else ""
             if row.warning:  # in the state's colour: a named kernel with wrong results runs
-                colour = State.WRONG_RESULTS.colour
+                colour = row.warning_state.colour
                 changes = f'<br><small style="color:{colour}">{html.escape(row.warning)}</small>'
             return ", ".join(parts) + path + changes
 

@@ -128,11 +128,13 @@ def capture_inputs(
     *,
     memory_cap: int = DEFAULT_MEMORY_CAP,
     grad: bool = False,
+    only: set[tuple[str, str]] | None = None,
 ) -> CapturedInputs:
     """Run the model once and keep each kernel layer instance's (args, kwargs), up to `memory_cap` bytes.
 
     With `grad`, the model runs with autograd on and the kept tensors that required grad there are
-    leaves that require grad: the inputs a training-mode comparison differentiates.
+    leaves that require grad: the inputs a training-mode comparison differentiates. With `only`,
+    the first call of those (layer, instance) keys alone is kept (a trial's longer inputs).
     """
     if memory_cap <= 0:
         raise KernelExplorerError(f"memory_cap must be a positive number of bytes, got {memory_cap}.")
@@ -141,6 +143,8 @@ def capture_inputs(
     lock = threading.Lock()
 
     def keep(key: tuple[str, str], args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
+        if only is not None and (key not in only or key in captured.calls):
+            return
         size = _tensor_bytes(args) + _tensor_bytes(call_kwargs)
         with lock:
             if captured.bytes_kept + size > memory_cap:

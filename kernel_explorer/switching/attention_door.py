@@ -222,15 +222,15 @@ class AttentionDoor(AttentionChoices, Door):
         self._names[name] = chosen
         self._guard(name, chosen)
         verdict = self._probe(chosen, mode, name)
-        if verdict.refused or (verdict.wrong and strict):
+        if verdict.refused or (verdict.distrusted and strict):
             self.to_pytorch()
             raise KernelSwitchError(f"{chosen.label} {verdict}")
-        if verdict.wrong and not named:  # the default choice passes over it
+        if verdict.distrusted and not named:  # the default choice passes over it
             self.to_pytorch()
             return None
         self.warning = ""
-        if wrong or verdict.wrong:  # named: on, and said (a warning, and the row's note)
-            self.warning = str(verdict) if verdict.wrong else f"{found.state.value}: {found.reason}"
+        if wrong or verdict.distrusted:  # named: on, and said (a warning, and the row's note)
+            self.warning = str(verdict) if verdict.distrusted else f"{found.state.value}: {found.reason}"
             warnings.warn(f"{chosen.label} {self.warning}; switched on because you named it", stacklevel=5)
         return chosen
 
@@ -266,15 +266,20 @@ class AttentionDoor(AttentionChoices, Door):
         module = self._kernel_module(chosen)
         self._trial = True
         try:
-            verdict = attention_trial.try_each_kind(
-                (
-                    (path, self._modules[path], self.host.sample(ATTENTION, path))
-                    for path in self.group.instances
-                ),
-                lambda path, sample: attention_trial.try_call(
-                    path, sample, self._call(path, name), self._call(path, self.baseline), module
-                ),
-            )
+            verdict = attention_trial.OK_VERDICT
+            for sample in (self.host.sample, self.host.long_sample):  # the capture's length, the longer
+                found = attention_trial.try_each_kind(
+                    ((path, self._modules[path], sample(ATTENTION, path)) for path in self.group.instances),
+                    lambda path, sample: attention_trial.try_call(
+                        path, sample, self._call(path, name), self._call(path, self.baseline), module
+                    ),
+                )
+                # the longer trial counts where it found wrong values or side effects; one it cannot
+                # run (a sliding window past the capture's keys) is a call the fallback answers
+                if sample == self.host.sample or found.distrusted:
+                    verdict = found
+                if not verdict.runs:
+                    break
             return attention_trial.try_model(self.model) if verdict.runs else verdict
         finally:
             self._trial = False

@@ -29,11 +29,14 @@ from kernel_explorer.switching.probe import (
     explain,
     trial_verdict,
 )
+from kernel_explorer.switching.trial_checks import checked_call
 
 if TYPE_CHECKING:
     from torch import nn
 
 Sample = tuple[tuple[Any, ...], dict[str, Any]]
+#: where a trial with nothing to try starts
+OK_VERDICT = ProbeVerdict(OK)
 
 
 @functools.cache
@@ -110,20 +113,24 @@ def try_call(
     pytorch: Callable[..., Any],
     kernel_module: Any | None = None,
 ) -> ProbeVerdict:
-    """One captured call through the kernel and through PyTorch, judged on the values."""
-    import torch
-
+    """One captured call through the kernel and through PyTorch, judged on the values and checked
+    for side effects (`trial_checks.checked_call`)."""
     args, kwargs = sample
     try:
-        with torch.no_grad():
-            got = kernel(*args, **kwargs)
-            expected = pytorch(*args, **kwargs)
+        checked = checked_call(kernel, pytorch, args, kwargs)  # the session, the inputs, memory
     except Exception as error:
         return ProbeVerdict(CANNOT_RUN, explain(error, kernel_module))
     reference = None
     with contextlib.suppress(Exception):  # PyTorch's attention in float64 (sinks included)
         reference = float64_reference(pytorch.__self__, args, kwargs)  # type: ignore[attr-defined]
-    return trial_verdict(got, expected, reference=reference, where=describe_call(path, args, kwargs))
+    return trial_verdict(
+        checked.output,
+        checked.expected,
+        reference=reference,
+        where=describe_call(path, args, kwargs),
+        side_effects=checked.side_effects,
+        mismatch=checked.mismatch,
+    )
 
 
 def try_model(model: nn.Module) -> ProbeVerdict:

@@ -87,6 +87,10 @@ class Switchboard:
         self.lock = HandingRLock()  # a switch clicked mid-run gets it between two pairs
         #: one real call of (layer, instance) for a probe's trial; the explorer sets it
         self.samples: Sample | None = None
+        #: the same calls at the longer trial length; the capture's model call; its length in tokens
+        self.long_samples: Sample | None = None
+        self.model_call: Callable[[], dict[str, Any] | None] | None = None
+        self.tokens: Callable[[], int | None] | None = None
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self.doors: dict[str, Door] = {}
         self.attention = AttentionDoor.find(self)  # model-wide; None: no attention interface
@@ -129,6 +133,18 @@ class Switchboard:
             return self.samples(name, path)
         except Exception:  # a capture that cannot run leaves the probe unsettled, not broken
             return None
+
+    def long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The call of `path` at the longer trial length, or None."""
+        return _quietly(lambda: self.long_samples(name, path) if self.long_samples else None)
+
+    def model_inputs(self) -> dict[str, Any] | None:
+        """The capture's model call, for a trial of the whole model, or None."""
+        return _quietly(lambda: self.model_call() if self.model_call else None)
+
+    def trial_tokens(self) -> int | None:
+        """The capture's length in tokens, or None."""
+        return _quietly(lambda: self.tokens() if self.tokens else None)
 
     # -- choosing what to switch ------------------------------------------------------------------
 
@@ -296,3 +312,11 @@ class Switchboard:
                 chosen = paths if paths is not None and name is not None else list(group.instances)
                 found += self.doors[layer].running(chosen)
         return found
+
+
+def _quietly(read: Callable[[], Any]) -> Any:
+    """`read()`, or None when it raises: a capture that cannot run leaves a trial unsettled, not broken."""
+    try:
+        return read()
+    except Exception:
+        return None

@@ -56,6 +56,15 @@ class DoorHost(Protocol):
     def sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """One real call of instance `path` of layer `name` for a probe's trial, or None."""
 
+    def long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The same call at the longer trial length (`measure/trial_inputs.py`), or None."""
+
+    def model_inputs(self) -> dict[str, Any] | None:
+        """The capture's model call (keywords), for a trial of the whole model, or None."""
+
+    def trial_tokens(self) -> int | None:
+        """The capture's length in tokens (verdicts are cached per its bucket), or None."""
+
     def kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
         """A kernel raised on a forward: the door's layer goes back to PyTorch with the reason."""
 

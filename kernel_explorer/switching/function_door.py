@@ -47,6 +47,11 @@ class FunctionDoor(InstanceDoor):
     def trial_module(self, path: str) -> nn.Module:
         return type(self.shared(path))()  # a fresh function module: nothing of the process's is touched
 
+    def model_paths(self) -> list[str] | None:
+        """Not judged on the whole model: the model calls the function by its global name, which a
+        shadow of the model does not reach (its per-call trial, at both lengths, stands)."""
+        return None
+
     def release(self, path: str) -> None:
         holder = self.host.module(path)
         routes.detach(holder, self.key(holder))  # the holder's copy goes, and all it cached with it

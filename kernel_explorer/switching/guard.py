@@ -83,11 +83,20 @@ class _Tensor:
         same = now is not None and now.data_ptr() == self.pointer
         return 0 if same and not self.copied else self.data.numel() * self.data.element_size()
 
-    def restore(self) -> None:
+    def restore(self, converted: tuple[Any, Any] | None = None) -> None:
+        """The original object and data; `converted` = (the model's dtype when recorded, now): the
+        user converted the model since (`model.to(torch.bfloat16)`), so a tensor that had the model's
+        dtype comes back in the model's dtype now, never leaving a mixed model."""
         import torch
 
+        data, dtype = self.data, self.dtype
+        if converted is not None and self.dtype == converted[0] and self.data.is_floating_point():
+            data, dtype = self.data.to(converted[1]), converted[1]
         with torch.no_grad():
-            if self.copied:
+            if data is not self.data:  # the original, in the dtype the model has now
+                if self.obj.dtype != dtype or self.obj.data_ptr() != self.pointer or self.copied:
+                    self.obj.data = data
+            elif self.copied:
                 if self.obj.data_ptr() != self.pointer or self.obj.dtype != self.dtype:
                     self.obj.data = self.data
                 elif version_counter(self.obj) != self.version:
@@ -104,8 +113,12 @@ def _dtype(dtype: Any) -> str:
 class ModuleGuard:
     """The recorded state of one module (and its submodules), to tell and undo a kernel's changes."""
 
-    def __init__(self, module: nn.Module, *, copy_tensors: bool = False) -> None:
+    def __init__(
+        self, module: nn.Module, *, copy_tensors: bool = False, model: nn.Module | None = None
+    ) -> None:
         self.module = module
+        self.model = model  # whose dtype restore follows (a model converted while the kernel ran)
+        self.model_dtype = _floating_dtype(model)
         self.tensors: list[_Tensor] = []
         self.attributes: dict[int, tuple[nn.Module, dict[str, Any]]] = {}
         for _, owner in module.named_modules(remove_duplicate=True):
@@ -154,9 +167,12 @@ class ModuleGuard:
         return f"changes its module on first use ({shown})"
 
     def restore(self) -> None:
-        """The module exactly as recorded: original tensors and data, attribute values, no additions."""
+        """The module exactly as recorded: original tensors and data, attribute values, no additions;
+        in the model's dtype now where the user converted the model since recording."""
+        now = _floating_dtype(self.model)
+        converted = (self.model_dtype, now) if now is not None and now != self.model_dtype else None
         for tensor in self.tensors:
-            tensor.restore()
+            tensor.restore(converted)
         for owner, before in self.attributes.values():
             for key in [k for k in owner.__dict__ if k not in before and _kernel_state(k)]:
                 del owner.__dict__[key]
@@ -200,6 +216,13 @@ class ModuleGuard:
 
 
 _MISSING = object()
+
+
+def _floating_dtype(model: nn.Module | None) -> Any:
+    """The dtype of the model's first floating-point parameter (None without a model or one)."""
+    if model is None:
+        return None
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
 
 
 def _kernel_state(key: str) -> bool:

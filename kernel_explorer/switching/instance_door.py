@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import warnings
 from abc import abstractmethod
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session
@@ -27,8 +28,8 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
-from kernel_explorer.switching import isolation
-from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, running_path, unpin
+from kernel_explorer.switching import isolation, model_trial
+from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
@@ -40,6 +41,8 @@ from kernel_explorer.switching.forwards import (
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
+    OK,
+    WRONG,
     ProbeVerdict,
     cached,
     explain,
@@ -47,6 +50,7 @@ from kernel_explorer.switching.probe import (
     settled,
     try_layer,
 )
+from kernel_explorer.switching.trial_checks import preserved_session
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -96,27 +100,69 @@ class InstanceDoor(Door):
         return settled(self.host, chosen, self.name, mode, lambda: self._try(entry, mode, chosen))
 
     def _try(self, entry: MappingEntry, mode: Mode, chosen: Candidate) -> ProbeVerdict:
-        """`probe.try_layer` on a copy of the first instance; a stranger's candidate first in the
-        worker (`isolation`): what does not pass there is never loaded here."""
+        """The trial on a copy of the first instance (`probe.try_layer`: the capture's length and a
+        longer one, the checks of `trial_checks` around each call), a stranger's candidate first in
+        the worker (`isolation`): what does not pass there is never loaded here; then, when it runs,
+        the model's answers with it on every instance (`_on_model`)."""
         path = self.group.instances[0]
-        sample = self.trial_inputs(path)
+        samples = [self.trial_inputs(path), self.host.long_sample(self.name, path)]
         where = {"where": path, "code_path": chosen.path, "label": chosen.label}
         if isolation.isolated(chosen):
             try:
                 verdict = isolation.try_layer_isolated(
-                    self.trial_module(path), entry, mode, sample, timeout=self.host.trial_timeout, **where
+                    self.trial_module(path), entry, mode, samples, timeout=self.host.trial_timeout, **where
                 )
             except isolation.Unisolable:  # a class the worker cannot import: tried here, as before
                 verdict = None
-            if verdict is not None and (verdict.refused or verdict.wrong):
+            if verdict is not None and (verdict.refused or verdict.wrong or verdict.distrusted):
                 return verdict
         original = self.target(path, for_switching=False)
-        return try_layer(self.trial_module(path), original, entry, mode, sample, **where)
+        verdict = try_layer(self.trial_module(path), original, entry, mode, samples, **where)
+        if verdict.outcome != OK:
+            return verdict
+        return self._on_model(entry, mode, chosen, verdict)
+
+    def model_paths(self) -> list[str] | None:
+        """The instances a whole-model trial switches in a shadow of the model (None: not judged on
+        the model, for a door whose kernel the model reaches otherwise than through its modules)."""
+        return list(self.group.instances)
+
+    def _on_model(
+        self, entry: MappingEntry, mode: Mode, chosen: Candidate, verdict: ProbeVerdict
+    ) -> ProbeVerdict:
+        """The model's answers with `chosen` on every instance (`model_trial`): "wrong results here:
+        changes the model's answers (top-1 94%; ...)" when they move more than in bfloat16."""
+        paths = self.model_paths()
+        kwargs = self.host.model_inputs() if paths and "training" not in mode_name(mode) else None
+        if kwargs is None or compiles(mode):
+            return verdict
+        model = self.host.model
+        try:
+            refs = model_trial.cached_references(model, kwargs)
+            if refs is None:
+                return verdict
+            shadow, targets = model_trial.with_candidate(model, paths, copy_tensors=verdict.in_place)
+            with preserved_session(), hub_session():
+                loaded = list(kernelize_each(targets, entry, mode))
+                if any(error is not None for _, error, _ in loaded):
+                    return verdict
+                forward = installed_forward(targets[0])
+                with pinned(_kernel_package(forward), chosen.path, ("probe", id(shadow)), chosen.label):
+                    found = model_trial.logits(shadow, kwargs)
+        except Exception as failure:
+            return ProbeVerdict(CANNOT_RUN, f"the model fails with it on every instance: {explain(failure)}")
+        if found is None:
+            return verdict
+        got, changed = model_trial.judged(found, refs)
+        if changed:
+            return ProbeVerdict(WRONG, changed, verdict.changes, verdict.kept_bytes, verdict.in_place)
+        return replace(verdict, answers=f"{got} against {refs.against}")
 
     # -- switching ------------------------------------------------------------------------------
 
     def on(self, paths: list[str], *, mode: Mode, candidate: Any, allow_changes: bool = False) -> None:
         host = self.host
+        self._refresh(mode)
         while True:
             try:
                 chosen, entry = host.catalog.resolve(
@@ -129,12 +175,12 @@ class InstanceDoor(Door):
                 return
             verdict = self.probe(chosen, entry, mode)
             named = names_one(candidate)
-            if verdict.wrong and named and not host.strict:  # asked for by name: on, and said
+            if verdict.distrusted and named and not host.strict:  # asked for by name: on, and said
                 warnings.warn(
                     f"{chosen.repo_label} {verdict}; switched on because you named it", stacklevel=4
                 )
                 break
-            if not (verdict.refused or verdict.wrong):
+            if not (verdict.refused or verdict.distrusted):
                 break
             if named or host.strict:  # the user named it (or wants no silent choice): say why it is off
                 reason = f"{chosen.repo_label} {verdict}"
@@ -155,7 +201,7 @@ class InstanceDoor(Door):
         targets = {path: self.target(path, for_switching=True) for path in paths}
         for path, target in targets.items():
             if path not in self._guards:
-                self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place)
+                self._guards[path] = ModuleGuard(target, copy_tensors=verdict.in_place, model=self.host.model)
         by_target = {id(t): p for p, t in targets.items()}
         failure: str | None = None
         refused: str | None = None  # a code path another layer pins otherwise (not the kernel's fault)
@@ -229,7 +275,7 @@ class InstanceDoor(Door):
         if verdict.changes:  # known from the probe: PyTorch's side runs on the original state from now
             self._pytorch[path] = class_forward(guard.original())
             self._notes[path] = f"{verdict.changes}; restored on off"
-        if verdict.wrong:  # switched because it was named: every view of the row says so
+        if verdict.distrusted:  # switched because it was named: every view of the row says so
             self._notes[path] = "; ".join(n for n in (str(verdict), self._notes.get(path, "")) if n)
         if compiles(mode):
             # torch.compile guards a callable object by identity: a wrapper per instance made every
@@ -243,7 +289,7 @@ class InstanceDoor(Door):
         def after_first(path: str = path, guard: ModuleGuard = guard) -> None:
             if guard.changes():
                 kept = f"{guard.kept_bytes / 2**20:.1f} MB kept while on"
-                said = f"{verdict}; " if verdict.wrong else ""
+                said = f"{verdict}; " if verdict.distrusted else ""
                 self._notes[path] = f"{said}{guard.summary()}; restored on off; {kept}"
                 self._pytorch.setdefault(path, class_forward(guard.original()))
 
@@ -337,6 +383,7 @@ class InstanceDoor(Door):
     def found(self, *, mode: Mode, query_hub: bool = False) -> tuple[tuple[Candidate, Availability], ...]:
         host = self.host
         found = []
+        self._refresh(mode)
         for candidate in host.catalog.candidates(self.name):
             availability = host.catalog.availability(
                 candidate, device=host.device, mode=mode, query_hub=query_hub
@@ -345,6 +392,12 @@ class InstanceDoor(Door):
                 availability = self._probed(candidate, availability, mode)
             found.append((candidate, availability))
         return tuple(found)
+
+    def _refresh(self, mode: Mode) -> None:
+        """The catalog's verdicts as they hold for the model now: one of another dtype or capture
+        length is dropped (tried again), one another explorer of the model made is taken."""
+        for candidate in self.host.catalog.candidates(self.name):
+            cached(self.host, candidate, self.name, mode)
 
     def _probed(self, candidate: Candidate, availability: Availability, mode: Mode) -> Availability:
         """A ready candidate's availability once probed on this model (a failure to probe is one line)."""

@@ -126,7 +126,7 @@ def try_layer_isolated(
     module: nn.Module,
     entry: MappingEntry,
     mode: Mode,
-    sample: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    samples: list[tuple[tuple[Any, ...], dict[str, Any]] | None],
     *,
     where: str,
     code_path: str | None = None,
@@ -134,8 +134,9 @@ def try_layer_isolated(
     timeout: float | None = None,
 ) -> ProbeVerdict:
     """`probe.try_layer` in the worker, on `module` (a copy of the instance, sent without what the
-    explorer or a kernel installed on it: forwards, hooks) and the captured `sample`."""
-    found = run_isolated(_layer_trial, module, entry, mode, sample, where, code_path, label, timeout=timeout)
+    explorer or a kernel installed on it: forwards, hooks) and the captured `samples` (the capture's
+    length and the longer one: a kernel that crashes only past the capture crashes the worker)."""
+    found = run_isolated(_layer_trial, module, entry, mode, samples, where, code_path, label, timeout=timeout)
     if not isinstance(found, ProbeVerdict):
         return ProbeVerdict(CANNOT_RUN, f"its trial answered {type(found).__name__}, not a verdict")
     return found
@@ -178,7 +179,7 @@ def _layer_trial(
     module: nn.Module,
     entry: MappingEntry,
     mode: Mode,
-    sample: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    samples: list[tuple[tuple[Any, ...], dict[str, Any]] | None],
     where: str,
     code_path: str | None,
     label: str,
@@ -189,7 +190,7 @@ def _layer_trial(
     from kernel_explorer.switching.probe import try_layer
 
     trial = copy.deepcopy(module)
-    return try_layer(trial, module, entry, mode, sample, where=where, code_path=code_path, label=label)
+    return try_layer(trial, module, entry, mode, samples, where=where, code_path=code_path, label=label)
 
 
 # -- the parent's side -----------------------------------------------------------------------------

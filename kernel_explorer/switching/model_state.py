@@ -27,10 +27,12 @@ class ModelSwitching:
     errors: list[BaseException] = field(default_factory=list)  # observers' exceptions, kept
     route_hooks: dict[int, tuple[RemovableHandle, RemovableHandle]] = field(default_factory=dict)
     added_mappings: dict[str, list[tuple[dict[str, Any], str]]] = field(default_factory=dict)
-    probes: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # (candidate, signature) -> verdict
+    probes: dict[tuple[Any, ...], Any] = field(default_factory=dict)  # (candidate, ..., key) -> verdict
     explorer: weakref.ref[Any] | None = None  # the latest explorer made for the model
     #: the experts implementation (per sub-config) the model had when its first explorer came
     experts_original: dict[str, Any] | None = None
+    #: (capture kwargs, key, model_trial.References): the whole-model trial's reference runs
+    references: tuple[Any, Any, Any] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.platform import ops_without_kernel
-from kernel_explorer.catalog.probe_verdict import CANNOT_RUN, OK, UNVERIFIED, WRONG, ProbeVerdict
+from kernel_explorer.catalog.probe_verdict import (
+    CANNOT_RUN,
+    OK,
+    SIDE_EFFECTS,
+    UNVERIFIED,
+    WRONG,
+    ProbeVerdict,
+)
 from kernel_explorer.measure.divergence import divergence, float64_reference, wrong_bound
 
 if TYPE_CHECKING:
@@ -31,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANNOT_RUN",
     "OK",
+    "SIDE_EFFECTS",
     "UNVERIFIED",
     "WRONG",
     "ProbeVerdict",
@@ -49,9 +57,11 @@ def cached(host: DoorHost, candidate: Any, layer: str, mode: Any) -> ProbeVerdic
     model), also kept in this host's catalog, which the inventory and the default choice read."""
     from kernel_explorer.switching import model_state
 
-    verdict = model_state.of(host.model).probes.get((candidate, layer, mode, signature(host.model)))
+    verdict = model_state.of(host.model).probes.get((candidate, layer, mode, *verdict_key(host)))
     if verdict is not None:
         host.catalog.record_probe(candidate, mode, verdict)
+    else:  # a verdict of another dtype or capture length is stale: tried again at the next use
+        host.catalog.forget_probe(candidate, mode)
     return verdict
 
 
@@ -64,9 +74,10 @@ def settled(
 
     verdict = cached(host, candidate, layer, mode)
     if verdict is None:
+        key = verdict_key(host)  # before the trial: what it runs on is this dtype and length
         verdict = trial()
         if verdict.outcome != UNVERIFIED:
-            model_state.of(host.model).probes[(candidate, layer, mode, signature(host.model))] = verdict
+            model_state.of(host.model).probes[(candidate, layer, mode, *key)] = verdict
         host.catalog.record_probe(candidate, mode, verdict)
     return verdict
 
@@ -76,18 +87,19 @@ def try_layer(
     original: nn.Module,
     entry: MappingEntry,
     mode: Mode,
-    sample: tuple[tuple[Any, ...], dict[str, Any]] | None,
+    samples: list[tuple[tuple[Any, ...], dict[str, Any]] | None],
     *,
     where: str,
     code_path: str | None = None,
     label: str = "",
 ) -> ProbeVerdict:
     """The trial of one layer candidate: `entry` loaded onto `trial` (a copy of the instance) by
-    kernelize's own step, called once on `sample`, judged against `original`'s PyTorch forward and
-    its float64 run. The one trial function: the door runs it here, the worker
-    (`switching/isolation.py`) runs it in its own process first for a stranger's candidate."""
-    import torch
-
+    kernelize's own step, called on each of `samples` (the capture's length, then a longer one:
+    `measure/trial_inputs.py`) with the checks of `trial_checks` around each call, judged against
+    `original`'s PyTorch forward and its float64 run. The one trial function: the door runs it here,
+    the worker (`switching/isolation.py`) runs it in its own process first for a stranger's
+    candidate. A kernel that only raises past the capture's length stays usable (the fallback
+    answers such a call); its wrong values and side effects there still count."""
     from kernel_explorer._backend.hub import hub_session
     from kernel_explorer._backend.layer_forwards import (
         class_forward,
@@ -97,37 +109,45 @@ def try_layer(
     )
     from kernel_explorer.switching.code_paths import pinned
     from kernel_explorer.switching.guard import ModuleGuard
+    from kernel_explorer.switching.trial_checks import checked_call, preserved_session
 
-    with hub_session():
+    with preserved_session() as at_load, hub_session():
         [(_, error, _)] = list(kernelize_each([trial], entry, mode))
     if error is not None:
         return ProbeVerdict(CANNOT_RUN, explain(error))
-    if runs_class_forward(trial):
-        return ProbeVerdict(OK)  # kernelize keeps PyTorch in this mode: nothing to try
-    if sample is None:
+    loaded = [f"{found} when loaded" for found in at_load]
+    if runs_class_forward(trial):  # kernelize keeps PyTorch in this mode: nothing to try
+        return ProbeVerdict(SIDE_EFFECTS, "; ".join(loaded)) if loaded else ProbeVerdict(OK)
+    if not samples or samples[0] is None:
         return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
-    args, kwargs = sample
     guard = ModuleGuard(trial)
     forward = installed_forward(trial)
-    try:
-        with torch.no_grad(), pinned(kernel_package(forward), code_path, ("probe", id(trial)), label):
-            output = forward(*args, **kwargs)
-        with torch.no_grad():
-            expected = class_forward(original)(*args, **kwargs)
-    except Exception as failure:
-        return ProbeVerdict(CANNOT_RUN, explain(failure, kernel_package(forward)))
-    reference = None
-    with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
-        reference = float64_reference(original, args, kwargs)
-    return trial_verdict(
-        output,
-        expected,
-        guard.summary(),
-        guard.kept_bytes,
-        guard.in_place,
-        reference=reference,
-        where=describe_call(where, args, kwargs),
-    )
+    verdict = ProbeVerdict(OK)
+    for index, (args, kwargs) in enumerate(s for s in samples if s is not None):
+        try:
+            with pinned(kernel_package(forward), code_path, ("probe", id(trial)), label):
+                checked = checked_call(forward, class_forward(original), args, kwargs, memory=index == 0)
+        except Exception as failure:
+            if index:  # raising past the capture's length: the fallback answers such a call
+                return verdict
+            return ProbeVerdict(CANNOT_RUN, explain(failure, kernel_package(forward)))
+        reference = None
+        with contextlib.suppress(Exception):  # a layer that cannot run in float64: judged against PyTorch
+            reference = float64_reference(original, args, kwargs)
+        verdict = trial_verdict(
+            checked.output,
+            checked.expected,
+            guard.summary(),
+            guard.kept_bytes,
+            guard.in_place,
+            reference=reference,
+            where=describe_call(where, args, kwargs),
+            side_effects=[*loaded, *checked.side_effects],
+            mismatch=checked.mismatch,
+        )
+        if verdict.outcome != OK:
+            return verdict
+    return verdict
 
 
 def kernel_package(forward: Any) -> Any | None:
@@ -136,6 +156,15 @@ def kernel_package(forward: Any) -> Any | None:
 
     origin = kernel_origin(bound_function(forward))
     return None if origin is None else kernel_module(origin.kernel_id)
+
+
+def verdict_key(host: DoorHost) -> tuple[Any, ...]:
+    """What a verdict holds for: the model's `signature` and the capture's length bucket (a longer
+    `capture()`, or the model converted to another dtype, tries every candidate again)."""
+    from kernel_explorer.measure.trial_inputs import length_bucket
+
+    tokens = getattr(host, "trial_tokens", None)
+    return (signature(host.model), length_bucket(tokens() if tokens is not None else None))
 
 
 def missing_module_hint(error: BaseException) -> str | None:
@@ -178,16 +207,26 @@ def trial_verdict(
     *,
     reference: Any = None,
     where: str = "",
+    side_effects: Sequence[str] = (),
+    mismatch: Sequence[str] = (),
 ) -> ProbeVerdict:
-    """The verdict of a trial call that returned: cannot run here when its output's shape is not
-    PyTorch's, wrong results here when its values are far from PyTorch's (`wrong_values`, against
-    `reference`, the float64 run; `where` names the instance and inputs), else runs here."""
+    """The verdict of a trial call that returned: cannot run here when its output's shape, dtype or
+    device is not PyTorch's (`mismatch`, from `trial_checks.output_changes`), wrong results here
+    when its values are far from PyTorch's (`wrong_values`, against `reference`, the float64 run;
+    `where` names the instance and inputs), side effects here when the checks around the call found
+    any (`side_effects`, one phrase each), else runs here."""
     got, want = first_shape(output), first_shape(expected)
     if got != want:
         return ProbeVerdict(CANNOT_RUN, f"it returns shape {got} where PyTorch returns {want}")
+    if mismatch:
+        return ProbeVerdict(CANNOT_RUN, "; ".join(mismatch))
     off = wrong_values(first_tensor(output), first_tensor(expected), first_tensor(reference))
+    effects = "; ".join(dict.fromkeys(side_effects))
     if off:
-        return ProbeVerdict(WRONG, f"{off}{f', on {where}' if where else ''}", changes, kept, in_place)
+        also = f"; it also {effects}" if effects else ""
+        return ProbeVerdict(WRONG, f"{off}{f', on {where}' if where else ''}{also}", changes, kept, in_place)
+    if effects:
+        return ProbeVerdict(SIDE_EFFECTS, effects, changes, kept, in_place)
     return ProbeVerdict(OK, "", changes, kept, in_place)
 
 

@@ -109,7 +109,7 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                     for candidate, found in row.given
                 ],
                 "warning": row.warning,  # a named kernel with wrong results runs: in the state's colour
-                "warning_key": State.WRONG_RESULTS.key,
+                "warning_key": row.warning_state.key,
                 "runs": row.running_summary,
                 "runs_title": "; ".join(
                     [f"kernel id {kid}" for _, kid, _ in row.running_counts if kid]
