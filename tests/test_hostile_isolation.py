@@ -33,7 +33,13 @@ CRASH = "ctypes.string_at(0)  # a null read: SIGSEGV"
 ABORT = "os.abort()"
 HANG = "time.sleep(10**6)"
 SLOW = "for _ in range(100):\n    hidden_states.float().pow(2).mean(-1).rsqrt()"  # 100x PyTorch's work
-RAISE_THIRD = 'if CALLS[0] >= 3:\n    raise RuntimeError("injected: raises on its 3rd call")'
+# its calls are counted from when the test arms it (the trials' own calls vary with what they check)
+RAISE_THIRD = (
+    'if os.environ.get("KX_HOSTILE_ARMED"):\n'
+    "    ARMED[0] += 1\n"
+    "    if ARMED[0] >= 3:\n"
+    '        raise RuntimeError("injected: raises on its 3rd call")'
+)
 CRASHING_ATTEND = "def _attend(q, k, v, softmax_scale, causal):\n    import ctypes; ctypes.string_at(0)"
 AT_IMPORT = 'raise RuntimeError("injected: this kernel fails at import")'
 
@@ -50,6 +56,7 @@ from torch import nn
 
 {at_import}
 CALLS = [0]
+ARMED = [0]
 
 
 class RMSNorm(nn.Module):
@@ -184,12 +191,16 @@ class Embedding(nn.Module):
     assert_refused(explorer, model, "crashed its trial (SIGSEGV)", layer="Embedding")
 
 
-def test_a_kernel_raising_on_its_third_call_falls_back_and_is_not_chosen_again(tmp_path: Path) -> None:
-    """It passes its trials (one call in the worker, one here), then raises mid-forward: that call
-    is answered by PyTorch, the row says why, and the default choice does not take it again."""
+def test_a_kernel_raising_on_its_third_call_falls_back_and_is_not_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It passes its trials (in the worker, then here), then raises on its third call of the model's
+    own forwards: that call is answered by PyTorch, the row says why, and the default choice does
+    not take it again."""
     explorer, model = explorer_with(tmp_path, "kx-third-call", rmsnorm(RAISE_THIRD), "mapping")
     reference, before = logits(model), state_of(model)
     explorer.on("RMSNorm")
+    monkeypatch.setenv("KX_HOSTILE_ARMED", "1")
     assert all(now.is_kernel for now in explorer.running("RMSNorm"))
     assert torch.allclose(logits(model), reference, atol=1e-5)  # it raised inside: PyTorch answered
     reasons = {now.reason for now in explorer.running("RMSNorm")}

@@ -76,3 +76,11 @@ def function_of_class(cls: type) -> tuple[str, str] | None:
             if type(bound) is cls:
                 return module, name
     return None
+
+
+def fresh_functions(module: nn.Module) -> None:
+    """Give `module` new function layers of the same classes, on their class forward (a copy of a
+    holder that must run PyTorch whatever the holder it was copied from runs); no-op without any."""
+    functions = kernel_functions(module)
+    if functions:
+        module.__dict__[_ATTRIBUTE] = {key: type(func)() for key, func in functions.items()}

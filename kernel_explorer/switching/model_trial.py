@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend.function_layers import fresh_functions
 from kernel_explorer.switching.guard import DEFAULT_MEMORY_SHARE, ModuleGuard, available_memory
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ def shadow(model: nn.Module) -> nn.Module:
         for name in _HOOKS:
             if name in module.__dict__:
                 module.__dict__[name] = OrderedDict()
+        fresh_functions(module)  # a holder's switched function layer (rotary) stays the model's
     return found
 
 
