@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,7 +59,25 @@ def test_corrupt_library_is_detected_and_rebuilt(fresh_cache: Path, tmp_path: Pa
     assert "checksum" in check_build(first.variant_path)
     again = build_repo("rotary", progress=False, source_root=root)
     assert not again.reused and check_build(again.variant_path) is None
-    get_local_kernel(again.repo_path)  # and it loads
+    # and it loads, digest checked (in a fresh process: kernels 0.18+ refuses a second build of an
+    # id this session already loaded, and the session's bundled rotary has this id)
+    load = (
+        f"from pathlib import Path; import kernels; kernels.get_local_kernel(Path({str(again.repo_path)!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True)
+    assert done.returncode == 0 and "digest" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_changed_metadata_json_makes_the_build_unsound(fresh_cache: Path, tmp_path: Path) -> None:
+    root = _copy_sources(tmp_path, "rotary")
+    built = build_repo("rotary", progress=False, source_root=root)
+    metadata = built.variant_path / "metadata.json"
+    data = json.loads(metadata.read_text())
+    assert set(data["digest"]["files"]) >= {".kx-build.json", f"{built.kernel_id}.abi3.so", "layers.py"}
+    data["digest"]["files"]["layers.py"] = "AAAA"
+    metadata.write_text(json.dumps(data))
+    assert "digest does not match" in check_build(built.variant_path)
 
 
 @pytest.mark.slow
@@ -78,7 +98,9 @@ def test_source_change_rebuilds_with_a_new_id(fresh_cache: Path, tmp_path: Path)
     second = build_repo("rotary", progress=False, source_root=root)
     assert not second.reused and second.kernel_id != first.kernel_id
     stamp = json.loads((second.variant_path / ".kx-build.json").read_text())
-    assert set(stamp["files"]) >= {"metadata.json", f"{second.kernel_id}.abi3.so"}
+    assert f"{second.kernel_id}.abi3.so" in stamp["files"]
+    digest = json.loads((second.variant_path / "metadata.json").read_text())["digest"]["files"]
+    assert {".kx-build.json", f"{second.kernel_id}.abi3.so"} <= set(digest)  # metadata covers the rest
 
 
 def test_missing_compiler_says_what_to_install(fresh_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

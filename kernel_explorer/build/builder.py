@@ -130,6 +130,12 @@ def check_build(variant_path: Path, fingerprint: str | None = None) -> str | Non
                 return f"{name} does not match its checksum (corrupt or modified)"
         except OSError:
             return f"{name} is missing"
+    try:  # written last, over every other file: its digest is what kernels 0.18+ checks on load
+        recorded = json.loads((variant_path / "metadata.json").read_text()).get("digest")
+        if recorded != variant_digest(variant_path):
+            return "metadata.json's digest does not match the build's files (corrupt or modified)"
+    except (OSError, ValueError, AttributeError):
+        return "metadata.json is missing or unreadable"
     return None
 
 
