@@ -60,3 +60,21 @@ def isa(request: pytest.FixtureRequest, hub: dict) -> Iterator[str]:
     yield request.param
     for module in hub.values():  # back to each op's own measured path (set_isa pins every op)
         module.reset_isa()
+
+
+@pytest.fixture(autouse=True)
+def kernels_registry_as_it_was() -> Iterator[None]:
+    """Each test starts from the kernel mapping registered with `kernels` before it, and leaves it so.
+
+    Transformers 5.25's `from_pretrained` registers its default mapping with `kernels` for the whole
+    process (as `set_use_kernels` does): a test that loads a saved model would otherwise hand every
+    later test those candidates as "registered" ones.
+    """
+    import copy
+
+    from kernel_explorer._backend.internals import internal
+
+    mapping = internal("kernels.layer.globals", "_KERNEL_MAPPING")
+    before = copy.deepcopy(mapping.get())  # kernels mutates the registered dict in place
+    yield
+    mapping.set(before)

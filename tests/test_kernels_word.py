@@ -46,7 +46,8 @@ def kernels_view(explorer: Explorer) -> dict[tuple[str, str], str]:
 
 @pytest.fixture(scope="module")
 def peer_explorer(tmp_path_factory: pytest.TempPathFactory, hub: dict) -> Explorer:
-    source = write_noarch_repo(tmp_path_factory.mktemp("peer") / "py-rmsnorm")
+    # a name of its own: another test builds py-rmsnorm elsewhere, and kernels loads one id once
+    source = write_noarch_repo(tmp_path_factory.mktemp("peer") / "kw-rmsnorm", name="kw-rmsnorm")
     explorer = Explorer(tiny_llama(seed=11), peers=[source], include_transformers=False)
     explorer._peer_label = f"peer/{build_path(source).repo_path.name}"  # type: ignore[attr-defined]
     yield explorer
