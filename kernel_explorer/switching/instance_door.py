@@ -137,10 +137,13 @@ class InstanceDoor(Door):
         if kwargs is None or compiles(mode):
             return verdict
         model = self.host.model
-        try:
+        try:  # the references run the model on PyTorch; what fails there is not the candidate's
             refs = model_trial.cached_references(model, kwargs)
-            if refs is None:
-                return verdict
+        except Exception:  # e.g. a process-wide kernel someone else switched refuses float64
+            return verdict
+        if refs is None:
+            return verdict
+        try:
             shadow, targets = model_trial.with_candidate(model, paths, copy_tensors=verdict.in_place)
             with preserved_session(), hub_session():
                 loaded = list(kernelize_each(targets, entry, mode))
