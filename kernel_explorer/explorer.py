@@ -318,13 +318,29 @@ class Explorer:
                 only = {
                     (row, path)
                     for row, group in self._switchboard.groups.items()
-                    for path in (group.instances if row == ATTENTION else group.instances[:1])
+                    for path in (
+                        self._one_per_kind(group.instances) if row == ATTENTION else group.instances[:1]
+                    )
                 }
                 found = capture_inputs(self._switchboard, kwargs, memory_cap=LONGER_MEMORY_CAP, only=only)
             self._longer = (key, found)
         captured = self._longer[1]
         calls = captured.calls.get((name, path)) if captured is not None else None
         return calls[0] if calls else None
+
+    def _one_per_kind(self, paths: list[str]) -> list[str]:
+        """The first attention module of each kind in the capture (a trial calls one per kind,
+        `attention_trial.kind_of`): a sliding-window layer apart from a full one."""
+        from kernel_explorer.inspect.layer_groups import ATTENTION
+        from kernel_explorer.switching.attention_trial import kind_of
+
+        calls = self.captured_inputs().calls
+        first: dict[tuple[Any, ...], str] = {}
+        for path in paths:
+            found = calls.get((ATTENTION, path))
+            kind = kind_of(self.model.get_submodule(path), *found[0]) if found else (path,)
+            first.setdefault(kind, path)
+        return list(first.values())
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
