@@ -14,8 +14,15 @@ inputs the time comparison uses:
   call at the capture's length and at longer ones (the capture's prompt repeated, captured again),
   through the row's kernel, the model's PyTorch attention (sdpa: what ratios divide by) and eager;
 - the model (`ModelWeights`, `ModelPrefillMemory`): the weight bytes it holds (parameters, buffers,
-  and tensors kernels keep on their modules) and the part of them one forward reads, and the peak
-  of a prefill on the captured prompt, with the compared layers' kernels on and all-PyTorch.
+  and tensors kernels keep on their modules, each storage once) and the part of them one forward
+  passes to an op (read through a `TorchDispatchMode`; an op that takes a tensor counts it whole, so
+  an embedding counts its table), and the peak of a prefill on the captured prompt, with the
+  compared layers' kernels on and all-PyTorch. The bundled quantized Linear keeps its packed weight
+  beside the float one (PyTorch's side runs on it): held grows by the packed bytes, read shrinks to
+  them. A kernel that packed before the measurement (at the capture's forward, or any call before)
+  retains nothing in its layer's calls; the model's kept bytes say what it holds. Not counted: an
+  original tensor a kernel replaced that only the switch's guard keeps alive (megablocks' experts;
+  `switching/guard.py` knows those bytes, the board does not say them).
 
 How the bytes are read. CPU: torch's own profiler with `profile_memory=True` (kineto): c10's CPU
 allocator reports every allocation and free it serves while the profiler is on in the calling
@@ -33,10 +40,11 @@ stream; memory a library takes with `cudaMalloc` itself is not counted either.
 
 Memory is nearly deterministic, so intervals (`stats.median_interval` over the repeats after each
 measurement's first call, which may pack weights: 6 by default, the fewest whose min-max interval
-covers 95%) are narrow; a difference is called only when the
-kernel/PyTorch ratio's interval clears 1 by more than `RELATIVE_FLOOR` and the medians differ by
-more than one page (`PAGE`): the allocator's granularity, below which resident memory does not
-move. The verdict reads "smaller", "larger" or "no difference we can detect here".
+covers 95%) are narrow; a difference is called only when the kernel/PyTorch ratio's interval clears
+1 by more than `RELATIVE_FLOOR` and the medians differ by more than one page (`PAGE`): the
+allocator's granularity, below which resident memory does not move. The verdict reads "smaller",
+"larger" or "no difference we can detect here". The first CPU measurement sets KINETO_LOG_LEVEL=6
+where the user has not set it: kineto otherwise writes two lines to stderr per measured call.
 """
 
 from __future__ import annotations
