@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import first_usable
-from kernel_explorer.measure.breakdown import amdahl
+from kernel_explorer.measure.kinds.breakdown import amdahl
 
 if TYPE_CHECKING:
     from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.measure.records import LayerVerdict
+    from kernel_explorer.measure.kinds.time.records import LayerVerdict
     from kernel_explorer.switching.board import RunningNow
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
     from kernel_explorer.measure.log import ResultLog
