@@ -45,7 +45,7 @@ def test_bad_input_is_one_short_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("%kernels: ")
     assert "Traceback" not in err
-    assert "%kernels hardware" not in err and len(err) < 160  # not the whole usage again
+    assert "%kernels hardware" not in err and len(err) < 170  # not the whole usage again
 
 
 def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pytest.CaptureFixture) -> None:

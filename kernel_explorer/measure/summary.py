@@ -257,7 +257,7 @@ class Summary:
         (`faster`, `slower`, else `unsure`) so a stylesheet colours it; the notes under it."""
         import html
 
-        head = "".join(f"<th>{html.escape(c.title)}</th>" for c in self.columns)
+        head = "".join(f"<th>{html.escape(c.title, quote=False)}</th>" for c in self.columns)
         body = []
         for row in self.rows:
             cells = []
@@ -265,9 +265,9 @@ class Summary:
                 value = row.get(column.key)
                 text = "" if value is None else self.cell_text(row, column.key)
                 css = f" class='{verdict_class(value)}'" if column.kind == "verdict" else ""
-                cells.append(f"<td{css}>{html.escape(text)}</td>")
+                cells.append(f"<td{css}>{html.escape(text, quote=False)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
-        notes = "".join(f"<p>{html.escape(note)}</p>" for note in self.notes)
+        notes = "".join(f"<p>{html.escape(note, quote=False)}</p>" for note in self.notes)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes}"
 
     def to_pandas(self) -> pd.DataFrame:

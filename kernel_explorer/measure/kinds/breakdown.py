@@ -208,4 +208,5 @@ KIND = Kind(
     summarize=summarize,
     how="Explorer.breakdown()",
     order=60,
+    concludes=(TimeShare,),
 )

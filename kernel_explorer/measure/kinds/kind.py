@@ -118,3 +118,7 @@ class Kind:
     plan: Callable[[LayerRequest], list[Measurement]] | None = None  # None: not started by compare
     how: str = ""  # for a kind `compare` does not start: what does ("Explorer.compare_model()")
     order: int = 50  # where its section stands in the report and a run's answer (lower: first)
+    #: for a progress line: the records that close one step (a layer, a measure at a length), and
+    #: those of one timed sample (a pair)
+    concludes: tuple[type[RecordValues], ...] = ()
+    samples: tuple[type[RecordValues], ...] = ()

@@ -205,4 +205,6 @@ KIND = Kind(
     summarize=summarize,
     how="Explorer.compare_model()",
     order=30,
+    concludes=(ModelVerdict,),
+    samples=(ModelPrefill, ModelDecode, ModelPair),
 )

@@ -359,4 +359,6 @@ KIND = Kind(
     summarize=summarize,
     plan=plan,
     order=10,
+    concludes=(LayerVerdict,),
+    samples=(LayerLatency,),
 )
