@@ -94,7 +94,7 @@ class IntervalCell:
         return format_interval(self.median, self.low, self.high, self.unit)
 
     def caveat(self) -> str:
-        """" (only 75% sure: too few pairs)" when the interval's real coverage is below 95%, else ""."""
+        """The coverage note, ` (only 75% sure: too few pairs)`, below 95% coverage; else ""."""
         return f" (only {self.confidence:.0%} sure: too few pairs)" if self.confidence < 0.95 - 1e-9 else ""
 
     def number(self) -> float | None:
