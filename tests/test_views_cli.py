@@ -96,7 +96,7 @@ def test_compare_prints_each_layer_with_its_interval_and_verdict() -> None:
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.strip().startswith("RMSNorm"))
     assert "x [" in line and any(verdict in line for verdict in VERDICTS)
-    assert "noise floor" in done.stdout and "pairs (" in done.stdout
+    assert "noise floor" in done.stdout and "pairs over" in done.stdout
 
 
 def test_measured_verdicts_say_their_intervals_are_this_runs(hub: dict, capsys) -> None:  # type: ignore[no-untyped-def]
