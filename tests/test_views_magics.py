@@ -257,6 +257,23 @@ def test_compare_answers_one_line_per_layer_with_the_frame_one_attribute_away(sh
     dashboard.close()
 
 
+def test_compare_measures_the_kind_it_is_told_and_names_the_others(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    """`--measure` takes every kind compare starts (the registry's), and answers with its summary."""
+    from kernel_explorer.measure.kinds import measured_by_compare
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    answer = shell.run_line_magic("kernels", "compare SiLU --measure values")
+    (line,) = answer.lines
+    assert line.startswith("SiLU: ") and "against float64" in line and "repeats bitwise" in line
+    assert "x [" not in line and {"accuracy", "bitwise_equal"} <= set(answer.frame.columns)
+    shell.run_line_magic("kernels", "compare SiLU --measure speed")
+    err = capsys.readouterr().err
+    assert "invalid choice: 'speed'" in err and all(name in err for name in measured_by_compare())
+    dashboard.close()
+
+
 def test_compare_takes_candidate_words_and_answers_a_line_per_kernel(shell: Any, hub: dict) -> None:
     """Issue 29: a kernel's code paths side by side from the magic (`bundled@<path>`)."""
     from isa_paths import runnable_isas

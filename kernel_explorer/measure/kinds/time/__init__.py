@@ -128,7 +128,7 @@ def _row(
     run_id: str, layer: str, mode: str, kinds: Mapping[str, list[Record]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One comparison's cells (what a reader sees) and data (what only the table keeps)."""
-    timed = [r for r in kinds.get(LayerLatency.kind, [])]
+    timed = list(kinds.get(LayerLatency.kind, []))
     aa = [r.values.ratio for r in kinds.get(LayerCalibration.kind, [])]
     divergence_kind = LayerDivergence.kind if mode == INFERENCE else GradientDivergence.kind
     divergences = [r.values for r in kinds.get(divergence_kind, [])]
