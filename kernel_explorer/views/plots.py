@@ -36,6 +36,7 @@ from kernel_explorer.measure.records import (
     RunEvent,
 )
 from kernel_explorer.measure.stats import MIN_PAIRS
+from kernel_explorer.measure.summary import format_interval, format_number
 from kernel_explorer.views.live_figures import (
     BOTTOM_MARGIN,
     HEIGHT,
@@ -196,7 +197,7 @@ class LivePlots:
             self._reset(record.run_id, self._starts.pop(record.run_id, record.time))
         seconds = record.time - (record.time if self._start is None else self._start)
         if getattr(values, "mode", INFERENCE) != INFERENCE:
-            return  # training pairs: training_summary() and the report
+            return  # training pairs: the time kind's summary and the report
         if isinstance(values, LayerLatency) and record.layer:
             name = record.layer if values.kernel_on else kernel_off_name(record.layer)
             if name not in self._series:
@@ -327,7 +328,8 @@ class LivePlots:
             elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
                 shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
             elif verdict is not None:
-                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
+                floor = format_number(verdict.noise_floor, "share")
+                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {floor})"
                 shown.append(
                     (
                         name,
@@ -350,8 +352,8 @@ class LivePlots:
                 "error_y.arrayminus": [s[1] - s[2] for s in shown],
                 "marker.color": [verdict_colour(s[2], s[3], s[4]) for s in shown],
             },
-            text=["not measurable" if s[0] in unmeasured else f"{s[1]:.2f}x" for s in shown],
-            customdata=[f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown],
+            text=["not measurable" if s[0] in unmeasured else format_number(s[1], "x") for s in shown],
+            customdata=[f"95% interval {format_interval(s[1], s[2], s[3])}, {s[5]}" for s in shown],
         )
         self._ranges[id(self.speedup)] = (min(s[2] for s in shown), max(s[3] for s in shown))
 
