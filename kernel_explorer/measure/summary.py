@@ -327,7 +327,10 @@ def flatten(column: Column, value: object) -> tuple[object, ...]:
     if isinstance(value, RangeCell):
         return (value.low, value.high)[:width]
     if isinstance(value, VerdictCell):
-        return (value.verdict,)
-    if isinstance(value, Cell):
-        return (value.number(),)
-    return (value,)
+        found: tuple[object, ...] = (value.verdict,)
+    elif isinstance(value, Cell):
+        found = (value.number(),)
+    else:
+        found = (value,)
+    # a single number in an interval's column (a count with nothing to spread) leaves its bounds empty
+    return found + (None,) * (width - len(found))

@@ -41,6 +41,7 @@ def measured(hub: dict) -> Iterator[Explorer]:
     with _quiet():
         explorer.compare(pairs=3)
         explorer.compare("SiLU", measure="values", determinism_runs=2)
+        explorer.compare("SiLU", measure="memory", repeats=2, lengths=[], model=False)
         explorer.on("RMSNorm")
         explorer.compare_model(lengths=(8,), decode_tokens=2, pairs=2, decode_pairs=1)
         explorer.breakdown(tokens=8, repeats=1)

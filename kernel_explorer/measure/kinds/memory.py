@@ -711,16 +711,16 @@ def _steady(calls: Sequence[Any]) -> list[Any]:
 
 
 COLUMNS = (
-    Column("layer", "Layer"),
-    Column("measure", "Measure"),
-    Column("kernel", "Kernel"),
-    Column("tokens", "Tokens", "number"),
-    Column("kernel_bytes", "Kernel bytes", "interval"),
-    Column("pytorch_bytes", "PyTorch bytes", "interval"),
-    Column("ratio", "Kernel / PyTorch", "interval"),
-    Column("verdict", "Verdict", "verdict"),
-    Column("kernel_kept", "Kept (kernel)", "number"),
-    Column("pytorch_kept", "Kept (PyTorch)", "number"),
+    Column("layer", "Layer", what=True),
+    Column("measure", "Measure", what=True, line=" {}"),
+    Column("kernel", "Kernel", what=True, line=" ({})"),
+    Column("tokens", "Tokens", "number", what=True, line=" at {} tokens"),
+    Column("kernel_bytes", "Kernel bytes", "interval", line="kernel {}"),
+    Column("pytorch_bytes", "PyTorch bytes", "interval", line=" against PyTorch {}"),
+    Column("ratio", "Kernel / PyTorch", "interval", line="ratio {}"),
+    Column("verdict", "Verdict", "verdict", line=" {}"),
+    Column("kernel_kept", "Kept (kernel)", "number", line="kept: kernel {}"),
+    Column("pytorch_kept", "Kept (PyTorch)", "number", line=", PyTorch {}"),
 )
 
 NOTES = (
