@@ -33,7 +33,7 @@ th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0
   overflow-wrap: anywhere; }
 th { border-bottom: 2px solid #8c959f; }
 tbody tr:nth-child(even) { background: #f6f8fa; }
-.faster { color: #1a7f37; font-weight: 600; } .slower { color: #cf222e; font-weight: 600; }
+.faster, .smaller { color: #1a7f37; font-weight: 600; } .slower, .larger { color: #cf222e; font-weight: 600; }
 .unsure { color: #6e7781; } .warning { color: #9a6700; font-weight: 600; }
 """
 
