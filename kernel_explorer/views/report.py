@@ -192,6 +192,18 @@ def kind_sections(log: ResultLog) -> list[str]:
     return parts
 
 
+def kind_figures(log: ResultLog) -> list[Any]:
+    """The figure of each kind that draws one (`Kind.figure`) and has records in `log`."""
+    from kernel_explorer.measure.kinds import kinds
+
+    found = []
+    for kind in kinds().values():
+        summary = log.summary(kind.name) if kind.figure is not None else None
+        if kind.figure is not None and summary is not None and len(summary):
+            found.append(kind.figure(summary))
+    return found
+
+
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:
     """Write the report; works offline (plotly.js is embedded once). Bad paths: one line, no file."""
     from kernel_explorer.views.machines import machine_section
@@ -213,7 +225,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     parts += kind_sections(log)
     machine_parts, machine_figures = machine_section(log)  # logs of several machines (views/machines.py)
     parts += machine_parts
-    for index, fig in enumerate([*figures(log), *machine_figures]):
+    for index, fig in enumerate([*figures(log), *kind_figures(log), *machine_figures]):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = "\n".join(parts)
     try:

@@ -325,3 +325,14 @@ def test_the_figure_draws_layers_and_the_curve_and_plotly_stays_lazy() -> None:
         check=True,
     )
     assert imported.stdout.strip() == "False"
+
+
+def test_the_report_has_the_memory_section_and_its_figure(tmp_path) -> None:
+    """The report renders a kind it does not name: memory's table from its summary, its figure
+    from `Kind.figure`."""
+    from kernel_explorer.views.report import write_report
+
+    page = write_report(_records(), tmp_path / "memory.html", title="memory").read_text()
+    assert "<h2>Memory against PyTorch</h2>" in page
+    assert "6.1 KB [6.1, 6.1]" in page  # the same cell text as the CLI's
+    assert "Attention: peak per call by length" in page  # the figure's second panel

@@ -122,3 +122,5 @@ class Kind:
     #: those of one timed sample (a pair)
     concludes: tuple[type[RecordValues], ...] = ()
     samples: tuple[type[RecordValues], ...] = ()
+    #: its plot for the report and a notebook (a plotly figure from its summary; plotly imported lazily)
+    figure: Callable[[Summary], Any] | None = None

@@ -994,4 +994,4 @@ def _error_bars(cells: Sequence[object]) -> dict[str, object]:
 
 
 KIND_TITLE = "Memory against PyTorch"
-KIND = Kind("memory", KIND_TITLE, RECORDS, summarize, plan)
+KIND = Kind("memory", KIND_TITLE, RECORDS, summarize, plan, figure=memory_figure)
