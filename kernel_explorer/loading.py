@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.build.cache import writable_cache_dir
-from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError
+from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError, ModelNotFoundError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -188,10 +188,6 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
 
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class ModelNotFoundError(KernelExplorerError):
-    """A model named by folder or Hub id could not be loaded; the message lists what was tried."""
 
 
 def _is_hub_id(name: str) -> bool:

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import RunCancelled
 from kernel_explorer.measure.capture import CapturedInputs, run_model
 from kernel_explorer.measure.layer_comparison import compare_layer
 from kernel_explorer.measure.records import ModelThroughput, Record
@@ -23,11 +23,6 @@ from kernel_explorer.measure.timing import Clock
 
 if TYPE_CHECKING:
     from kernel_explorer.switching.board import Switchboard
-
-
-class RunCancelled(KernelExplorerError):
-    """Stop pressed during the model's forward: the forward ends at its next kernel layer (a
-    KernelExplorerError, so `run_model` lets it through as it is)."""
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import MagicUsageError
 
 # command -> (its arguments, what it does): the one table the usage lines are made from
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -73,10 +73,6 @@ SHORT_USAGE = f"Usage: %kernels {' | '.join(COMMANDS)} (%kernels help: options)"
 def command_usage(name: str) -> str:
     """`%kernels compare LAYER [LAYER ...] [--pairs N] [--background]`: one command's usage."""
     return f"%kernels {name} {COMMANDS[name][0]}".rstrip()
-
-
-class MagicUsageError(KernelExplorerError):
-    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
 
 
 class _Parser(argparse.ArgumentParser):
