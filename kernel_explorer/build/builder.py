@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_explorer.build import compile_steps as cc
+from kernel_explorer.build.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.build.cache import cache_root, writable_cache_dir
 from kernel_explorer.build.repo_format import RepoPlan, read_plan, source_files
-from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.errors import BuildError
 
 __all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path", "build_repo",

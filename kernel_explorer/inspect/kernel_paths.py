@@ -13,7 +13,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path
+from kernel_explorer.build.bundled import BUNDLED_REPOS, bundled_repo_path
 from kernel_explorer.inspect.hardware import KernelPath
 from kernel_explorer.switching.code_paths import code_paths, running_path
 
