@@ -79,7 +79,7 @@ def build_variant() -> str:
 
     kernel-builder names Linux builds with the C++ ABI tag, so the tagged form is preferred.
     """
-    from kernel_explorer.inspect.hardware import accepted_variants
+    from kernel_explorer._backend.platform import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     arch = [v for v in accepted if not v.startswith("torch-")]
@@ -172,7 +172,7 @@ def build_path(path: str | Path, *, force: bool = False, progress: bool = True) 
 
 
 def _accepted() -> list[str]:
-    from kernel_explorer.inspect.hardware import accepted_variants
+    from kernel_explorer._backend.platform import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     return list(accepted)
