@@ -18,6 +18,7 @@ from kernel_explorer.errors import (
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.inspect.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
 from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.inspect.variants import CandidateVariants, VariantsReport
 from kernel_explorer.inspect.versions import Compatibility, check_compatibility
 from kernel_explorer.inventory.table import Inventory, InventoryRow
@@ -38,7 +39,6 @@ from kernel_explorer.measure.records import (
 from kernel_explorer.measure.runner import RunHandle
 from kernel_explorer.measure.stats import NoisyMachineWarning
 from kernel_explorer.measure.verdict import Verdict
-from kernel_explorer.switching.forwards import RunningNow
 
 __version__ = "0.1.0"
 

@@ -179,8 +179,9 @@ class Explorer:
 
         from kernel_explorer.inspect.hardware import detect_hardware
         from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths
+        from kernel_explorer.switching.code_paths import holders
 
-        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths())
+        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths(holders=holders))
 
     @property
     def layers(self) -> list[str]:

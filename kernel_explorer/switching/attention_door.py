@@ -44,18 +44,12 @@ from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import attention_trial, isolation
-from kernel_explorer.switching.code_paths import (
-    RunningPath,
-    check_path,
-    model_dtype,
-    pin,
-    running_path,
-    unpin,
-)
+from kernel_explorer.switching.code_paths import check_path, pin, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
-from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
 from kernel_explorer.switching.registry_guard import SwitchedModules
 

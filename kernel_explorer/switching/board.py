@@ -27,13 +27,13 @@ from kernel_explorer._backend.layer_forwards import model_device
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import events
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.door_classes import door_class
 from kernel_explorer.switching.experts_door import EXPERTS, ExpertsDoor
 from kernel_explorer.switching.fair_lock import HandingRLock
-from kernel_explorer.switching.forwards import RunningNow
 
 if TYPE_CHECKING:
     from kernels import Mode

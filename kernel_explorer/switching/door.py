@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate, Catalog
     from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.switching.forwards import RunningNow
+    from kernel_explorer.inspect.running import RunningNow
 
 #: the switches that are on: (layer name, instance path) -> (candidate, mode)
 SwitchState = dict[tuple[str, str], tuple[Any, Any]]

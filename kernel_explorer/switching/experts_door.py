@@ -37,9 +37,9 @@ from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.experts_candidates import ExpertsCandidate
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import EXPERTS, LayerGroup
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.door import Door, DoorHost, Keep, SwitchState, hooks_for_the_block
-from kernel_explorer.switching.forwards import RunningNow
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
     OK,

@@ -28,12 +28,13 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import isolation, model_trial
-from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
+from kernel_explorer.switching.code_paths import pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
 from kernel_explorer.switching.forwards import (
     KernelForward,
-    RunningNow,
     describe_forward,
     kernel_class,
     kernel_forward,
