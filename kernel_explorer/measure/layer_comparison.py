@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.divergence import divergence, float64_reference
 from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
 from kernel_explorer.measure.provenance import provenance
 from kernel_explorer.measure.records import (
@@ -39,6 +38,7 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_reference
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
-from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
 from kernel_explorer.measure.layer_comparison import (
     CALIBRATION_PAIRS,
     Call,
@@ -43,6 +42,7 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_everywhere, float64_shadow
 
 if TYPE_CHECKING:
     import torch

@@ -136,7 +136,7 @@ class LayerVerdict(_VerdictFields):
 
 @dataclass(frozen=True)
 class _DivergenceFields:
-    """How one kernel tensor differs from PyTorch's, and each from float64 (see measure/divergence.py)."""
+    """How one kernel tensor differs from PyTorch's, and each from float64 (see numerics/divergence.py)."""
 
     dtype: str
     elements: int

@@ -72,7 +72,7 @@ def _call_class() -> type:
     import torch
     from torch import nn
 
-    from kernel_explorer.measure.divergence import float64_shadow
+    from kernel_explorer.numerics.divergence import float64_shadow
 
     class ExpertsCall(nn.Module):
         """One experts module's call of one implementation: what a measurement times.
@@ -314,7 +314,7 @@ class ExpertsDoor(Door):
     def _try_call(self, path: str, sample: tuple[tuple[Any, ...], dict[str, Any]], name: str) -> ProbeVerdict:
         import torch
 
-        from kernel_explorer.measure.divergence import float64_reference
+        from kernel_explorer.numerics.divergence import float64_reference
 
         args, kwargs = sample
         try:

@@ -26,7 +26,7 @@ from kernel_explorer.catalog.probe_verdict import (
     WRONG,
     ProbeVerdict,
 )
-from kernel_explorer.measure.divergence import divergence, float64_reference, wrong_bound
+from kernel_explorer.numerics.divergence import divergence, float64_reference, wrong_bound
 
 if TYPE_CHECKING:
     from kernels import Mode
