@@ -298,17 +298,17 @@ class Explorer:
     def _tokens(self) -> int | None:
         """The length of the capture (or of the one the next trial makes), without running the model."""
         from kernel_explorer.measure.capture import model_inputs
-        from kernel_explorer.measure.trial_inputs import tokens_of
+        from kernel_explorer.switching.trial_inputs import tokens_of
 
         return tokens_of(self._capture_kwargs or model_inputs(self.model, None, self.tokenizer))
 
     def _long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The call of (layer, instance) when the capture's prompt is repeated to the longer trial
-        length (`measure/trial_inputs.py`): one capture of the first instance of each row (every
+        length (`switching/trial_inputs.py`): one capture of the first instance of each row (every
         attention module), made once per capture and model dtype."""
         from kernel_explorer.inspect.layer_groups import ATTENTION
         from kernel_explorer.measure.capture import capture_inputs
-        from kernel_explorer.measure.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
+        from kernel_explorer.switching.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
 
         self.captured_inputs()
         key = (self._capture_kwargs, *_state_key(self.model))  # this capture (by identity), this dtype

@@ -57,7 +57,7 @@ class DoorHost(Protocol):
         """One real call of instance `path` of layer `name` for a probe's trial, or None."""
 
     def long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The same call at the longer trial length (`measure/trial_inputs.py`), or None."""
+        """The same call at the longer trial length (`switching/trial_inputs.py`), or None."""
 
     def model_inputs(self) -> dict[str, Any] | None:
         """The capture's model call (keywords), for a trial of the whole model, or None."""
