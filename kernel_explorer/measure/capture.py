@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 DEFAULT_PROMPT = "The capital of France is Paris. Kernels make the same model run faster."
 DEFAULT_MEMORY_CAP = 256 * 2**20
@@ -123,7 +123,7 @@ def run_model(model: nn.Module, kwargs: dict[str, Any], *, grad: bool = False) -
 
 
 def capture_inputs(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     memory_cap: int = DEFAULT_MEMORY_CAP,

@@ -44,11 +44,11 @@ CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the n
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[None]:
+def kernels_on_for(board: Switches, name: str, paths: list[str]) -> Iterator[None]:
     """Switch `paths` of `name` on for the block where they are off; switch back only those after."""
     off = [now.instance for now in board.running(name, paths) if not now.is_kernel]
     with board.holding((lambda: board.on(name, off)) if off else None, keep_others=True):
@@ -71,7 +71,7 @@ def calls_for(captured: CapturedInputs, name: str, paths: list[str]) -> list[Cal
 
 
 def _pair(
-    clock: Clock, board: Switchboard, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
+    clock: Clock, board: Switches, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
 ) -> tuple[float, float, bool, int]:
     """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat), under the lock.
 
@@ -97,7 +97,7 @@ def _pair(
 
 
 def compare_layer(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
@@ -245,7 +245,7 @@ def layer_verdict(
 
 
 def determinism(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,

@@ -22,11 +22,11 @@ from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION
 from kernel_explorer.measure.timing import Clock
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def locked_per_instance(board: Switchboard) -> Iterator[None]:
+def locked_per_instance(board: Switches) -> Iterator[None]:
     """The board's lock around each kernel layer instance's call in the block, not around the
     whole forward, and the run's cancellation checked before each.
 
@@ -61,7 +61,7 @@ def locked_per_instance(board: Switchboard) -> Iterator[None]:
 
 
 def live_cycles(
-    board: Switchboard,
+    board: Switches,
     captured: Callable[[], CapturedInputs],
     model_kwargs: Callable[[], dict[str, Any]],
     *,

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from kernel_explorer.measure.capture import CapturedInputs
     from kernel_explorer.measure.records import Record
     from kernel_explorer.measure.runner import Measurement
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 def layer_mode(mode: str) -> str:
@@ -34,7 +34,7 @@ def layer_mode(mode: str) -> str:
 
 
 def layer_plan(
-    board: Switchboard,
+    board: Switches,
     inputs: Callable[[bool], CapturedInputs],
     names: list[str],
     *,
@@ -81,7 +81,7 @@ def layer_plan(
     return measurements
 
 
-def _chosen(board: Switchboard, name: str, wanted: list[str] | None) -> list[Candidate | None]:
+def _chosen(board: Switches, name: str, wanted: list[str] | None) -> list[Candidate | None]:
     """The candidates to compare for `name`: None (what is on, or the default) when none is asked."""
     if not wanted:
         return [None]
@@ -94,7 +94,7 @@ def _chosen(board: Switchboard, name: str, wanted: list[str] | None) -> list[Can
 
 
 def _switched(
-    board: Switchboard,
+    board: Switches,
     name: str,
     chosen: Candidate | None,
     mode: str,
@@ -114,7 +114,7 @@ def _switched(
 
 
 def model_plan(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     mode: str,
