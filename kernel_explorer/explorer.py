@@ -1,7 +1,11 @@
 """`Explorer`: the one object that the widgets, the magics and scripts drive.
 
 It owns one catalog (where kernels come from), one switchboard (what runs now) and the hardware
-snapshot, and hands out inventories. It works the same without Jupyter.
+snapshot, and hands out inventories. It works the same without Jupyter. Every type its methods hand
+back is importable from here by name (`__all__`), so the views, which import only the face, and a
+user's type hints need nothing below it.
+
+May import: _backend, build, catalog, errors, export, inspect, inventory, measure, switching
 """
 
 from __future__ import annotations
@@ -14,10 +18,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import quiet
 from kernel_explorer._backend.modes import parse_mode
-from kernel_explorer.catalog.candidates import Catalog
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.candidates import Candidate, Catalog
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.inspect.hardware import HardwareSnapshot
+from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
+from kernel_explorer.inspect.variants import VariantsReport
+from kernel_explorer.inventory.table import Inventory, InventoryRow
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
@@ -31,7 +42,7 @@ from kernel_explorer.measure.stats import (
     noise_warning,
 )
 from kernel_explorer.switching import model_state
-from kernel_explorer.switching.board import RunningNow, Switchboard
+from kernel_explorer.switching.board import Switchboard
 from kernel_explorer.switching.extension import adopt
 
 if TYPE_CHECKING:
@@ -40,12 +51,23 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog.availability import Availability
-    from kernel_explorer.catalog.candidates import Candidate
-    from kernel_explorer.inspect.hardware import HardwareSnapshot
-    from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.inspect.variants import VariantsReport
-    from kernel_explorer.inventory.table import Inventory
+__all__ = [
+    "Availability",
+    "Candidate",
+    "CapturedInputs",
+    "Explorer",
+    "HardwareSnapshot",
+    "Inventory",
+    "InventoryRow",
+    "LayerGroup",
+    "ResultLog",
+    "RunHandle",
+    "RunningNow",
+    "State",
+    "VariantsReport",
+    "check_sampling",
+    "find_kernel_layers",
+]
 
 
 class Explorer:
@@ -106,6 +128,7 @@ class Explorer:
     ) -> None:
         from torch import nn
 
+        quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
         if not isinstance(model, nn.Module):
             raise KernelExplorerError(
                 f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
@@ -651,21 +674,6 @@ class Explorer:
             background=True,
             name=name,
         )
-
-    def report(self, path: str) -> str:
-        """Write every result so far, with the model, machine, date and switch state, to one
-        self-contained HTML file; returns its path. A path that cannot be written: one line."""
-        from kernel_explorer.views.report import ReportContext, write_report
-
-        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
-        context = ReportContext(
-            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.device})",
-            hardware=tuple(self.hardware.rows()),
-            switches=tuple(
-                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
-            ),
-        )
-        return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
 
     def export(self, path: str | Path) -> Path:
         """Write one Python module that applies what is switched on now to a freshly loaded model.

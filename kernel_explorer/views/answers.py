@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 #: notes (why a kernel did not run, a suspicious timing) longer than this are cut in the line
 NOTE_CHARS = 100
@@ -145,7 +145,7 @@ def model_answer(frame: pd.DataFrame, run_id: str, results: ResultLog) -> Answer
 
 def _no_speed(row: pd.Series) -> str:
     """What stands in for a speed: why the machine made it unmeasurable, or that it was not timed."""
-    from kernel_explorer.measure.verdict import Verdict, describe
+    from kernel_explorer.records import Verdict, describe
 
     verdict = row.get("verdict")
     if isinstance(verdict, str) and verdict == Verdict.NOT_MEASURABLE:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
+from kernel_explorer.records import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 #: what no kernel layer covers, in greys from dark to light (the order they stack in)
 UNCOVERED_COLOURS: dict[str, str] = {
