@@ -5,7 +5,7 @@ snapshot, and hands out inventories. It works the same without Jupyter. Every ty
 back is importable from here by name (`__all__`), so the views, which import only the face, and a
 user's type hints need nothing below it.
 
-May import: _backend, build, catalog, errors, export, inspect, inventory, measure, switching
+May import: _backend, build, catalog, errors, export, inspect, inventory, measure, numerics, switching
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ together, the bundled kernels (and anyone's kernel-builder repository) built for
 name this machine takes in the records, and a sweep of the compare over a Ray cluster. The
 definitions live in `inspect`, `build`, `measure` and `sweep`; this module is their public name.
 
-May import: build, inspect, measure, sweep
+May import: build, errors, inspect, measure, sweep
 """
 
 from kernel_explorer.build.builder import BuiltRepo, build_hub, build_path
