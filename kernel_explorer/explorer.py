@@ -1,7 +1,11 @@
 """`Explorer`: the one object that the widgets, the magics and scripts drive.
 
 It owns one catalog (where kernels come from), one switchboard (what runs now) and the hardware
-snapshot, and hands out inventories. It works the same without Jupyter.
+snapshot, and hands out inventories. It works the same without Jupyter. Every type its methods hand
+back is importable from here by name (`__all__`), so the views, which import only the face, and a
+user's type hints need nothing below it.
+
+May import: _backend, build, catalog, errors, export, inspect, inventory, measure, numerics, switching
 """
 
 from __future__ import annotations
@@ -14,10 +18,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import quiet
 from kernel_explorer._backend.modes import parse_mode
-from kernel_explorer.catalog.candidates import Catalog
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.candidates import Candidate, Catalog
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.inspect.hardware import HardwareSnapshot
+from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
+from kernel_explorer.inspect.variants import VariantsReport
+from kernel_explorer.inventory.table import Inventory, InventoryRow
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
 from kernel_explorer.measure.kinds import LayerRequest, Measurement, plan_for
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
@@ -32,7 +43,7 @@ from kernel_explorer.measure.stats import (
     noise_warning,
 )
 from kernel_explorer.switching import model_state
-from kernel_explorer.switching.board import RunningNow, Switchboard
+from kernel_explorer.switching.board import Switchboard
 from kernel_explorer.switching.extension import adopt
 
 if TYPE_CHECKING:
@@ -41,12 +52,23 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog.availability import Availability
-    from kernel_explorer.catalog.candidates import Candidate
-    from kernel_explorer.inspect.hardware import HardwareSnapshot
-    from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.inspect.variants import VariantsReport
-    from kernel_explorer.inventory.table import Inventory
+__all__ = [
+    "Availability",
+    "Candidate",
+    "CapturedInputs",
+    "Explorer",
+    "HardwareSnapshot",
+    "Inventory",
+    "InventoryRow",
+    "LayerGroup",
+    "ResultLog",
+    "RunHandle",
+    "RunningNow",
+    "State",
+    "VariantsReport",
+    "check_sampling",
+    "find_kernel_layers",
+]
 
 
 class Explorer:
@@ -107,6 +129,7 @@ class Explorer:
     ) -> None:
         from torch import nn
 
+        quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
         if not isinstance(model, nn.Module):
             raise KernelExplorerError(
                 f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
@@ -180,8 +203,9 @@ class Explorer:
 
         from kernel_explorer.inspect.hardware import detect_hardware
         from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths
+        from kernel_explorer.switching.code_paths import holders
 
-        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths())
+        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths(holders=holders))
 
     @property
     def layers(self) -> list[str]:
@@ -298,17 +322,17 @@ class Explorer:
     def _tokens(self) -> int | None:
         """The length of the capture (or of the one the next trial makes), without running the model."""
         from kernel_explorer.measure.capture import model_inputs
-        from kernel_explorer.measure.trial_inputs import tokens_of
+        from kernel_explorer.switching.trial_inputs import tokens_of
 
         return tokens_of(self._capture_kwargs or model_inputs(self.model, None, self.tokenizer))
 
     def _long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The call of (layer, instance) when the capture's prompt is repeated to the longer trial
-        length (`measure/trial_inputs.py`): one capture of the first instance of each row (every
+        length (`switching/trial_inputs.py`): one capture of the first instance of each row (every
         attention module), made once per capture and model dtype."""
         from kernel_explorer.inspect.layer_groups import ATTENTION
         from kernel_explorer.measure.capture import capture_inputs
-        from kernel_explorer.measure.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
+        from kernel_explorer.switching.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
 
         self.captured_inputs()
         key = (self._capture_kwargs, *_state_key(self.model))  # this capture (by identity), this dtype
@@ -677,21 +701,6 @@ class Explorer:
             background=True,
             name=name,
         )
-
-    def report(self, path: str) -> str:
-        """Write every result so far, with the model, machine, date and switch state, to one
-        self-contained HTML file; returns its path. A path that cannot be written: one line."""
-        from kernel_explorer.views.report import ReportContext, write_report
-
-        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
-        context = ReportContext(
-            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.device})",
-            hardware=tuple(self.hardware.rows()),
-            switches=tuple(
-                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
-            ),
-        )
-        return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
 
     def export(self, path: str | Path) -> Path:
         """Write one Python module that applies what is switched on now to a freshly loaded model.

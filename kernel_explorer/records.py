@@ -1,24 +1,80 @@
-"""Every record type a measurement yields, importable from one public place, with the `Verdict` they carry.
+"""The results, importable from one public place: every record type a measurement yields, the log
+that holds them, the kinds of measurement and their summaries, and the verdicts, intervals and
+machine notes read from them.
 
 The value classes belong to the kinds of measurement (`measure/kinds/`); this module is their
 public name, derived from the kinds' registry, so `from kernel_explorer.records import LayerVerdict`
-keeps working whatever moves below it, and a new kind's records are here without an edit.
+keeps working whatever moves below it, a new kind's records are here without an edit, and the
+views (which import only the face) read results through it.
+
+May import: measure
 """
 
-from typing import Any
-
-from kernel_explorer.measure.kinds import value_types
+from kernel_explorer.measure.comparison import Comparison
+from kernel_explorer.measure.kinds import Kind, kind, kinds, kinds_in_run, measured_by_compare, value_types
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST, covered_line
+from kernel_explorer.measure.log import ResultLog
+from kernel_explorer.measure.merge import revision_notes, run_machines
+from kernel_explorer.measure.records import (
+    INFERENCE,
+    TRAINING,
+    VALUE_TYPES,
+    Provenance,
+    Record,
+    RunEvent,
+    Values,
+)
+from kernel_explorer.measure.stats import (
+    MIN_PAIRS,
+    Interval,
+    NoisyMachineWarning,
+    noise_warning,
+    speed_verdict,
+)
+from kernel_explorer.measure.summary import (
+    Column,
+    IntervalCell,
+    NumberCell,
+    Summary,
+    format_interval,
+    format_number,
+)
+from kernel_explorer.measure.verdict import Verdict, describe
 
 _REGISTERED = {cls.__name__: cls for cls in value_types().values()}
 globals().update(_REGISTERED)
 
-__all__ = sorted(["VALUE_TYPES", "Provenance", "Record", "RunEvent", "Values", "Verdict", *_REGISTERED])
-
-
-def __getattr__(name: str) -> Any:
-    """`VALUE_TYPES` and `Values`, the envelope's (`measure/records.py`), derived when asked."""
-    from kernel_explorer.measure import records
-
-    if name in ("VALUE_TYPES", "Values"):
-        return getattr(records, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "EMBEDDING",
+    "INFERENCE",
+    "LINEAR",
+    "MIN_PAIRS",
+    "REST",
+    "TRAINING",
+    "Column",
+    "Comparison",
+    "Interval",
+    "IntervalCell",
+    "Kind",
+    "NoisyMachineWarning",
+    "NumberCell",
+    "Provenance",
+    "Record",
+    "ResultLog",
+    "RunEvent",
+    "Summary",
+    "Verdict",
+    "covered_line",
+    "describe",
+    "format_interval",
+    "format_number",
+    "kind",
+    "kinds",
+    "kinds_in_run",
+    "measured_by_compare",
+    "noise_warning",
+    "revision_notes",
+    "run_machines",
+    "speed_verdict",
+]
+__all__ += ["VALUE_TYPES", "Values", *sorted(_REGISTERED)]  # the table, the union, every kind's classes

@@ -10,7 +10,9 @@ import torch
 def test_the_no_op_cast_line_is_dropped_and_a_real_cast_is_not() -> None:
     from transformers.modeling_flash_attention_utils import fa_peft_integration_check
 
-    import kernel_explorer  # noqa: F401 - installs the filter
+    from kernel_explorer._backend import quiet
+
+    quiet.install()  # what the first Explorer or loaded model does
 
     seen: list[str] = []
 

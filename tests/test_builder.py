@@ -18,7 +18,7 @@ from kernel_explorer.build.builder import (
     build_variant,
     check_build,
 )
-from kernel_explorer.catalog.bundled import BUNDLED_ATTENTION
+from kernel_explorer.build.bundled import BUNDLED_ATTENTION
 from kernel_explorer.errors import BuildError
 from kernel_explorer.inspect.hardware import detect_hardware
 

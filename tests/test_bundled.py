@@ -6,7 +6,7 @@ import pytest
 import torch
 from kernels import Mode, kernelize, use_kernel_mapping
 
-from kernel_explorer.catalog.bundled import BUNDLED_LAYERS, bundled_mapping
+from kernel_explorer.build.bundled import BUNDLED_LAYERS, bundled_mapping
 from kernel_explorer.inspect.layer_groups import find_kernel_layers
 from kernel_explorer.loading import tiny_gpt2, tiny_llama
 
@@ -162,7 +162,7 @@ def test_compiled_training_step_with_kernels_matches_pytorch(mapping: dict) -> N
 def test_extension_candidates_are_keyed_by_class_and_wait_for_their_sources() -> None:
     from torch import nn
 
-    from kernel_explorer.catalog.bundled import BUNDLED_REPOS, extension_mappings, hub_sources
+    from kernel_explorer.build.bundled import BUNDLED_REPOS, extension_mappings, hub_sources
 
     class SameForward(nn.Linear):
         pass

@@ -17,7 +17,7 @@ from kernel_repos import write_repo
 from kernels import LocalLayerRepository
 from torch import nn
 
-from kernel_explorer.catalog import bundled
+from kernel_explorer.build import bundled
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.inspect.layer_groups import find_kernel_layers

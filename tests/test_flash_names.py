@@ -41,7 +41,7 @@ def test_the_row_says_which_name_the_models_attention_came_from(
 ) -> None:
     """flash_attention_2 without the package becomes kernels-community/flash-attn2; its build here
     is the bundled flash_attn (LOCAL_KERNELS, the Hub being unreachable)."""
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
 
     if importlib.util.find_spec("flash_attn") is not None:
         pytest.skip("flash-attn is installed here: the name stays the package")

@@ -22,8 +22,8 @@ from kernel_explorer.catalog.availability import State
 from kernel_explorer.errors import KernelSwitchError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.loading import tiny_llama
-from kernel_explorer.measure.trial_inputs import PAST_BLOCKS, longer_tokens
 from kernel_explorer.switching.trial_checks import session_state, state_changes
+from kernel_explorer.switching.trial_inputs import PAST_BLOCKS, longer_tokens
 
 PAST = 64  # "wrong past a length": right up to this many tokens, beyond the capture's 24
 

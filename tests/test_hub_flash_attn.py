@@ -229,7 +229,7 @@ def test_transformers_own_wrapper_runs_it(hub: dict, session_cache, monkeypatch:
     `flash_attention_forward`: the Hub is unreachable here, so kernels' own local override
     (LOCAL_KERNELS) points the repo id at the built repository. Dense, padded (varlen) and
     cached-decode paths match SDPA's, and greedy generation is identical."""
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.loading import tiny_llama
 
     monkeypatch.setenv("LOCAL_KERNELS", f"kernel-explorer/flash-attn={bundled_repo_path('flash_attn')}")

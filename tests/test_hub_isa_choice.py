@@ -18,7 +18,7 @@ import pytest
 import torch
 from isa_paths import runnable_isas
 
-from kernel_explorer.catalog.bundled import bundled_repo_path
+from kernel_explorer.build.bundled import bundled_repo_path
 
 REPOS = ["activation", "rmsnorm", "rotary", "flash_attn", "quantized_linear"]
 

@@ -26,7 +26,7 @@ BF16_INSTRUCTION = re.compile(r"\s(vcvtne2ps2bf16|vcvtneps2bf16|vdpbf16ps)\s")
 
 
 def shared_objects() -> list[Path]:
-    from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path
+    from kernel_explorer.build.bundled import BUNDLED_REPOS, bundled_repo_path
 
     found = []
     for name in BUNDLED_REPOS:

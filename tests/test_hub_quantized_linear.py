@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_explorer.catalog.bundled import bundled_repo_path
+from kernel_explorer.build.bundled import bundled_repo_path
 
 FORMATS = ["q8_0", "q4_1"]
 DTYPES = [torch.float32, torch.bfloat16]

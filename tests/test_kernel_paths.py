@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from isa_paths import runnable_isas
 
-from kernel_explorer.catalog.bundled import BUNDLED_REPOS
+from kernel_explorer.build.bundled import BUNDLED_REPOS
 from kernel_explorer.inspect.hardware import KernelPath, detect_hardware
 from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths, kernel_path
 

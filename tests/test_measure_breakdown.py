@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import kernel_explorer
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.loading import tiny_llama
@@ -67,7 +68,7 @@ def test_the_inventory_report_and_model_summary_show_the_breakdown(explorer: Exp
     prefill = explorer.results.model_summary().query("measure == 'prefill'").to_dict("records")[0]
     predicted = explorer.results.breakdown_summary().to_dict("records")[-1]["model_speedup_predicted"]
     assert prefill["predicted_from_layers"] == pytest.approx(predicted)  # next to the realized speedup
-    text = Path(explorer.report(str(tmp_path / "r.html"))).read_text()
+    text = Path(kernel_explorer.report(explorer, tmp_path / "r.html")).read_text()
     assert (
         "Where the model&#x27;s time goes (prefill, on PyTorch)" in text
         or "Where the model's time goes" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from kernel_explorer.measure.divergence import divergence, float64_reference, ulp_distance
+from kernel_explorer.numerics.divergence import divergence, float64_reference, ulp_distance
 
 
 def test_ulp_distance_counts_representable_steps() -> None:
@@ -41,8 +41,8 @@ def test_float64_reference_really_computes_in_float64() -> None:
 
 
 def test_accuracy_verdicts_are_judged_against_float64_not_against_pytorch() -> None:
-    from kernel_explorer.measure.divergence import AS_ACCURATE, BITWISE_EQUAL, accuracy_verdict
     from kernel_explorer.measure.records import LayerDivergence
+    from kernel_explorer.numerics.divergence import AS_ACCURATE, BITWISE_EQUAL, accuracy_verdict
 
     def found(bitwise: float, kernel_err: float | None, pytorch_err: float | None) -> LayerDivergence:
         return LayerDivergence(
@@ -70,8 +70,8 @@ def test_accuracy_verdicts_are_judged_against_float64_not_against_pytorch() -> N
 def test_a_layers_accuracy_compares_each_sides_worst_over_its_instances() -> None:
     """Per-instance ratios of two rounding-sized errors scatter: the verdict compares each side's
     worst error over the instances (each relative to its instance's scale), not the worst ratio."""
-    from kernel_explorer.measure.divergence import AS_ACCURATE, accuracy_verdict
     from kernel_explorer.measure.records import LayerDivergence
+    from kernel_explorer.numerics.divergence import AS_ACCURATE, accuracy_verdict
 
     def found(kernel_err: float, pytorch_err: float, scale: float = 2.0) -> LayerDivergence:
         return LayerDivergence(

@@ -24,7 +24,7 @@ from kernel_explorer.errors import KernelSwitchError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.loading import tiny_llama
-from kernel_explorer.measure.divergence import wrong_bound
+from kernel_explorer.numerics.divergence import wrong_bound
 
 PAST = 8  # the faulty kernels are right up to this many tokens (the captured prompt is longer)
 
@@ -315,7 +315,7 @@ def test_deepseek_v4_sinks_are_said_before_a_switch_and_the_bundled_kernel_takes
     after = logits(model)
     assert (after - before).abs().max() <= 1e-5 * before.abs().max()
     door = explorer._switchboard.doors[ATTENTION]
-    from kernel_explorer.measure.divergence import divergence, float64_reference
+    from kernel_explorer.numerics.divergence import divergence, float64_reference
 
     for path in door.group.instances:
         args, kwargs = door.host.sample(ATTENTION, path)

@@ -206,7 +206,7 @@ def test_agrees_with_transformers_set_use_kernels(explorer: Explorer) -> None:
     import transformers.models.llama.modeling_llama as llama
     from kernels import register_kernel_mapping, use_kernel_mapping
 
-    from kernel_explorer.catalog.bundled import bundled_mapping
+    from kernel_explorer.build.bundled import bundled_mapping
 
     production = tiny_llama()
     with use_kernel_mapping({}):  # restores kernels' global mapping after the block

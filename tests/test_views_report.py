@@ -22,13 +22,14 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
 
 
 def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: dict) -> None:
+    from kernel_explorer import report
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.loading import tiny_llama
 
     explorer = Explorer(tiny_llama(), include_transformers=False)
     explorer.on("RMSNorm")
     explorer.compare("RMSNorm", pairs=6)
-    text = Path(explorer.report(str(tmp_path / "r.html"))).read_text()
+    text = Path(report(explorer, tmp_path / "r.html")).read_text()
     assert "LlamaForCausalLM" in text and "M parameters" in text and "torch" in text
     assert "Switch state when the report was written" in text and "RMSNorm" in text
     assert explorer.results.latest_verdicts()["RMSNorm"].summary in text

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.inspect.layer_groups import LayerGroup
+    from kernel_explorer.inspect.running import RunningNow
     from kernel_explorer.measure.kinds.time.records import LayerVerdict
-    from kernel_explorer.switching.board import RunningNow
 
 
 #: where a candidate comes from when the user gave it explicitly (Explorer(mapping=, peers=), attention)

@@ -31,13 +31,13 @@ from kernel_explorer.measure.records import Record
 if TYPE_CHECKING:
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 # the attention computation is the attention row's category (ATTENTION), so its share and its
 # measured speedup meet in the inventory's Amdahl columns
 
 
-def _timed_modules(board: Switchboard) -> list[tuple[nn.Module, str]]:
+def _timed_modules(board: Switches) -> list[tuple[nn.Module, str]]:
     """(module, category) for every module the breakdown times.
 
     Each door says which modules time its layer (a function layer is hooked on its process-wide
@@ -84,7 +84,7 @@ class _ExclusiveClock:
             self._stack[-1] = (parent, now)
 
 
-def profile_forward(board: Switchboard, kwargs: dict[str, Any]) -> tuple[float, dict[str, float]]:
+def profile_forward(board: Switches, kwargs: dict[str, Any]) -> tuple[float, dict[str, float]]:
     """(total seconds, exclusive seconds per category) of one forward, under the switchboard lock."""
     clock = _ExclusiveClock()
     with board.lock:
@@ -105,7 +105,7 @@ def profile_forward(board: Switchboard, kwargs: dict[str, Any]) -> tuple[float, 
 
 
 def time_breakdown(
-    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int = 512, repeats: int = 2
+    board: Switches, *, run_id: str, vocab_size: int, tokens: int = 512, repeats: int = 2
 ) -> Iterator[Record]:
     """Prefill of `tokens` tokens and one decode step: one `TimeShare` record per category and phase.
 
@@ -118,7 +118,7 @@ def time_breakdown(
 
 
 def _breakdown(
-    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int, repeats: int
+    board: Switches, *, run_id: str, vocab_size: int, tokens: int, repeats: int
 ) -> Iterator[Record]:
     import copy
 

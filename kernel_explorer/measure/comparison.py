@@ -152,7 +152,7 @@ class Comparison:
     @property
     def accuracy(self) -> str:
         """The accuracy verdict of the divergences against float64 ("not measured" without any)."""
-        from kernel_explorer.measure.divergence import accuracy_verdict
+        from kernel_explorer.numerics.divergence import accuracy_verdict
 
         return accuracy_verdict(self.divergences)
 

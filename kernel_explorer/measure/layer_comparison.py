@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.divergence import divergence, float64_reference
 from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
@@ -31,16 +30,17 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_reference
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[None]:
+def kernels_on_for(board: Switches, name: str, paths: list[str]) -> Iterator[None]:
     """Switch `paths` of `name` on for the block where they are off; switch back only those after."""
     off = [now.instance for now in board.running(name, paths) if not now.is_kernel]
     with board.holding((lambda: board.on(name, off)) if off else None, keep_others=True):
@@ -63,7 +63,7 @@ def calls_for(captured: CapturedInputs, name: str, paths: list[str]) -> list[Cal
 
 
 def _pair(
-    clock: Clock, board: Switchboard, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
+    clock: Clock, board: Switches, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
 ) -> tuple[float, float, bool, int]:
     """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat), under the lock.
 
@@ -89,7 +89,7 @@ def _pair(
 
 
 def compare_layer(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
@@ -147,7 +147,7 @@ def compare_layer(
         )
 
 
-def _origins(board: Switchboard, name: str, calls: list[Call]) -> Callable[[str], Provenance]:
+def _origins(board: Switches, name: str, calls: list[Call]) -> Callable[[str], Provenance]:
     """An instance's provenance by path, read on first use (60 instances must not delay the first
     record), from its first call."""
     first: dict[str, tuple[tuple, dict]] = {}
@@ -164,7 +164,7 @@ def _origins(board: Switchboard, name: str, calls: list[Call]) -> Callable[[str]
 
 
 def output_divergences(
-    board: Switchboard,
+    board: Switches,
     name: str,
     calls: list[Call],
     record: Callable[[str, LayerDivergence], Record],
@@ -200,7 +200,7 @@ def output_divergences(
 
 
 def compare_values(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
@@ -293,7 +293,7 @@ def layer_verdict(
 
 
 def determinism(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
-from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
 from kernel_explorer.measure.kinds.values.records import GradientDivergence
 from kernel_explorer.measure.layer_comparison import (
     CALIBRATION_PAIRS,
@@ -44,18 +43,19 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_everywhere, float64_shadow
 
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 Key = tuple[str, str]  # (layer name, instance path)
 
 
 @contextlib.contextmanager
 def kernels_in_mode(
-    board: Switchboard, mode: str, keys: list[Key], *, switch_off_ones: bool = True
+    board: Switches, mode: str, keys: list[Key], *, switch_off_ones: bool = True
 ) -> Iterator[None]:
     """For the block, the instances `keys` run their kernels in `mode` ("training", "torch.compile").
 
@@ -98,7 +98,7 @@ class _Step:
     grad_outs: list[torch.Tensor]  # one per floating output (rotary returns q and k)
 
 
-def _prepare(board: Switchboard, name: str, call: Call, seed: int) -> _Step:
+def _prepare(board: Switches, name: str, call: Call, seed: int) -> _Step:
     """Leaves and a fixed (seeded) upstream gradient for one captured call."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
@@ -184,7 +184,7 @@ def _or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 def _pair(
-    clock: Clock, board: Switchboard, name: str, step: _Step, repeats: dict[str, int], index: int, *, aa: bool
+    clock: Clock, board: Switches, name: str, step: _Step, repeats: dict[str, int], index: int, *, aa: bool
 ) -> tuple[float, float, bool, int]:
     """One interleaved forward+backward pair: (PyTorch s, other side s, kernel on, repeat), under the lock."""
     with board.lock:
@@ -200,7 +200,7 @@ def _pair(
 
 
 def compare_layer_training(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,

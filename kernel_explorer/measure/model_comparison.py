@@ -22,11 +22,11 @@ from kernel_explorer.measure.timing import Clock, interleaved_pair
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def all_pytorch(board: Switchboard) -> Iterator[None]:
+def all_pytorch(board: Switches) -> Iterator[None]:
     """Every layer on PyTorch for the block; the switch state before comes back after."""
     with board.lock, board.holding(board.reset):
         yield
@@ -39,7 +39,7 @@ def token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab_size, (1, length), generator=generator)
 
 
-def sides(board: Switchboard, *, switch: bool = True) -> dict[str, Callable[[], Any]]:
+def sides(board: Switches, *, switch: bool = True) -> dict[str, Callable[[], Any]]:
     """`interleaved_pair`'s contexts for a whole-model pair: each side under the model's lock, the
     PyTorch side (`a`) with every layer on PyTorch when `switch` (the kernel side runs as switched)."""
 
@@ -51,7 +51,7 @@ def sides(board: Switchboard, *, switch: bool = True) -> dict[str, Callable[[], 
     return {"a_side": pytorch_side, "b_side": lambda: board.lock}
 
 
-def kernels_on(board: Switchboard) -> tuple[str, ...]:
+def kernels_on(board: Switches) -> tuple[str, ...]:
     """The layers with a kernel on in at least one instance now (what a model measure ran with)."""
     return tuple(sorted({now.layer_name for now in board.running() if now.is_kernel}))
 
@@ -74,7 +74,7 @@ def model_verdict(
 
 
 def compare_prefill(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (128, 512),
@@ -122,7 +122,7 @@ def compare_prefill(
             yield Record(run_id, verdict)
 
 
-def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
+def _generate(board: Switches, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
     import torch
 
     with board.lock, torch.no_grad():
@@ -132,7 +132,7 @@ def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> to
 
 
 def compare_decode(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     run_id: str,
@@ -174,7 +174,7 @@ def compare_decode(
 
 
 def compare_outputs(
-    board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
+    board: Switches, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
 ) -> Iterator[Record]:
     """Logits (max diff, KL, top-1 agreement) and greedy generation, kernels as switched vs all-PyTorch."""
     with board.lock:

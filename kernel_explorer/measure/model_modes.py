@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 TRAINING_STEP = "training step"
 COMPILED_PREFILL = "compiled prefill"
@@ -77,7 +77,7 @@ def training_step(model: nn.Module, input_ids: torch.Tensor) -> tuple[float, lis
     return loss.item(), list(grads)
 
 
-def _switched(board: Switchboard, mode: str) -> contextlib.AbstractContextManager[None]:
+def _switched(board: Switches, mode: str) -> contextlib.AbstractContextManager[None]:
     """The instances on now, in `mode` for the block (re-switched with the same candidate if needed)."""
     return kernels_in_mode(board, mode, list(board.snapshot()), switch_off_ones=False)
 
@@ -115,7 +115,7 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
 
 def _pairs(
     clock: Clock,
-    board: Switchboard,
+    board: Switches,
     run_kernel: Callable[[], Any],
     run_pytorch: Callable[[], Any],
     *,
@@ -141,7 +141,7 @@ def _pairs(
 
 
 def _records(
-    board: Switchboard,
+    board: Switches,
     timed: Iterator[tuple[float, float, bool]],
     calibration_pairs: int,
     measure: str,
@@ -169,7 +169,7 @@ def _records(
 
 
 def compare_training_step(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (128,),
@@ -216,14 +216,14 @@ def compare_training_step(
             yield from _records(board, timed, calibration_pairs, TRAINING_STEP, length, run_id)
 
 
-def pytorch_copy(board: Switchboard) -> nn.Module:
+def pytorch_copy(board: Switches) -> nn.Module:
     """A deep copy of the model taken while every layer runs PyTorch: the reference side of a
     compiled comparison, which no later switch of the model reaches (a switch would recompile)."""
     with board.lock, all_pytorch(board):
         return copy.deepcopy(board.model)
 
 
-def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def compiled_sides(board: Switches) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(the model as switched, compiled; an all-PyTorch deep copy, compiled). Call it with the
     kernels in torch.compile mode (`_switched(board, "torch.compile")`)."""
     import torch
@@ -232,7 +232,7 @@ def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[...
 
 
 def compare_compiled(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (512,),
@@ -268,7 +268,7 @@ def compare_compiled(
 
 def _against_references(
     clock: Clock,
-    board: Switchboard,
+    board: Switches,
     kernel: Callable[[], Any],
     references: dict[str, Callable[[], Any]],
     floors: dict[str, float],
@@ -300,7 +300,7 @@ def _against_references(
 
 
 def compare_compiled_inference(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     run_id: str,

@@ -28,7 +28,7 @@ import functools
 import inspect
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer._backend import experts
@@ -37,9 +37,10 @@ from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.experts_candidates import ExpertsCandidate
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import EXPERTS, LayerGroup
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.door import Door, DoorHost, Keep, SwitchState, hooks_for_the_block
-from kernel_explorer.switching.forwards import RunningNow
+from kernel_explorer.switching.exported import DoorExport, ExpertsPlan
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
     OK,
@@ -72,7 +73,7 @@ def _call_class() -> type:
     import torch
     from torch import nn
 
-    from kernel_explorer.measure.divergence import float64_shadow
+    from kernel_explorer.numerics.divergence import float64_shadow
 
     class ExpertsCall(nn.Module):
         """One experts module's call of one implementation: what a measurement times.
@@ -135,6 +136,21 @@ class ExpertsDoor(Door):
             return None
         modules = experts.experts_modules(host.model)
         return cls(host, modules) if modules else None
+
+    @classmethod
+    def discover(cls, host: DoorHost, groups: Sequence[LayerGroup], known: Mapping[str, Door]) -> list[Door]:
+        """The model's experts row (kept once found: it knows the switch it made)."""
+        door = known.get(EXPERTS)
+        if isinstance(door, cls):
+            return [door]
+        found = cls.find(host)
+        return [found] if found is not None else []
+
+    def export(self) -> DoorExport:
+        """The experts implementation the model runs now, and whether the explorer chose it."""
+        switched = self.switched()
+        repository = switched.repo if switched is not None else ""
+        return DoorExport(experts=ExpertsPlan(self.implementation(), switched is not None, repository))
 
     # -- candidates ----------------------------------------------------------------------------------
 
@@ -314,7 +330,7 @@ class ExpertsDoor(Door):
     def _try_call(self, path: str, sample: tuple[tuple[Any, ...], dict[str, Any]], name: str) -> ProbeVerdict:
         import torch
 
-        from kernel_explorer.measure.divergence import float64_reference
+        from kernel_explorer.numerics.divergence import float64_reference
 
         args, kwargs = sample
         try:

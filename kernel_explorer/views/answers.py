@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 
 class Answer:
@@ -80,6 +80,6 @@ def answer(results: ResultLog, run_id: str, measures: Sequence[str]) -> Answer:
 def run_answer(results: ResultLog, run_id: str) -> Answer:
     """Run `run_id` as every kind with a record in it reads it (`%kernels bench`: the model's
     measures, then its outputs)."""
-    from kernel_explorer.measure.kinds import kinds_in_run
+    from kernel_explorer.records import kinds_in_run
 
     return answer(results, run_id, [found.name for found in kinds_in_run(results, run_id)])

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST
-from kernel_explorer.measure.summary import format_number
+from kernel_explorer.records import EMBEDDING, LINEAR, REST, format_number
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 #: what no kernel layer covers, in greys from dark to light (the order they stack in)
 UNCOVERED_COLOURS: dict[str, str] = {
@@ -38,7 +37,7 @@ def _phase_label(phase: str, tokens: int) -> str:
 def covered_line(log: ResultLog, phase: str = "prefill") -> str:
     """One sentence: how much of `phase` the kernel layers cover, and the model speedup predicted
     (the breakdown kind's note, shown under the chart). Empty before a breakdown."""
-    from kernel_explorer.measure.kinds.breakdown import covered_line as line
+    from kernel_explorer.records import covered_line as line
 
     return line(log, phase)
 

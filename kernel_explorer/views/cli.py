@@ -26,7 +26,7 @@ def interactive() -> bool:
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
-    from kernel_explorer.inspect.hardware import detect_hardware
+    from kernel_explorer.machine import detect_hardware
 
     snapshot = detect_hardware()
     print(snapshot.to_json() if args.json else snapshot)
@@ -35,9 +35,8 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The headless main job: hardware, the default model (load timed), its kernelizable layers."""
-    from kernel_explorer.inspect.hardware import detect_hardware
-    from kernel_explorer.inspect.versions import require_compatible
     from kernel_explorer.loading import generate_answer, load_default_model
+    from kernel_explorer.machine import detect_hardware, require_compatible
 
     snapshot = detect_hardware()
     print(snapshot)
@@ -61,9 +60,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_explorer(model: Any, tokenizer: Any) -> None:
     """The inventory, every layer on the bundled CPU kernels, then a short measurement of each."""
-    from kernel_explorer.build.builder import build_hub
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.loading import generate_answer
+    from kernel_explorer.machine import build_hub
 
     start = time.perf_counter()
     build_hub(progress=interactive())
@@ -106,7 +105,7 @@ def _measure(
     noisy machine)."""
     import warnings
 
-    from kernel_explorer.measure.stats import NoisyMachineWarning
+    from kernel_explorer.records import NoisyMachineWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoisyMachineWarning)  # the summary's notes say it, once
@@ -166,17 +165,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """`compare`, then every record of it in one self-contained HTML file."""
-    from kernel_explorer.views.report import report_path
+    from kernel_explorer.views.report import explorer_report, report_path
 
     target = report_path(args.path)  # before minutes of loading and measuring
-    written = _compared_explorer(args).report(str(target))
+    written = explorer_report(_compared_explorer(args), target)
     print(f"Report written to {written}")
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """The compare of each model on every node of a Ray cluster; the machines side by side."""
-    from kernel_explorer.sweep import sweep
+    from kernel_explorer.machine import sweep
 
     result = sweep(
         args.address,
@@ -194,7 +193,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     table = result.log.machine_table(wide=True)
     if not table.empty:
         print(table.to_string(index=False))
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
     for note in revision_notes(result.log.records()):
         print(f"note: {note}")
@@ -202,7 +201,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
-    from kernel_explorer.build.builder import build_hub
+    from kernel_explorer.machine import build_hub
 
     for built in build_hub(force=args.force, progress=not args.quiet):
         how = "cached" if built.reused else "built"
@@ -211,7 +210,7 @@ def _cmd_build_hub(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from kernel_explorer.build.builder import build_path
+    from kernel_explorer.machine import build_path
 
     built = build_path(args.path, force=args.force, progress=not args.quiet)
     for note in built.notes if built.reused or args.quiet else ():
@@ -224,7 +223,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernel_explorer.measure.kinds import measured_by_compare
+    from kernel_explorer.records import measured_by_compare
 
     measures = measured_by_compare()  # every kind of measurement compare starts: a new one is here too
     parser = argparse.ArgumentParser(

@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.measure.records import LayerVerdict, RunEvent
-from kernel_explorer.measure.stats import noise_warning
+from kernel_explorer.records import LayerVerdict, RunEvent, noise_warning
 from kernel_explorer.views.breakdown_panel import BreakdownPanel
 from kernel_explorer.views.layer_table import LayerTable
 from kernel_explorer.views.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
-    from kernel_explorer.explorer import Explorer
-    from kernel_explorer.measure.records import Record
-    from kernel_explorer.measure.runner import RunHandle
+    from kernel_explorer.explorer import Explorer, RunHandle
+    from kernel_explorer.records import Record
 
 
 # Two plots side by side while there is room, one under the other when there is not (no overflow

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.views.plot_style import SPEEDUP_AXIS, one_x_line, verdict_colour
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 
 def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> Any:
@@ -25,7 +25,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
     import plotly.graph_objects as go
 
     from kernel_explorer.errors import KernelExplorerError
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
     table = log.machine_table()
     if table.empty or layer not in set(table["layer"]):
@@ -74,7 +74,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
 
 def machines_in(log: ResultLog) -> list[str]:
     """The machines (labels) the log's runs were measured on, in order of first appearance."""
-    from kernel_explorer.measure.merge import run_machines
+    from kernel_explorer.records import run_machines
 
     return list(dict.fromkeys(entry["machine"] for entry in run_machines(log.records()).values()))
 
@@ -84,7 +84,7 @@ def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
     nothing for one machine's log (a `kernels benchmark` file has its kind's own section)."""
     import html
 
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
     if len(machines_in(log)) < 2:
         return [], []

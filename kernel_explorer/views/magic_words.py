@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.kinds import measured_by_compare
+from kernel_explorer.errors import MagicUsageError
+from kernel_explorer.records import measured_by_compare
 
 #: what `compare --measure` takes: every kind of measurement `Explorer.compare` starts
 MEASURES = measured_by_compare()
@@ -78,10 +78,6 @@ SHORT_USAGE = f"Usage: %kernels {' | '.join(COMMANDS)} (%kernels help: options)"
 def command_usage(name: str) -> str:
     """`%kernels compare LAYER [LAYER ...] [--pairs N] [--background]`: one command's usage."""
     return f"%kernels {name} {COMMANDS[name][0]}".rstrip()
-
-
-class MagicUsageError(KernelExplorerError):
-    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
 
 
 class _Parser(argparse.ArgumentParser):

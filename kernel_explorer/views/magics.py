@@ -178,7 +178,7 @@ class KernelsMagic:
         return self.explorer
 
     def _do_hardware(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer.inspect.hardware import detect_hardware
+        from kernel_explorer.machine import detect_hardware
 
         return detect_hardware()
 
@@ -220,8 +220,8 @@ class KernelsMagic:
         return model, tokenizer
 
     def _do_explore(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
+        from kernel_explorer.machine import build_hub
         from kernel_explorer.views.dashboard import Dashboard
         from kernel_explorer.views.progress import cell_progress
 
@@ -317,7 +317,7 @@ class KernelsMagic:
         with no word that the run had finished."""
         from IPython.display import display
 
-        from kernel_explorer.measure.records import RunEvent
+        from kernel_explorer.records import RunEvent
         from kernel_explorer.views.answers import answer, run_answer
 
         results = self.explorer.results
@@ -436,9 +436,9 @@ class KernelsMagic:
 
     def _do_report(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        from kernel_explorer.views.report import report_path
+        from kernel_explorer.views.report import explorer_report, report_path
 
-        path = explorer.report(str(report_path(args.path)))
+        path = explorer_report(explorer, report_path(args.path))
         print(f"report written to {path}")
         return None
 

@@ -24,19 +24,20 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.log import ResultLog
-from kernel_explorer.measure.records import (
+from kernel_explorer.records import (
     INFERENCE,
+    MIN_PAIRS,
+    Comparison,
     LayerDivergence,
     LayerLatency,
     LayerVerdict,
     ModelThroughput,
     Record,
+    ResultLog,
     RunEvent,
+    format_interval,
+    format_number,
 )
-from kernel_explorer.measure.stats import MIN_PAIRS
-from kernel_explorer.measure.summary import format_interval, format_number
 from kernel_explorer.views.live_figures import (
     BOTTOM_MARGIN,
     HEIGHT,

@@ -16,12 +16,10 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.kinds import kinds
-from kernel_explorer.measure.records import RunEvent
+from kernel_explorer.records import RunEvent, kinds
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
-    from kernel_explorer.measure.records import Record
+    from kernel_explorer.records import Record, ResultLog
 
 #: the label is redrawn at most this often between conclusions (a pair can take microseconds)
 REDRAW_S = 0.5

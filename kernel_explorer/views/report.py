@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.summary import format_interval, format_number
-from kernel_explorer.measure.verdict import Verdict
+from kernel_explorer.records import Verdict, format_interval, format_number
 from kernel_explorer.views.breakdown_chart import breakdown_figure
 from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.records import ResultLog
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
@@ -178,7 +178,7 @@ def report_path(path: str | Path) -> Path:
 def kind_sections(log: ResultLog) -> list[str]:
     """A section per kind of measurement with records in `log`, in the registry's order: its title,
     what its columns mean, and its summary's table with the notes under it."""
-    from kernel_explorer.measure.kinds import kinds
+    from kernel_explorer.records import kinds
 
     parts = []
     for found in kinds().values():
@@ -194,7 +194,7 @@ def kind_sections(log: ResultLog) -> list[str]:
 
 def kind_figures(log: ResultLog) -> list[Any]:
     """The figure of each kind that draws one (`Kind.figure`) and has records in `log`."""
-    from kernel_explorer.measure.kinds import kinds
+    from kernel_explorer.records import kinds
 
     found = []
     for kind in kinds().values():
@@ -238,3 +238,18 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             f"cannot write {path}: {error.strerror or error}; choose a path you can write"
         ) from None
     return path
+
+
+def explorer_report(explorer: Explorer, path: str | Path) -> str:
+    """Write every result of `explorer` so far, with the model, machine, date and switch state, to
+    one self-contained HTML file; returns its path. A path that cannot be written: one line."""
+    model = explorer.model
+    parameters = sum(p.numel() for p in model.parameters()) / 1e6
+    context = ReportContext(
+        model=f"{type(model).__name__} ({parameters:.1f}M parameters, {explorer.device})",
+        hardware=tuple(explorer.hardware.rows()),
+        switches=tuple(
+            (row.group.name, row.running_summary, row.measured_summary) for row in explorer.inventory().rows
+        ),
+    )
+    return str(write_report(explorer.results, Path(path), title="kernel_explorer report", context=context))

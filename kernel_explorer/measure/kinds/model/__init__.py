@@ -8,6 +8,8 @@ does not. The summary is a row per run and measure; a training step adds its los
 agreement, and a prefill row, once a breakdown and layer verdicts exist, the speedup Amdahl
 predicts from the kernels that run had on (the breakdown kind's arithmetic), next to the one
 measured.
+
+May import: _backend, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kernel_explorer.measure.kinds.model.records import (
 from kernel_explorer.measure.summary import Column, IntervalCell, NumberCell, RangeCell, Summary, VerdictCell
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 __all__ = ["KIND", "plan_model", "summarize"]
 
@@ -113,7 +115,7 @@ def summarize(source: RecordSource) -> Summary:
 
 
 def plan_model(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     mode: str,

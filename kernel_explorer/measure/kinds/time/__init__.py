@@ -6,6 +6,8 @@ per layer and candidate; the summary derives every number from the logged pairs 
 `Comparison`, per run, layer, mode and kernel, so the table, the CLI, the magic and the report read
 the same numbers the verdict record holds. Its accuracy columns are the values kind's
 (`kinds/values`), and `machine_table` puts each machine's latest run of a layer side by side.
+
+May import: _backend, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A time comparison logs the divergence of every instance before its pairs (and th
 training mode), so every compared layer has these records; the plan here measures values alone,
 without timing: the divergence of each instance, then determinism. The summary's numbers
 (`output_numbers`, `worst_gradient`) are also the time kind's accuracy columns: one source.
+
+May import: _backend, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ def _excess(found: GradientDivergence) -> float:
 def summarize(source: RecordSource) -> Summary:
     """Per run, layer and mode: the accuracy verdict, the outputs' (or gradients') largest
     differences against PyTorch and errors against float64, and, where measured, determinism."""
-    from kernel_explorer.measure.divergence import accuracy_verdict
     from kernel_explorer.measure.merge import machine_columns
+    from kernel_explorer.numerics.divergence import accuracy_verdict
 
     grouped: dict[tuple[str, str, str], list[Record]] = {}
     for cls, mode in (

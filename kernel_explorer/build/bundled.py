@@ -47,13 +47,13 @@ def hub_sources() -> Path:
     """
     from importlib import resources
 
-    checkout = Path(__file__).resolve().parent.parent / "hub"
+    checkout = Path(__file__).resolve().parents[2] / "hub"
     if (checkout / "common" / "csrc").is_dir():
         return checkout
     try:
         return Path(str(resources.files("kernel_explorer.hub")))
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "hub"
+        return Path(__file__).resolve().parents[2] / "hub"
 
 
 def _has_sources(name: str) -> bool:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-    from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDivergence
 
 _INT_VIEW = {4: "int32", 2: "int16"}
 
@@ -81,11 +79,27 @@ def divergence(kernel: torch.Tensor, pytorch: torch.Tensor, reference: torch.Ten
     return values
 
 
+class Judged(Protocol):
+    """One divergence record as `accuracy_verdict` reads it (a `LayerDivergence` or a
+    `GradientDivergence` of `kernel_explorer.records`): the metrics `divergence` computes."""
+
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def bitwise_equal(self) -> float | None: ...
+    @property
+    def kernel_err64(self) -> float | None: ...
+    @property
+    def pytorch_err64(self) -> float | None: ...
+    @property
+    def reference_max_abs(self) -> float | None: ...
+
+
 BITWISE_EQUAL = "bitwise equal"
 AS_ACCURATE = "rounds differently (as accurate as PyTorch against float64)"
 
 
-def accuracy_verdict(found: Sequence[LayerDivergence | GradientDivergence]) -> str:
+def accuracy_verdict(found: Sequence[Judged]) -> str:
     """One phrase for a layer's divergence records, judged against float64, never against PyTorch alone.
 
     Each side's error is its worst over the records (a layer's instances, each gradient), each
