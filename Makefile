@@ -52,6 +52,7 @@ browser:
 # The strict docs build fails on a broken link, a missing page or a docstring griffe cannot read.
 test: setup browser
 	$(BIN)/ruff check .
+	$(BIN)/pyright
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest
 	$(MAKE) test-oldest

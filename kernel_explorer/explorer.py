@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -353,7 +353,7 @@ class Explorer:
         calls = captured.calls.get((name, path)) if captured is not None else None
         return calls[0] if calls else None
 
-    def _one_per_kind(self, paths: list[str]) -> list[str]:
+    def _one_per_kind(self, paths: Sequence[str]) -> list[str]:
         """The first attention module of each kind in the capture (a trial calls one per kind,
         `attention_trial.kind_of`): a sliding-window layer apart from a full one."""
         from kernel_explorer.inspect.layer_groups import ATTENTION

@@ -151,10 +151,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     except ImportError as exc:
         raise DefaultModelMissingError(f"cannot read GGUF ({exc}); {_INSTALL_HINT}") from None
     # The dequantized weights are plain float tensors; drop the GGUF quantizer so it saves normally.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.is_quantized = False
+    loaded: Any = model  # a PreTrainedModel and its config: attributes Transformers sets at load
+    loaded.hf_quantizer = None
+    if hasattr(loaded.config, "quantization_config"):
+        del loaded.config.quantization_config
+    loaded.is_quantized = False
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)

@@ -12,7 +12,26 @@ May import: measure
 
 from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.kinds import Kind, kind, kinds, kinds_in_run, measured_by_compare, value_types
-from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST, covered_line
+from kernel_explorer.measure.kinds.benchmark import KernelsBenchmark
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST, TimeShare, covered_line
+from kernel_explorer.measure.kinds.memory import (
+    AttentionMemory,
+    LayerMemory,
+    ModelPrefillMemory,
+    ModelWeights,
+)
+from kernel_explorer.measure.kinds.model.records import (
+    CompileTime,
+    ModelDecode,
+    ModelPair,
+    ModelPrefill,
+    ModelThroughput,
+    ModelVerdict,
+    TrainingAgreement,
+)
+from kernel_explorer.measure.kinds.outputs import ModelAgreement
+from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
+from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.merge import revision_notes, run_machines
 from kernel_explorer.measure.records import (
@@ -41,6 +60,9 @@ from kernel_explorer.measure.summary import (
 )
 from kernel_explorer.measure.verdict import Verdict, describe
 
+# the classes above are named for readers and type checkers; a kind added since is here all the same
+# the record classes are named above for readers and type checkers; a kind added since is here all
+# the same, derived from the registry
 _REGISTERED = {cls.__name__: cls for cls in value_types().values()}
 globals().update(_REGISTERED)
 
@@ -51,11 +73,29 @@ __all__ = [
     "MIN_PAIRS",
     "REST",
     "TRAINING",
+    "AttentionMemory",
     "Column",
     "Comparison",
+    "CompileTime",
+    "GradientDivergence",
     "Interval",
     "IntervalCell",
+    "KernelsBenchmark",
     "Kind",
+    "LayerCalibration",
+    "LayerDeterminism",
+    "LayerDivergence",
+    "LayerLatency",
+    "LayerMemory",
+    "LayerVerdict",
+    "ModelAgreement",
+    "ModelDecode",
+    "ModelPair",
+    "ModelPrefill",
+    "ModelPrefillMemory",
+    "ModelThroughput",
+    "ModelVerdict",
+    "ModelWeights",
     "NoisyMachineWarning",
     "NumberCell",
     "Provenance",
@@ -63,6 +103,8 @@ __all__ = [
     "ResultLog",
     "RunEvent",
     "Summary",
+    "TimeShare",
+    "TrainingAgreement",
     "Verdict",
     "covered_line",
     "describe",
@@ -77,4 +119,8 @@ __all__ = [
     "run_machines",
     "speed_verdict",
 ]
-__all__ += ["VALUE_TYPES", "Values", *sorted(_REGISTERED)]  # the table, the union, every kind's classes
+__all__ += [
+    "VALUE_TYPES",
+    "Values",
+    *sorted(set(_REGISTERED) - set(__all__)),
+]  # the table, the union, every kind's classes

@@ -68,17 +68,19 @@ def has_attention_interface(model: nn.Module) -> bool:
 
 def implementation(model: nn.Module) -> str:
     """What the model's attention runs now (`eager`, `sdpa`, a Hub string...)."""
-    return str(model.config._attn_implementation)
+    config: Any = model.config  # a Transformers config: its attributes are dynamic
+    return str(config._attn_implementation)
 
 
 def set_implementation(model: nn.Module, name: str, *, allow_all_kernels: bool = False) -> None:
     """Transformers' own switch; on any error the model's implementation is what it was."""
     before = implementation(model)
+    found: Any = model  # a PreTrainedModel: the switch is its method
     try:
-        model.set_attn_implementation(name, allow_all_kernels=allow_all_kernels)
+        found.set_attn_implementation(name, allow_all_kernels=allow_all_kernels)
     except BaseException:
         if implementation(model) != before:
-            model.set_attn_implementation(before)
+            found.set_attn_implementation(before)
         raise
 
 
@@ -336,4 +338,5 @@ def load_and_register(name: str, *, allow_all_kernels: bool = False) -> None:
 def set_module_implementation(module: nn.Module, name: str) -> None:
     """Make `module`'s config name `name`: Transformers' flash glue finds the kernel again, at every
     call, by the implementation its module's config names (a copy's, in the trial worker)."""
-    module.config._attn_implementation = name
+    config: Any = module.config
+    config._attn_implementation = name

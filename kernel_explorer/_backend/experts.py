@@ -42,7 +42,7 @@ def has_experts_interface(model: nn.Module) -> bool:
 def _dispatching_code() -> Any:
     """The code object of the forward `use_experts_implementation` gives a class (one per release)."""
     from torch import nn
-    from transformers.integrations import use_experts_implementation
+    from transformers.integrations.moe import use_experts_implementation
 
     class Probe(nn.Module):
         def forward(self, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:

@@ -38,7 +38,7 @@ def kernelize_each(
     kernelize_layer = internal("kernels.layer.layer", "kernelize_layer")
 
     key = entry.device_key if entry.device_key is not None else entry.device
-    mapping = {entry.layer_name: {key: {entry.mode: entry.repository}}}
+    mapping: Any = {entry.layer_name: {key: {entry.mode: entry.repository}}}  # kernels' mapping shape
     device = Device(type=entry.device) if device is None else device
     with use_kernel_mapping(mapping, inherit_mapping=False):
         for module in modules:

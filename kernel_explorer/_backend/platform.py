@@ -272,7 +272,7 @@ def variant_verdicts(
         trace = _resolve_for(parsed, platform)
     verdicts = [
         VariantVerdict(
-            name_of.get(id(d.variant), d.variant.variant_str),
+            name_of.get(id(d.variant)) or str(d.variant.variant_str),
             isinstance(d, VariantAccepted),
             "" if isinstance(d, VariantAccepted) else str(d.reason),
         )

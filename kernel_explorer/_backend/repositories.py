@@ -32,7 +32,7 @@ def hub_coordinates(repository: Any) -> HubCoordinates | None:
     revision = getattr(repository, "_revision", None)
     locks, dep = getattr(repository, "kernel_locks", None), getattr(repository, "kernel_dep", None)
     locked = locks is not None and dep is not None
-    if locked:
+    if locks is not None and dep is not None:
         revision = str(locks[dep].commit)  # a str in 0.17, an Oid in 0.19
     return HubCoordinates(str(repo_id), getattr(repository, "_version", None), revision, trust, locked)
 

@@ -194,8 +194,8 @@ _FAILURES = {
 
 def signing_workflow(variant_path: Path) -> str:
     """The GitHub Actions workflow named in the bundle's signing certificate ("" when it names none)."""
-    from cryptography import x509
-    from sigstore.models import Bundle
+    from cryptography import x509  # pyright: ignore[reportMissingImports] (the `signatures` extra)
+    from sigstore.models import Bundle  # pyright: ignore[reportMissingImports] (the `signatures` extra)
 
     bundle = Bundle.from_json((Path(variant_path) / "metadata.json.sigstore").read_bytes())
     try:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")  # a candidate of any source: a dataclass with a `path`
 
 
 def with_code_path(word: str, match: Callable[[str], list[C]]) -> list[C]:

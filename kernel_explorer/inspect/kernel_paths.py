@@ -44,7 +44,8 @@ def code_paths(module: Any) -> tuple[str, ...]:
     if not callable(paths):
         return ()
     try:
-        return tuple(str(p) for p in paths())
+        found: Any = paths()  # the kernel's own op: any iterable of names
+        return tuple(str(p) for p in found)
     except Exception:
         return ()
 
@@ -68,7 +69,8 @@ def _op_path(module: Any, layer: str, dtype: str) -> RunningPath | None:
     if not (layer and dtype and callable(choices)):
         return None
     try:
-        lines = [str(line) for line in choices()]
+        given: Any = choices()
+        lines = [str(line) for line in given]
     except Exception:
         return None
     mine = _words(layer)

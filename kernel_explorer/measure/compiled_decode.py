@@ -241,7 +241,7 @@ class StaticDecoder(_GreedyLoop):
         if n > self.max_cache_len:
             raise ValueError(f"a prompt of {n} tokens does not fit a cache of {self.max_cache_len}")
         with torch.no_grad():
-            if not any(layer.is_initialized for layer in self.cache.layers):
+            if not any(getattr(layer, "is_initialized", False) for layer in self.cache.layers):
                 # the cache allocates its tensors at its first write: traced, that graph would hold
                 # for the first call only (the next finds them allocated and compiles again)
                 self._forward(input_ids[:, :1], torch.arange(1))
@@ -271,7 +271,7 @@ class StaticDecoder(_GreedyLoop):
         """Each layer writes at its own count of tokens (a tensor, changed in place: the compiled
         graphs hold its address); set back to `start`, the next step overwrites the slots after it,
         and the causal mask hides the ones further on."""
-        layers = [layer for layer in self.cache.layers if layer.is_initialized]
+        layers: list[Any] = [layer for layer in self.cache.layers if getattr(layer, "is_initialized", False)]
         if any(getattr(layer, "is_sliding", False) for layer in layers):
             raise ValueError(
                 "a sliding-window cache cannot decode again from an earlier position: prefill again"

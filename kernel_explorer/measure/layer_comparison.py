@@ -36,7 +36,9 @@ CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the n
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.switches import Switches
+    import torch
+
+    from kernel_explorer.measure.switches import Instances, Switches
 
 
 @contextlib.contextmanager
@@ -94,7 +96,7 @@ def compare_layer(
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     pairs: int | None = None,
     precision: float = DEFAULT_PRECISION,
     budget_s: float = DEFAULT_BUDGET_S,
@@ -205,7 +207,7 @@ def compare_values(
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     runs: int = 10,
 ) -> Iterator[Record]:
     """The values alone, no timing: each instance's output against PyTorch and float64, then how
@@ -298,7 +300,7 @@ def determinism(
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     runs: int = 10,
 ) -> Iterator[Record]:
     """Repeat each call `runs` times: how often kernel, PyTorch and deterministic PyTorch repeat bitwise."""
@@ -309,7 +311,9 @@ def determinism(
 
     def identical_rate(fn: Any, args: tuple, kwargs: dict) -> float:
         first = first_tensor(fn(*args, **kwargs))
-        same = sum(torch.equal(first_tensor(fn(*args, **kwargs)), first) for _ in range(runs - 1))
+        if first is None:  # no tensor to compare: every run alike, as far as one can tell
+            return 1.0
+        same = sum(_equal(first_tensor(fn(*args, **kwargs)), first) for _ in range(runs - 1))
         return (same + 1) / runs
 
     with kernels_on_for(board, name, [path for path, _, _ in calls]):
@@ -326,3 +330,10 @@ def determinism(
                     torch.use_deterministic_algorithms(was)
             values = LayerDeterminism(runs, kernel_rate, pytorch_rate, deterministic_rate, on)
             yield Record(run_id, values, name, path)
+
+
+def _equal(found: torch.Tensor | None, first: torch.Tensor) -> bool:
+    """Whether a repeat's output is bitwise the first one's (a repeat without a tensor is not)."""
+    import torch
+
+    return found is not None and torch.equal(found, first)

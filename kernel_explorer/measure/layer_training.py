@@ -48,7 +48,7 @@ from kernel_explorer.numerics.divergence import divergence, float64_everywhere, 
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.measure.switches import Switches
+    from kernel_explorer.measure.switches import Instances, Switches
 
 Key = tuple[str, str]  # (layer name, instance path)
 
@@ -168,7 +168,9 @@ def float64_gradients(target: Any, step: _Step) -> list[torch.Tensor | None]:
 
     args, kwargs = tree_map(to64, (step.args, step.kwargs))
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
-    weights = [shadow._parameters[n] for n in step.names[len(inputs) :]]
+    weights: list[torch.Tensor] = [
+        p for n in step.names[len(inputs) :] if (p := shadow._parameters[n]) is not None
+    ]
     with torch.enable_grad():
         with float64_everywhere():
             outs = _outputs(type(target).forward(shadow, *args, **kwargs))
@@ -205,7 +207,7 @@ def compare_layer_training(
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     pairs: int | None = None,
     precision: float = DEFAULT_PRECISION,
     budget_s: float = DEFAULT_BUDGET_S,

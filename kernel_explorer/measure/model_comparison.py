@@ -126,7 +126,8 @@ def _generate(board: Switches, kwargs: dict[str, Any], new_tokens: int) -> torch
     import torch
 
     with board.lock, torch.no_grad():
-        return board.model.generate(
+        model: Any = board.model  # a Transformers model: generate is its own
+        return model.generate(
             **kwargs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
         )
 

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import first_tensor, run_model
 from kernel_explorer.measure.kinds.model.records import (
     CompileTime,
@@ -72,6 +73,8 @@ def training_step(model: nn.Module, input_ids: torch.Tensor) -> tuple[float, lis
         output = model(input_ids=input_ids)
         logits = getattr(output, "logits", None)
         logits = first_tensor(output) if logits is None else logits
+        if logits is None:
+            raise KernelExplorerError("The model's output has no logits to take a training step on.")
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     return loss.item(), list(grads)

@@ -241,7 +241,12 @@ class Summary:
                 if column.what or column.line is None or value is None:
                     continue
                 caveat = value.caveat() if isinstance(value, IntervalCell) else ""
-                text = _filled(column, value.bounds() if caveat else self.cell_text(row, column.key))
+                shown = (
+                    value.bounds()
+                    if isinstance(value, IntervalCell) and caveat
+                    else self.cell_text(row, column.key)
+                )
+                text = _filled(column, shown)
                 if not text:
                     continue
                 if column.line.startswith((" ", ",")) and parts:

@@ -126,7 +126,7 @@ def accuracy_verdict(found: Sequence[Judged]) -> str:
         return "differs from PyTorch (no float64 reference to judge accuracy)"
     kernel_worst = pytorch_worst = one_ulp = 0.0
     for d in measured:
-        dtype = getattr(torch, d.dtype, None)
+        dtype = getattr(torch, d.dtype or "", None)
         eps = torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) and dtype.is_floating_point else 0.0
         scale = d.reference_max_abs or 1.0  # an all-zero reference: the errors as they are
         kernel_worst = max(kernel_worst, d.kernel_err64 / scale)  # type: ignore[operator]
@@ -197,7 +197,7 @@ def float64_everywhere() -> Any:
 def float64_shadow(target: nn.Module, *, grad: bool = False) -> nn.Module:
     """A shallow copy of `target` running its class forward, with float64 copies of its own
     parameters (requiring grad like the originals when `grad`) and buffers."""
-    shadow = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
+    shadow: Any = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
     shadow._parameters = {
         k: (None if v is None else v.detach().double().requires_grad_(grad and v.requires_grad))
         for k, v in target._parameters.items()

@@ -199,7 +199,8 @@ class ExpertsDoor(Door):
             )
         name = str(candidate).strip()
         for option in self.matching(name):
-            return option
+            if isinstance(option, ExpertsCandidate):
+                return option
         if name in self._known():  # a name a user registered in the interface
             return experts_candidates.candidate(name, self.host.device)
         raise KernelExplorerError(

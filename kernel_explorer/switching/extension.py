@@ -60,7 +60,8 @@ def marked_class(base: type[nn.Module], layer_name: str) -> type[nn.Module]:
         "__doc__": f"{base.__qualname__} marked as kernel layer {layer_name!r} by kernel_explorer.",
         "kernel_explorer_base": base,
     }
-    marked = type(base)(base.__name__, (base,), namespace)  # same __name__: the model's repr is unchanged
+    metaclass: Any = type(base)
+    marked = metaclass(base.__name__, (base,), namespace)  # same __name__: the model's repr is unchanged
     mark_layer_class(marked, layer_name)
     globals()[qualname] = marked
     _MARKED[(base, layer_name)] = marked
@@ -206,7 +207,7 @@ def extend(
     modules = dict(board.model.named_modules())
     paths = select_instances(board.model, cls, instances)
     for path in paths:
-        own = type(modules[path])
+        own: Any = type(modules[path])  # a marked class names its layer in an attribute
         if getattr(own, "kernel_layer_name", name) != name:
             what = "you named it" if "kernel_explorer_base" in own.__dict__ else "the model marks it as"
             raise KernelExplorerError(

@@ -89,7 +89,7 @@ class InstanceDoor(Door):
             if not cls.serves(group):
                 continue
             door = known.get(group.name)
-            if type(door) is cls:
+            if isinstance(door, cls) and type(door) is cls:
                 door.group = group
             else:
                 door = cls(host, group)
@@ -156,7 +156,7 @@ class InstanceDoor(Door):
         changes the model's answers (top-1 94%; ...)" when they move more than in bfloat16."""
         paths = self.model_paths()
         kwargs = self.host.model_inputs() if paths and "training" not in mode_name(mode) else None
-        if kwargs is None or compiles(mode):
+        if paths is None or kwargs is None or compiles(mode):
             return verdict
         model = self.host.model
         try:  # the references run the model on PyTorch; what fails there is not the candidate's

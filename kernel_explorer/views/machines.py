@@ -27,7 +27,7 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
     from kernel_explorer.errors import KernelExplorerError
     from kernel_explorer.records import revision_notes
 
-    table = log.machine_table()
+    table: Any = log.machine_table()  # pandas: its stubs cannot follow a frame's columns
     if table.empty or layer not in set(table["layer"]):
         measured = ", ".join(sorted(set(table["layer"]))) if not table.empty else "none"
         raise KernelExplorerError(f"no machine measured {layer!r}; measured layers: {measured}")

@@ -98,7 +98,7 @@ def figures(log: ResultLog) -> list[Any]:
     import plotly.graph_objects as go
 
     found = []
-    summary = log.layer_summary()
+    summary: Any = log.layer_summary()  # pandas: its stubs cannot follow a frame's columns
     if "speedup" in summary.columns:
         on = summary[summary["verdict"] != Verdict.KERNEL_OFF].dropna(subset=["speedup"])
         if not on.empty:
@@ -108,7 +108,7 @@ def figures(log: ResultLog) -> list[Any]:
             found.append(
                 _speedup_bars(frame, "label", "Median speedup per layer and run, with its 95% interval")
             )
-    latency = log.to_pandas("layer_latency")
+    latency: Any = log.to_pandas("layer_latency")
     if not latency.empty:
         latency = latency[latency["mode"] == "inference"]  # training pairs: training_summary()
     if not latency.empty:

@@ -188,7 +188,7 @@ def summarize(source: RecordSource) -> Summary:
     kernel layers cover."""
     parts = [summarize_phase(source, phase) for phase in PHASES]
     rows = tuple(
-        row | {"phase": phase} for phase, part in zip(PHASES, parts, strict=True) for row in part.rows
+        {**row, "phase": phase} for phase, part in zip(PHASES, parts, strict=True) for row in part.rows
     )
     return Summary(
         "breakdown",

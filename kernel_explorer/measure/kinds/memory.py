@@ -199,7 +199,8 @@ def _cpu_allocation(call: Callable[[], Any]) -> Allocation:
                 "measure memory outside your own torch.profiler block."
             ) from error
         raise
-    events = [e for e in profiled.kineto_results.events() if e.name() == "[memory]"]
+    results: Any = getattr(profiled, "kineto_results", None)  # set once the profile closed; untyped
+    events: list[Any] = [e for e in results.events() if e.name() == "[memory]"]
     running = peak = 0
     for event in sorted(events, key=lambda e: e.start_ns()):
         if event.device_type().name != "CPU":

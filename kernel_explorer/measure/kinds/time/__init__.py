@@ -222,8 +222,8 @@ def _mark_runs_that_disagree(rows: list[dict[str, Any]]) -> None:
     by_layer: dict[object, list[dict[str, Any]]] = {}
     for row in rows:
         verdict = row.get("verdict")
-        timed = isinstance(row.get("speedup"), IntervalCell) and isinstance(verdict, VerdictCell)
-        if timed and verdict.verdict.has_speed:
+        timed = isinstance(row.get("speedup"), IntervalCell)
+        if timed and isinstance(verdict, VerdictCell) and verdict.verdict.has_speed:
             by_layer.setdefault((row["layer"], row.get("kernel"), row.get("mode")), []).append(row)
     for runs in by_layer.values():
         for row in runs:
@@ -261,7 +261,7 @@ def machine_table(source: RecordSource, *, wide: bool = False) -> pd.DataFrame:
     from kernel_explorer.measure.merge import run_kernels
 
     summary = summarize(source, INFERENCE).to_pandas()
-    if summary.empty or not summary["speedup"].notna().any():
+    if summary.empty or not bool(summary["speedup"].notna().any()):
         return pd.DataFrame(columns=["layer", "machine"])
     records = list(source.records())
     kernels = run_kernels(records)
@@ -277,10 +277,11 @@ def machine_table(source: RecordSource, *, wide: bool = False) -> pd.DataFrame:
     summary["kernel"] = summary["kernel"].fillna("")
     summary["order"] = [ends.get(str(run), 0.0) for run in summary["run_id"]]
     keys = ["layer", "kernel", "kernel_build", "model", "machine"]
-    latest = summary.sort_values("order").groupby(keys, dropna=False, sort=False).tail(1)
+    latest = summary.sort_values(by="order").groupby(keys, dropna=False, sort=False).tail(1)
     columns = [*keys, "host", "hardware", "run_id", "speedup", "speedup_low", "speedup_high"]
     columns += ["confidence", "noise_floor", "verdict", "pairs"]
-    latest = latest[[c for c in columns if c in latest.columns]].sort_values(["layer", "machine"])
+    kept: Any = latest[[c for c in columns if c in latest.columns]]  # pandas: a frame, by its columns
+    latest = kept.sort_values(by=["layer", "machine"])
     latest = latest.reset_index(drop=True)
     if not wide:
         return latest
