@@ -321,6 +321,6 @@ def test_c_level_checks_name_the_problem(hub: dict) -> None:
 
 
 def test_isa_choice_is_a_path_this_cpu_runs(hub: dict) -> None:
-    """Chosen by measurement (tests/test_hub_isa_choice.py), so not always the widest."""
+    """Chosen by measurement (tests/hub/test_isa_choice.py), so not always the widest."""
     assert {module.isa() for module in hub.values()} <= set(runnable_isas())
     assert math.isfinite(hub["activation"].silu(torch.ones(1)).item())

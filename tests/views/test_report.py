@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_results import _log
+from test_log import _log
 
 from kernel_explorer.views.report import write_report
 

@@ -24,8 +24,8 @@ from hub_like_repos import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_repos import RAISING_ON_BATCH_RMSNORM, write_repo
+from test_hub_like import RAISING_ON_BATCH_ATTENTION, state_of
 from test_switchboard import assert_untouched, kernels_run_per_instance
-from test_switching_hub_like import RAISING_ON_BATCH_ATTENTION, state_of
 
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.inspect.layer_groups import ATTENTION

@@ -45,7 +45,7 @@ def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[st
     handles = []
     modules = dict(explorer.model.named_modules())
     for name, group in explorer._switchboard.groups.items():
-        for path in group.instances if group.kind != "attention" else ():  # tests/test_attention.py
+        for path in group.instances if group.kind != "attention" else ():  # tests/switching/test_attention.py
             start: dict[str, Counter[str]] = {}
 
             def pre(module, args, key=(name, path), start=start):  # type: ignore[no-untyped-def]
@@ -70,8 +70,8 @@ def kernels_run_per_instance(explorer: Explorer) -> dict[tuple[str, str], set[st
 
 def assert_reports_match_counts(explorer: Explorer) -> None:
     ran = kernels_run_per_instance(explorer)
-    # attention is model-wide (its own checks in tests/test_attention.py); its kernel runs inside the
-    # same attention modules that hold the rotary function, so it is left out of their counts
+    # attention is model-wide (its own checks in tests/switching/test_attention.py); its kernel runs
+    # inside the same attention modules that hold the rotary function, so it is left out of their counts
     attention = {now.kernel_id for now in explorer.running() if now.layer_name == "attention"}
     for now in explorer.running():
         if now.layer_name == "attention":

@@ -18,7 +18,7 @@ import torch
 from attention_repos import FLASH_ATTN, write_attention_repo
 from kernel_repos import write_repo
 from kernels import LocalLayerRepository
-from test_switching_hub_like import state_of
+from test_hub_like import state_of
 
 from kernel_explorer import Explorer
 from kernel_explorer.catalog.availability import State

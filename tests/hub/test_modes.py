@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from test_hub_kernels import ACTIVATIONS, DTYPES, _inputs, apply_rotary_pos_emb
+from test_kernels import ACTIVATIONS, DTYPES, _inputs, apply_rotary_pos_emb
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 UNARY = ("silu", "gelu", "gelu_tanh", "gelu_new", "gelu_fast", "gelu_quick")

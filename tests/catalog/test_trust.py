@@ -2,7 +2,7 @@
 
 Local repositories are written by the tests (tests/kernel_repos.py) with the digest the project's
 builder writes (`variant_digest`); Hub repositories are published on the Hub-compatible server of
-tests/hub_standin.py and read in fresh processes (tests/test_hub_access.py explains why). Nothing
+tests/hub_standin.py and read in fresh processes (tests/catalog/test_hub_access.py explains why). Nothing
 is mocked: a real keyless signature cannot be made offline, so the signature paths tested are the
 ones that can happen here for real: an unsigned build, a bundle that is not a valid sigstore bundle
 (where `sigstore` is installed: the oldest pair), `sigstore` missing (the newest pair) and a local
