@@ -19,9 +19,7 @@ from kernel_explorer.measure.records import (
     INFERENCE,
     TRAINING,
     GradientDivergence,
-    LayerCalibration,
     LayerDivergence,
-    LayerLatency,
     LayerVerdict,
     ModelVerdict,
     Record,
@@ -279,30 +277,20 @@ class ResultLog:
 
         from kernel_explorer.measure.comparison import Comparison
 
-        grouped: dict[tuple[str, str], dict[str, list[Record]]] = {}
-        for record in self.records():
-            if record.layer is not None and record.kind.startswith("layer_"):
-                if getattr(record.values, "mode", INFERENCE) != INFERENCE:
-                    continue  # training mode: training_summary()
-                kinds = grouped.setdefault((record.run_id, record.layer), {})
-                kinds.setdefault(record.kind, []).append(record)
+        grouped = _layer_groups(self)  # training mode: training_summary()
         rows = []
         for run_id, layer, kernel, kinds in _per_kernel(grouped):
-            timed = [r for r in kinds.get("layer_latency", []) if isinstance(r.values, LayerLatency)]
-            aa = [
-                r.values.ratio
-                for r in kinds.get("layer_calibration", [])
-                if isinstance(r.values, LayerCalibration)
-            ]
+            timed = kinds.get("layer_latency")  # the pairs' kinds come as columns (_layer_groups)
+            aa = kinds["layer_calibration"]["ratio"].tolist() if "layer_calibration" in kinds else []
             divergence = [
                 r.values for r in kinds.get("layer_divergence", []) if isinstance(r.values, LayerDivergence)
             ]
             verdicts = [
                 r.values for r in kinds.get("layer_verdict", []) if isinstance(r.values, LayerVerdict)
             ]
-            found = Comparison.of_pairs([r.values for r in timed], aa, divergence)
+            found = Comparison.of_columns(timed or {}, aa, divergence)
             # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
-            instances = {r.instance for r in timed if r.values.kernel_on == found.kernel_on}
+            instances = set(timed["instance"][timed["kernel_on"] == found.kernel_on]) if timed else set()
             row: dict[str, object] = {
                 "run_id": run_id,
                 "layer": layer,
@@ -540,28 +528,77 @@ class ResultLog:
         return log
 
 
+#: the kinds `layer_summary` reads as columns: a Run's bulk, a record per timed pair
+_PAIR_KINDS = ("layer_latency", "layer_calibration")
+#: a group of records: the pairs' kinds as columns (`ResultLog.columns`), the others as records
+Rows = dict[str, Any] | list[Record]
+
+
+def _layer_groups(log: ResultLog) -> dict[tuple[str, str], dict[str, Rows]]:
+    """Per run and layer, in the order first appended, each `layer_` kind's inference records:
+    the pairs' kinds as columns cut to the group, the other kinds (divergences, verdicts) as
+    records. Records without a layer, and training-mode ones, are left out."""
+    import pandas as pd
+
+    first: dict[tuple[str, str], int] = {}
+    grouped: dict[tuple[str, str], dict[str, Rows]] = {}
+    for kind in log.kinds():
+        if not kind.startswith("layer_"):
+            continue
+        columns = log.columns(kind)
+        keep = pd.notna(columns["layer"])
+        if "mode" in columns:
+            keep &= columns["mode"] == INFERENCE
+        at = keep.nonzero()[0]
+        made = None if kind in _PAIR_KINDS else log.records(kind)[: len(columns["seq"])]
+        keys = pd.DataFrame({"run": columns["run_id"][at], "layer": columns["layer"][at]})
+        for key, rows in keys.groupby(["run", "layer"], sort=False).indices.items():
+            rows = at[rows]
+            seq = int(columns["seq"][rows[0]])
+            first[key] = min(first.get(key, seq), seq)
+            group = grouped.setdefault(key, {})
+            if made is None:
+                group[kind] = {name: column[rows] for name, column in columns.items()}
+            else:
+                group[kind] = [made[i] for i in rows]
+    return {key: grouped[key] for key in sorted(grouped, key=first.__getitem__)}
+
+
+def _kernel_keys(rows: Rows) -> list[tuple[str, str, str] | None]:
+    """Per record of `rows`: the candidate that ran (kernel id, code path, label), None without one."""
+    if isinstance(rows, dict):
+        triples = zip(rows["kernel_id"], rows["isa"], rows["candidate"], strict=True)
+        return [(kid, isa or "", label or "") if kid else None for kid, isa, label in triples]
+    return [
+        (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
+        for p in (r.provenance for r in rows)
+    ]
+
+
 def _per_kernel(
-    grouped: dict[tuple[str, str], dict[str, list[Record]]],
-) -> Iterator[tuple[str, str, str | None, dict[str, list[Record]]]]:
+    grouped: dict[tuple[str, str], dict[str, Rows]],
+) -> Iterator[tuple[str, str, str | None, dict[str, Any]]]:
     """Each (run, layer) group, split by the candidate that ran where one run compared several
     kernels of a layer (`compare(candidates=...)`), named by kernel id, with its code path where one
     kernel ran several (`kernel_id@avx2`) and the candidate's label where that still repeats;
     otherwise whole, with kernel None."""
 
-    def key(r: Record) -> tuple[str, str, str] | None:
-        p = r.provenance
-        return (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
+    def mine(rows: Rows, wanted: tuple[str, str, str]) -> Rows:
+        chosen = [key == wanted for key in _kernel_keys(rows)]
+        if isinstance(rows, dict):
+            return {name: column[chosen] for name, column in rows.items()}
+        return [r for r, keep in zip(rows, chosen, strict=True) if keep]
 
     for (run_id, layer), kinds in grouped.items():
-        ids = {k for r in kinds.get("layer_latency", []) if (k := key(r)) is not None}
+        ids = {k for k in _kernel_keys(kinds.get("layer_latency", [])) if k is not None}
         if len(ids) < 2:
             yield run_id, layer, None, kinds
             continue
         for kid, isa, label in sorted(ids):
             same = [k for k in ids if k[:2] == (kid, isa)]
             name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"
-            mine = {kind: [r for r in found if key(r) == (kid, isa, label)] for kind, found in kinds.items()}
-            yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), mine
+            split = {kind: mine(found, (kid, isa, label)) for kind, found in kinds.items()}
+            yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), split
 
 
 _SPEEDS = ("speedup", "speedup_low", "speedup_high", "across_low", "across_high")
