@@ -48,9 +48,14 @@ def growth_report(samples: list[tuple[float, float]], what: str = "RSS") -> list
         return [f"{what}: too few samples to say how it grew"]
     after = [(t, m) for t, m in samples if t >= SETTLE_S]
     total = samples[-1][1] - samples[0][1]
-    lines = [f"{what}: {samples[0][1]:.0f} MB at the start, {samples[-1][1]:.0f} MB after {samples[-1][0]:.0f} s"]
+    lines = [
+        f"{what}: {samples[0][1]:.0f} MB at the start, {samples[-1][1]:.0f} MB after {samples[-1][0]:.0f} s"
+    ]
     if len(after) < 2:
-        return [*lines, f"{what} growth: {total:+.1f} MB in all (the run was too short for a slope after minute 1)"]
+        return [
+            *lines,
+            f"{what} growth: {total:+.1f} MB in all (the run was too short for a slope after minute 1)",
+        ]
     windows = []
     start = after[0][0]
     while start + SETTLE_S <= after[-1][0] + 1e-9:
@@ -64,10 +69,12 @@ def growth_report(samples: list[tuple[float, float]], what: str = "RSS") -> list
         if windows
         else "no whole minute window"
     )
-    lines.append(f"{what} growth after minute 1: {_slope(after):+.2f} MB/min (least squares); {spread}")
+    slope = _slope(after)
+    lines.append(f"{what} growth after minute 1: {slope:+.2f} MB/min (least squares); {spread}")
     lines.append(
-        f"{what} growth: {after[-1][1] - after[0][1]:+.1f} MB from minute 1 to the end, {total:+.1f} MB in all"
-        f"; an hour at this slope: {_slope(after) * 59 + (after[0][1] - samples[0][1]):+.0f} MB"
+        f"{what} growth: {after[0][1] - samples[0][1]:+.1f} MB in the first minute, "
+        f"{after[-1][1] - after[0][1]:+.1f} MB from minute 1 to the end, {total:+.1f} MB in all; "
+        f"at this slope an hour adds {slope * 59:+.0f} MB after its first minute"
     )
     return lines
 
