@@ -4,7 +4,8 @@ minute (the capture, the kernels' loading and the first cycle's allocations fill
 
 The goal (issue 47): under 2 MB a minute after the first minute, under 100 MB for an hour's Run.
 `--tracemalloc` adds the 15 lines whose Python allocations grew most between minute 1 and the end
-(slower: every allocation is traced), which names what still grows.
+(numpy's arrays included), which names what still grows; its RSS figures then hold the snapshot
+taken at minute 1 (hundreds of MB) and the traces, so read the growth from a run without it.
 
     python bench/run_memory.py [--minutes 5] [--tracemalloc]
 """
@@ -135,6 +136,8 @@ def main() -> None:
         + ")"
     )
     print("\n".join(growth_report(samples)))
+    if args.tracemalloc:
+        print("(RSS here holds tracemalloc's snapshot of minute 1 and its traces: see a run without it)")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if first is not None:
         last = tracemalloc.take_snapshot()
