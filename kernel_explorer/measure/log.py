@@ -44,7 +44,7 @@ class ResultLog:
     a subscriber is kept in `subscriber_errors` instead of stopping the measurement.
 
     A kind whose values are all scalars (a latency pair, an A/A pair, a divergence...) is kept as
-    columns (`record_columns.RecordColumns`: about 60 bytes a pair instead of a kilobyte of objects,
+    columns (`record_columns.RecordColumns`: about 35 bytes a pair where its objects took 430,
     spilled to the cache folder past `record_columns.SPILL_BYTES`), so an hour's Run stays small;
     `records()` makes `Record`s equal to those appended, and `columns()` gives a kind's fields as
     arrays without making any. The verdicts (tuples of notes) are kept as the objects appended.
@@ -531,17 +531,17 @@ class ResultLog:
 #: the kinds `layer_summary` reads as columns: a Run's bulk, a record per timed pair
 _PAIR_KINDS = ("layer_latency", "layer_calibration")
 #: a group of records: the pairs' kinds as columns (`ResultLog.columns`), the others as records
-Rows = dict[str, Any] | list[Record]
+_Rows = dict[str, Any] | list[Record]
 
 
-def _layer_groups(log: ResultLog) -> dict[tuple[str, str], dict[str, Rows]]:
+def _layer_groups(log: ResultLog) -> dict[tuple[str, str], dict[str, _Rows]]:
     """Per run and layer, in the order first appended, each `layer_` kind's inference records:
     the pairs' kinds as columns cut to the group, the other kinds (divergences, verdicts) as
     records. Records without a layer, and training-mode ones, are left out."""
     import pandas as pd
 
     first: dict[tuple[str, str], int] = {}
-    grouped: dict[tuple[str, str], dict[str, Rows]] = {}
+    grouped: dict[tuple[str, str], dict[str, _Rows]] = {}
     for kind in log.kinds():
         if not kind.startswith("layer_"):
             continue
@@ -564,7 +564,7 @@ def _layer_groups(log: ResultLog) -> dict[tuple[str, str], dict[str, Rows]]:
     return {key: grouped[key] for key in sorted(grouped, key=first.__getitem__)}
 
 
-def _kernel_keys(rows: Rows) -> list[tuple[str, str, str] | None]:
+def _kernel_keys(rows: _Rows) -> list[tuple[str, str, str] | None]:
     """Per record of `rows`: the candidate that ran (kernel id, code path, label), None without one."""
     if isinstance(rows, dict):
         triples = zip(rows["kernel_id"], rows["isa"], rows["candidate"], strict=True)
@@ -576,14 +576,14 @@ def _kernel_keys(rows: Rows) -> list[tuple[str, str, str] | None]:
 
 
 def _per_kernel(
-    grouped: dict[tuple[str, str], dict[str, Rows]],
+    grouped: dict[tuple[str, str], dict[str, _Rows]],
 ) -> Iterator[tuple[str, str, str | None, dict[str, Any]]]:
     """Each (run, layer) group, split by the candidate that ran where one run compared several
     kernels of a layer (`compare(candidates=...)`), named by kernel id, with its code path where one
     kernel ran several (`kernel_id@avx2`) and the candidate's label where that still repeats;
     otherwise whole, with kernel None."""
 
-    def mine(rows: Rows, wanted: tuple[str, str, str]) -> Rows:
+    def mine(rows: _Rows, wanted: tuple[str, str, str]) -> _Rows:
         chosen = [key == wanted for key in _kernel_keys(rows)]
         if isinstance(rows, dict):
             return {name: column[chosen] for name, column in rows.items()}
