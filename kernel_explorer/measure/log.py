@@ -44,7 +44,7 @@ class ResultLog:
     a subscriber is kept in `subscriber_errors` instead of stopping the measurement.
 
     A kind whose values are all scalars (a latency pair, an A/A pair, a divergence...) is kept as
-    columns (`record_columns.RecordColumns`: about 35 bytes a pair where its objects took 430,
+    columns (`record_columns.RecordColumns`: about 27 bytes a pair where its objects took 430,
     spilled to the cache folder past `record_columns.SPILL_BYTES`), so an hour's Run stays small;
     `records()` makes `Record`s equal to those appended, and `columns()` gives a kind's fields as
     arrays without making any. The verdicts (tuples of notes) are kept as the objects appended.

@@ -2,7 +2,7 @@
 
 A Run appends a record per timed pair, 13,000 to 40,000 a minute on the default model. As a frozen
 `Record` with its value object a latency pair took about 430 bytes of Python objects; as columns it
-takes about 35: its numbers in numpy arrays that grow by chunks, its strings (run id, layer,
+takes about 27: its numbers in numpy arrays that grow by chunks, its strings (run id, layer,
 instance, a mode) and its provenance (one per instance and run, repeated on every pair) as integer
 codes into small tables that the log shares (`Table`), full chunks packed (`_Sealed`).
 
@@ -47,7 +47,7 @@ CHUNK_ROWS = 8192
 FIRST_ROWS = 16
 #: what a log keeps of its sealed chunks in memory before it spills the oldest to the cache folder.
 #: A Run on the default model makes 13,000 to 40,000 latency pairs a minute (a busy and a quiet
-#: 2-core machine), about 35 bytes each packed: 30 to 90 MB of columns an hour. The bound keeps a
+#: 2-core machine), about 27 bytes each packed: 20 to 70 MB of columns an hour. The bound keeps a
 #: Run of any length under it, inside the 100 MB an hour's Run may add to the process (issue 47),
 #: and still holds a usual Run whole in memory, where summaries read it fastest.
 SPILL_BYTES = 64 * 2**20
@@ -165,30 +165,66 @@ class _Chunk:
 
 
 class _Sealed:
-    """A full chunk, packed: each integer column (string and provenance codes, `seq`, int fields)
-    as its smallest value and the differences from it in the narrowest unsigned type that holds
-    them, nothing at all where every row holds the same (a run id, a mode); a float column the same
-    way by its bits where they differ by less than 2**32 (a chunk's times), else as it is.
+    """A full chunk, packed, exactly (`filled` gives back every value bit for bit):
 
-    A latency pair's 70 bytes become about 35: within a chunk a run id is one value, a layer
-    or an instance one of a few, `seq` climbs by less than 65,536 and the times by seconds.
+    - an integer column (string and provenance codes, `seq`, int fields) as its smallest value and
+      the differences from it in the narrowest unsigned type that holds them, or nothing at all
+      where every row holds the same (a run id, a mode); a float column the same way by its bits
+      where they differ by less than 2**32 (a chunk's times);
+    - a bool column as bits;
+    - a float column that is, bit for bit in every row, the quotient of two others (a pair's
+      speedup, pytorch_s / kernel_s; an A/A pair's ratio) as their names.
+
+    A latency pair's 70 bytes become about 27: within a chunk a run id is one value, a layer or an
+    instance one of a few, `seq` climbs by less than 65,536 and the times by seconds.
     """
 
-    __slots__ = ("columns", "nbytes", "rows")
+    __slots__ = ("columns", "nbytes", "quotients", "rows")
 
     def __init__(self, chunk: _Chunk) -> None:
         self.rows = chunk.rows
-        self.columns = {name: _pack(array[: chunk.rows]) for name, array in chunk.arrays.items()}
+        arrays = {name: array[: chunk.rows] for name, array in chunk.arrays.items()}
+        self.quotients = _quotients(arrays)
+        self.columns = {name: _pack(a) for name, a in arrays.items() if name not in self.quotients}
         self.nbytes = sum(
             c.nbytes if isinstance(c, np.ndarray) else c[1].nbytes for c in self.columns.values()
         )
 
     def filled(self) -> dict[str, np.ndarray]:
-        return {name: _unpack(column, self.rows) for name, column in self.columns.items()}
+        found = {name: _unpack(column, self.rows) for name, column in self.columns.items()}
+        with np.errstate(all="ignore"):
+            for name, (top, bottom) in self.quotients.items():
+                found[name] = found[top] / found[bottom]
+        return found
 
 
-#: a packed integer column: (its dtype, differences from `base`, base)
-_Packed = tuple[np.dtype, np.ndarray, int]
+def _quotients(arrays: dict[str, np.ndarray]) -> dict[str, tuple[str, str]]:
+    """The float columns that are the quotient of two others in every row, bit for bit: name ->
+    (numerator, denominator); an operand is never itself a quotient."""
+    floats = [name for name, array in arrays.items() if array.dtype.kind == "f"]
+    found: dict[str, tuple[str, str]] = {}
+    operands: set[str] = set()
+    with np.errstate(all="ignore"):
+        for name in floats:
+            if name in operands:
+                continue
+            for top in floats:
+                for bottom in floats:
+                    if len({name, top, bottom}) < 3 or top in found or bottom in found:
+                        continue
+                    if np.array_equal(
+                        (arrays[top] / arrays[bottom]).view(np.int64), arrays[name].view(np.int64)
+                    ):
+                        found[name] = (top, bottom)
+                        operands |= {top, bottom}
+                        break
+                if name in found:
+                    break
+    return found
+
+
+#: a packed column: (its dtype, the packed data, the base its differences are from; None: bits)
+_Packed = tuple[np.dtype, np.ndarray, "int | None"]
 _UNSIGNED = (np.uint8, np.uint16, np.uint32)
 
 
@@ -200,7 +236,9 @@ def _pack(array: np.ndarray) -> np.ndarray | _Packed:
         packed = _pack(array.view(np.int64))
         return array if isinstance(packed, np.ndarray) else (array.dtype, packed[1], packed[2])
     if array.dtype.kind == "b":
-        return (array.dtype, np.empty(0, np.uint8), int(array[0])) if (array == array[0]).all() else array
+        if (array == array[0]).all():
+            return array.dtype, np.empty(0, np.uint8), int(array[0])
+        return array.dtype, np.packbits(array), None
     low, high = int(array.min()), int(array.max())
     narrow = next((t for t in _UNSIGNED if high - low <= np.iinfo(t).max), None)
     if narrow is None:
@@ -212,8 +250,10 @@ def _pack(array: np.ndarray) -> np.ndarray | _Packed:
 def _unpack(column: np.ndarray | _Packed, rows: int) -> np.ndarray:
     if isinstance(column, np.ndarray):
         return column
-    dtype, deltas, base = column
-    ints = deltas.astype(np.int64) + base if len(deltas) else np.full(rows, base, np.int64)
+    dtype, data, base = column
+    if base is None:
+        return np.unpackbits(data, count=rows).astype(dtype)
+    ints = data.astype(np.int64) + base if len(data) else np.full(rows, base, np.int64)
     return ints.view(dtype) if dtype.kind == "f" else ints.astype(dtype)
 
 

@@ -280,10 +280,11 @@ def test_columns_give_the_comparison_the_records_give() -> None:
 
 def test_a_latency_record_costs_a_tenth_of_its_objects() -> None:
     """100,000 latency pairs of a Run (60 instances, a provenance each) take under 100 bytes each in
-    the log, numpy's arrays included (tracemalloc sees them); measured here about 31 (full chunks
-    packed: a run id or a mode is one value per chunk, a time four bytes). The same loop against the
-    log that kept a Record and a LayerLatency per pair measured about 430 bytes a pair, which is what
-    grew a headless Run on the default model by 7 to 17 MB a minute (bench/run_memory.py)."""
+    the log, numpy's arrays included (tracemalloc sees them); measured here about 30 (full chunks
+    packed to 24: a run id or a mode is one value per chunk, a time four bytes, one of the three
+    floats the quotient of the others). The same loop against the log that kept a Record and a
+    LayerLatency per pair measured about 430 bytes a pair, which is what grew a headless Run on the
+    default model by 7 to 17 MB a minute (bench/run_memory.py)."""
     origins = [
         Provenance(dtype="float32", shape=(1, 15, 576), threads=2, isa="avx2", kernel_id="k", host="h")
         for _ in range(60)
