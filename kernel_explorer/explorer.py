@@ -19,10 +19,11 @@ from kernel_explorer.catalog.candidates import Catalog
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.kinds import LayerRequest, Measurement, plan_for
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
-from kernel_explorer.measure.runner import Measurement, RunHandle, Runner, leave_the_cpus_to_runs
+from kernel_explorer.measure.runner import RunHandle, Runner, leave_the_cpus_to_runs
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -318,13 +319,29 @@ class Explorer:
                 only = {
                     (row, path)
                     for row, group in self._switchboard.groups.items()
-                    for path in (group.instances if row == ATTENTION else group.instances[:1])
+                    for path in (
+                        self._one_per_kind(group.instances) if row == ATTENTION else group.instances[:1]
+                    )
                 }
                 found = capture_inputs(self._switchboard, kwargs, memory_cap=LONGER_MEMORY_CAP, only=only)
             self._longer = (key, found)
         captured = self._longer[1]
         calls = captured.calls.get((name, path)) if captured is not None else None
         return calls[0] if calls else None
+
+    def _one_per_kind(self, paths: list[str]) -> list[str]:
+        """The first attention module of each kind in the capture (a trial calls one per kind,
+        `attention_trial.kind_of`): a sliding-window layer apart from a full one."""
+        from kernel_explorer.inspect.layer_groups import ATTENTION
+        from kernel_explorer.switching.attention_trial import kind_of
+
+        calls = self.captured_inputs().calls
+        first: dict[tuple[Any, ...], str] = {}
+        for path in paths:
+            found = calls.get((ATTENTION, path))
+            kind = kind_of(self.model.get_submodule(path), *found[0]) if found else (path,)
+            first.setdefault(kind, path)
+        return list(first.values())
 
     def off(self, name: str, instances: str | list[str] | None = None) -> list[RunningNow]:
         """Switch layer `name` back to PyTorch."""
@@ -448,6 +465,7 @@ class Explorer:
     def compare(
         self,
         *names: str,
+        measure: str = "time",
         instances: str | list[str] | None = None,
         pairs: int | None = None,
         precision: float = DEFAULT_PRECISION,
@@ -458,16 +476,21 @@ class Explorer:
         name: str | None = None,
         mode: str = "inference",
         candidates: list[str] | None = None,
+        **options: Any,
     ) -> RunHandle:
-        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
+        """Kernel against PyTorch on captured activations, per layer name (all when none is given),
+        in one kind of measurement (`measure`, default "time"; `kernel_explorer.measure.kinds`).
 
-        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
-        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
-        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
-        we can detect here", accuracy against float64, notes to look twice), then (with
-        `determinism_runs`) repeat-run identity.
+        "time": records stream into `explorer.results`: divergence per instance,
+        `calibration_pairs` A/A pairs (PyTorch against PyTorch: the noise floor), interleaved
+        latency pairs, then a `LayerVerdict` per layer (the speedup's 95% interval, "faster",
+        "slower" or "no difference we can detect here", accuracy against float64, notes to look
+        twice), then (with `determinism_runs`) repeat-run identity. "values": each instance's
+        output against PyTorch and float64, then determinism, without timing. A kind added to
+        `measure/kinds/` is measured here by its name; `explorer.results.summary(measure)` reads it.
 
         Args:
+            measure: the kind of measurement; an unknown one is one line naming those there are.
             pairs: rounds of latency pairs over the instances; None (default): until the interval's
                 half-width is within `precision` of the median, or `budget_s` seconds per layer.
             precision: target half-width of the interval, relative (0.05: +-5%).
@@ -479,25 +502,32 @@ class Explorer:
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
+            options: what a kind takes besides these (its module says); one it does not take is
+                one line naming those it does.
         """
-        from kernel_explorer.measure.plans import layer_plan
-
-        check_sampling(pairs, precision, budget_s)
         for layer in names:
             self._switchboard.group(layer)  # unknown names fail here, before anything runs
-        measurements = layer_plan(
+        request = LayerRequest(
             self._switchboard,
             lambda grad: self.captured_inputs(grad=grad),
             list(names or self.layers),
             mode=mode,
-            determinism_runs=determinism_runs,
             candidates=candidates,
             instances=instances,
-            pairs=pairs,
-            precision=precision,
-            budget_s=budget_s,
-            calibration_pairs=calibration_pairs,
+            measure=measure,
+            options={
+                "pairs": pairs,
+                "precision": precision,
+                "budget_s": budget_s,
+                "calibration_pairs": calibration_pairs,
+                "determinism_runs": determinism_runs,
+                **options,
+            },
         )
+        return self._measure(plan_for(measure)(request), background=background, name=name)
+
+    def _measure(self, measurements: list[Measurement], *, background: bool, name: str | None) -> RunHandle:
+        """Run `measurements`; a foreground run warns (one line) when its machine was noisy."""
         handle = self.run(measurements, background=background, name=name)
         if not background:
             self._warn_if_noisy(handle.run_id)
@@ -512,7 +542,7 @@ class Explorer:
         floors = [r.values.noise_floor for r in found]
         warning = noise_warning(max(floors, default=0.0))
         if warning:
-            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
+            warnings.warn(warning, NoisyMachineWarning, stacklevel=4)  # compare's caller, through _measure
 
     def compare_model(
         self,
@@ -548,7 +578,7 @@ class Explorer:
         See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
-        from kernel_explorer.measure.plans import model_plan
+        from kernel_explorer.measure.kinds.model import plan_model
 
         check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
@@ -556,7 +586,7 @@ class Explorer:
             raise KernelExplorerError(f"compiled is True or False, not {compiled!r}.")
         check_runnable(self.model)
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
-        measurements = model_plan(
+        measurements = plan_model(
             self._switchboard,
             kwargs,
             mode=mode,
@@ -570,10 +600,7 @@ class Explorer:
                 (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
             ),
         )
-        handle = self.run(measurements, background=background, name=name)
-        if not background:
-            self._warn_if_noisy(handle.run_id)
-        return handle
+        return self._measure(measurements, background=background, name=name)
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
         """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and

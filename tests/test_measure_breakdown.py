@@ -7,7 +7,8 @@ import pytest
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.loading import tiny_llama
-from kernel_explorer.measure.breakdown import ATTENTION, LINEAR, amdahl
+from kernel_explorer.measure.breakdown import ATTENTION
+from kernel_explorer.measure.kinds.breakdown import LINEAR, amdahl
 
 
 @pytest.fixture

@@ -81,3 +81,21 @@ def test_meta_device_model_is_refused(hub: dict) -> None:
         explorer.capture(torch.randint(0, 256, (1, 4)))
     with pytest.raises(KernelExplorerError, match="meta device"):
         explorer.compare_model()
+
+
+def test_a_trials_longer_capture_stops_once_each_row_has_its_call(hub: dict) -> None:
+    """The longer trial capture keeps one call per row (one per kind of attention module) and
+    stops the forward there: the model's head never runs on the longer prompt."""
+    explorer = Explorer(tiny_llama())
+    explorer.capture(torch.randint(0, 256, (1, 10)))
+    head_calls: list[int] = []
+    hook = explorer.model.lm_head.register_forward_hook(lambda *_: head_calls.append(1))
+    try:
+        sample = explorer._long_sample("RMSNorm", "model.layers.0.input_layernorm")
+        assert sample is not None and sample[0][0].shape[1] > 10  # the longer prompt's call
+        assert head_calls == []  # stopped before the head
+        # one attention module per kind: tiny_llama's two layers are alike, the second is not kept
+        assert explorer._long_sample("attention", "model.layers.0.self_attn") is not None
+        assert explorer._long_sample("attention", "model.layers.1.self_attn") is None
+    finally:
+        hook.remove()

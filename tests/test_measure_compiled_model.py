@@ -15,7 +15,7 @@ import torch
 from kernel_explorer import Explorer, KernelExplorerError, tiny_llama
 from kernel_explorer.measure.compiled_decode import EagerDecoder, StaticDecoder
 from kernel_explorer.measure.model_modes import AGAINST_EAGER, COMPILED_SIDE, EAGER_SIDE, KERNEL_SIDE
-from kernel_explorer.views.answers import model_answer
+from kernel_explorer.views.answers import run_answer
 
 PROMPT = torch.randint(0, 256, (1, 12), generator=torch.Generator().manual_seed(5))
 LENGTH, NEW = 12, 6  # the prompt's length is the timed prefill length: one prefill graph per side less
@@ -64,7 +64,7 @@ def test_greedy_tokens_agree_with_compiled_and_eager_pytorch(compared: Explorer)
         assert agreement.greedy_tokens == NEW and agreement.first_divergence is None
         assert agreement.top1_agreement == 1.0 and agreement.kl < 1e-6
     run_id = compared.results.records("model_agreement")[0].run_id
-    answer = model_answer(compared.results.model_summary(), run_id, compared.results)
+    answer = run_answer(compared.results, run_id)
     lines = dict(answer.rows)
     assert f"greedy tokens identical ({NEW})" in lines["outputs against compiled PyTorch"]
     assert "outputs against eager PyTorch" in lines

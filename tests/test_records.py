@@ -30,6 +30,10 @@ def test_every_kind_is_one_value_class() -> None:
         "model_pair",
         "kernels_benchmark",
         "run",
+        "layer_memory",
+        "attention_memory",
+        "model_weights",
+        "model_prefill_memory",
     }
     assert all(cls.kind == kind for kind, cls in VALUE_TYPES.items())
 

@@ -7,6 +7,7 @@ import pytest
 
 from kernel_explorer.explorer import Explorer
 from kernel_explorer.loading import tiny_llama
+from kernel_explorer.measure.summary import format_number
 from kernel_explorer.views.breakdown_chart import UNCOVERED_COLOURS, breakdown_figure, covered_line
 
 
@@ -41,7 +42,8 @@ def test_the_line_gives_amdahls_ceiling_then_the_prediction(explorer: Explorer) 
     shares = explorer.results.latest_shares("prefill")
     covered = sum(v for k, v in shares.items() if k in explorer.layers)
     line = covered_line(explorer.results)
-    assert f"take {covered:.0%} of the prefill" in line and f"at most {1 / (1 - covered):.2f}x" in line
+    assert f"take {format_number(covered, 'share')} of the prefill" in line
+    assert f"at most {format_number(1 / (1 - covered), 'x')}" in line
     assert "Amdahl predicts" not in line
     explorer.compare("SiLU", pairs=2, calibration_pairs=1)
     assert "Amdahl predicts" in covered_line(explorer.results)

@@ -45,7 +45,7 @@ def test_bad_input_is_one_short_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("%kernels: ")
     assert "Traceback" not in err
-    assert "%kernels hardware" not in err and len(err) < 160  # not the whole usage again
+    assert "%kernels hardware" not in err and len(err) < 170  # not the whole usage again
 
 
 def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pytest.CaptureFixture) -> None:
@@ -254,6 +254,23 @@ def test_compare_answers_one_line_per_layer_with_the_frame_one_attribute_away(sh
     assert {"verdict", "accuracy", "speedup_low"} <= set(answer.frame.columns)
     html = answer._repr_html_()
     assert html.count("<tr>") == 2 and "text-align:left" in html and "SiLU" in html
+    dashboard.close()
+
+
+def test_compare_measures_the_kind_it_is_told_and_names_the_others(
+    shell: Any, capsys: pytest.CaptureFixture, hub: dict
+) -> None:
+    """`--measure` takes every kind compare starts (the registry's), and answers with its summary."""
+    from kernel_explorer.measure.kinds import measured_by_compare
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    answer = shell.run_line_magic("kernels", "compare SiLU --measure values")
+    (line,) = answer.lines
+    assert line.startswith("SiLU: ") and "against float64" in line and "repeats bitwise" in line
+    assert "x [" not in line and {"accuracy", "bitwise_equal"} <= set(answer.frame.columns)
+    shell.run_line_magic("kernels", "compare SiLU --measure speed")
+    err = capsys.readouterr().err
+    assert "invalid choice: 'speed'" in err and all(name in err for name in measured_by_compare())
     dashboard.close()
 
 

@@ -10,8 +10,8 @@ add to 100% (within rounding: each category's median is taken separately). The h
 microseconds per call; plain forwards interleaved with the hooked ones measure that cost, kept in
 each record (`hook_overhead`), so a distorted profile is seen, not assumed.
 
-With a layer's measured speedup k and share s, Amdahl gives the model speedup that layer alone
-can bring, 1 / (1 - s + s / k), and the ceiling if it cost nothing, 1 / (1 - s).
+What the shares say with the measured speedups (Amdahl) is the breakdown kind's summary
+(`measure/kinds/breakdown.py`), which also holds the record class and the category names.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.measure.capture import run_model
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST, TimeShare
 from kernel_explorer.measure.model_comparison import all_pytorch
-from kernel_explorer.measure.records import Record, TimeShare
+from kernel_explorer.measure.records import Record
 
 if TYPE_CHECKING:
     from torch import nn
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 # the attention computation is the attention row's category (ATTENTION), so its share and its
 # measured speedup meet in the inventory's Amdahl columns
-LINEAR, EMBEDDING, REST = "Linear (matmul)", "embedding", "rest"
 
 
 def _timed_modules(board: Switchboard) -> list[tuple[nn.Module, str]]:
@@ -152,11 +152,3 @@ def _breakdown(
             seconds = statistics.median(shares.get(name, 0.0) for _, shares in hooked)
             count = tokens if phase == "prefill" else 1
             yield Record(run_id, TimeShare(phase, count, name, seconds, seconds / total, overhead))
-
-
-def amdahl(share: float, speedup: float | None) -> tuple[float, float | None]:
-    """(model speedup if the category cost nothing, model speedup with its measured `speedup`)."""
-    ceiling = 1.0 / (1.0 - share) if share < 1 else float("inf")
-    if speedup is None or speedup <= 0:
-        return ceiling, None
-    return ceiling, 1.0 / (1.0 - share + share / speedup)

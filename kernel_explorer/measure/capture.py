@@ -134,7 +134,9 @@ def capture_inputs(
 
     With `grad`, the model runs with autograd on and the kept tensors that required grad there are
     leaves that require grad: the inputs a training-mode comparison differentiates. With `only`,
-    the first call of those (layer, instance) keys alone is kept (a trial's longer inputs).
+    the first call of those (layer, instance) keys alone is kept (a trial's longer inputs), and the
+    forward stops as soon as each has its call: a trial's 257 tokens need the first decoder layer,
+    not the whole model and its vocabulary-sized head.
     """
     if memory_cap <= 0:
         raise KernelExplorerError(f"memory_cap must be a positive number of bytes, got {memory_cap}.")
@@ -152,13 +154,22 @@ def capture_inputs(
                 return
             captured.bytes_kept += size
             captured.calls.setdefault(key, []).append((_detached(args, grad), _detached(call_kwargs, grad)))
+            complete = only is not None and only.issubset(captured.calls)
+        if complete:
+            raise _Enough
 
     # hooks come and go under the lock, so no other thread's forward meets half of them
     with board.lock, contextlib.ExitStack() as doors:
         for door in board.doors.values():
             doors.enter_context(door.capturing(keep))
-        run_model(board.model, kwargs, grad=grad)
+        with contextlib.suppress(_Enough):
+            run_model(board.model, kwargs, grad=grad)
     return captured
+
+
+class _Enough(KernelExplorerError):
+    """Raised from a capture hook once every call asked for is kept: the rest of the forward is not
+    needed (a `KernelExplorerError`, so `run_model` lets it through unwrapped)."""
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

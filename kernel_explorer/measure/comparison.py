@@ -3,10 +3,10 @@
 A `Comparison` owns the interleaved pairs of one layer (or one model measure) in one run, its A/A
 pairs and its divergences, and derives the median speedup, its 95% interval, the interval across
 runs, the A/A noise floor, the verdict, how many pairs the machine stalled, and the accuracy
-verdict. The measurement builds one to close a layer (`LayerVerdict`), `ResultLog.layer_summary`
-builds one per run and layer from the log, the live plots one per layer so far: every view reads
-the same numbers because they come from the same arithmetic (`measure/stats.py` holds the
-primitives; nothing else calls them).
+verdict. The measurement builds one to close a layer (`LayerVerdict`), the time kind's summary
+(`measure/kinds/time`) one per run and layer from the log, the live plots one per layer so far:
+every view reads the same numbers because they come from the same arithmetic (`measure/stats.py`
+holds the primitives; nothing else calls them).
 
 A pair counts toward a kernel's speedup only when the instance ran a kernel; a comparison whose
 pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A pair the machine
@@ -35,7 +35,8 @@ from kernel_explorer.measure.stats import (
 from kernel_explorer.measure.verdict import Verdict, describe
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.records import GradientDivergence, LayerDivergence, LayerLatency
+    from kernel_explorer.measure.kinds.time.records import LayerLatency
+    from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDivergence
 
 KERNEL_OFF = Verdict.KERNEL_OFF
 #: an interval whose low end is under 1% of its median measured the machine, not the kernel: stalls

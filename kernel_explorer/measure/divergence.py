@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.measure.records import GradientDivergence, LayerDivergence
+    from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDivergence
 
 _INT_VIEW = {4: "int32", 2: "int16"}
 

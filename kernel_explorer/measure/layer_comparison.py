@@ -18,19 +18,11 @@ from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
 from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.divergence import divergence, float64_reference
+from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
+from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.records import (
-    INFERENCE,
-    GradientDivergence,
-    LayerCalibration,
-    LayerDeterminism,
-    LayerDivergence,
-    LayerLatency,
-    LayerVerdict,
-    Provenance,
-    Record,
-)
+from kernel_explorer.measure.records import INFERENCE, Provenance, Record
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -122,46 +114,25 @@ def compare_layer(
     on PyTorch are measured as they are (their records say `kernel_on=False`); this is what a live
     dashboard run does.
     """
-    import torch
-
     check_sampling(pairs, precision, budget_s)
     paths = board.select(name, instances)
     calls = calls_for(captured, name, paths)
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
     with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
-        origins: dict[str, Provenance] = {}  # read on first use: 60 instances must not delay the first record
-
-        def origin(path: str, args: tuple, kwargs: dict) -> Provenance:
-            if path not in origins:
-                origins[path] = provenance(board, name, path, args, kwargs)
-            return origins[path]
-
-        divergences: list[LayerDivergence] = []
-        ignores_input = checked_input = False
-        for path, args, kwargs in calls:
-            with board.lock, torch.no_grad():
-                current, pytorch, on = board.forwards(name, path)
-                kernel_out = first_tensor(current(*args, **kwargs))
-                pytorch_out = first_tensor(pytorch(*args, **kwargs))
-                if on and kernel_out is not None and not checked_input:  # one instance tells
-                    ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
-                    checked_input = True
-            ref = None
-            if reference:
-                target = pytorch.__self__
-                with contextlib.suppress(Exception):  # a layer that cannot run in float64: no reference
-                    ref = first_tensor(float64_reference(target, args, kwargs))
-            if kernel_out is None or pytorch_out is None:
-                continue
-            found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
-            divergences.append(found)
-            yield Record(run_id, found, name, path, provenance=origin(path, args, kwargs))
+        origin = _origins(board, name, calls)
+        divergences, ignores_input = yield from output_divergences(
+            board,
+            name,
+            calls,
+            lambda path, values: Record(run_id, values, name, path, provenance=origin(path)),
+            reference=reference,
+        )
         repeats: dict[str, int] = {}
         aa_ratios, samples, stopped_by = yield from interleaved_series(
             lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
             calls,
-            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(*call)),
+            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(call[0])),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
             stalls=lambda call: StallWatch(copy_seconds(2 * tensor_bytes(call[1], call[2]))),
@@ -172,8 +143,85 @@ def compare_layer(
             run_id,
             layer_verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
             name,
-            provenance=origin(*calls[0]),
+            provenance=origin(calls[0][0]),
         )
+
+
+def _origins(board: Switchboard, name: str, calls: list[Call]) -> Callable[[str], Provenance]:
+    """An instance's provenance by path, read on first use (60 instances must not delay the first
+    record), from its first call."""
+    first: dict[str, tuple[tuple, dict]] = {}
+    for path, args, kwargs in calls:
+        first.setdefault(path, (args, kwargs))
+    found: dict[str, Provenance] = {}
+
+    def origin(path: str) -> Provenance:
+        if path not in found:
+            found[path] = provenance(board, name, path, *first[path])
+        return found[path]
+
+    return origin
+
+
+def output_divergences(
+    board: Switchboard,
+    name: str,
+    calls: list[Call],
+    record: Callable[[str, LayerDivergence], Record],
+    *,
+    reference: bool = True,
+) -> Generator[Record, None, tuple[list[LayerDivergence], bool]]:
+    """Each call's output, kernel against PyTorch and each against a float64 run (unless
+    `reference=False`): yields a record per instance (`record(path, values)`) and returns the
+    divergences and whether the kernel ignores its input (one instance tells)."""
+    import torch
+
+    divergences: list[LayerDivergence] = []
+    ignores_input = checked_input = False
+    for path, args, kwargs in calls:
+        with board.lock, torch.no_grad():
+            current, pytorch, on = board.forwards(name, path)
+            kernel_out = first_tensor(current(*args, **kwargs))
+            pytorch_out = first_tensor(pytorch(*args, **kwargs))
+            if on and kernel_out is not None and not checked_input:
+                ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
+                checked_input = True
+        ref = None
+        if reference:
+            target = pytorch.__self__
+            with contextlib.suppress(Exception):  # a layer that cannot run in float64: no reference
+                ref = first_tensor(float64_reference(target, args, kwargs))
+        if kernel_out is None or pytorch_out is None:
+            continue
+        found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
+        divergences.append(found)
+        yield record(path, found)
+    return divergences, ignores_input
+
+
+def compare_values(
+    board: Switchboard,
+    captured: CapturedInputs,
+    name: str,
+    *,
+    run_id: str,
+    instances: list[str] | None = None,
+    runs: int = 10,
+) -> Iterator[Record]:
+    """The values alone, no timing: each instance's output against PyTorch and float64, then how
+    often `runs` repeated calls agree bitwise (`determinism`); instances on PyTorch are switched on
+    for it and back after."""
+    paths = board.select(name, instances)
+    calls = calls_for(captured, name, paths)
+    with kernels_on_for(board, name, [path for path, _, _ in calls]):
+        origin = _origins(board, name, calls)
+        yield from output_divergences(
+            board,
+            name,
+            calls,
+            lambda path, values: Record(run_id, values, name, path, provenance=origin(path)),
+        )
+        yield from determinism(board, captured, name, run_id=run_id, instances=instances, runs=runs)
 
 
 def interleaved_series(

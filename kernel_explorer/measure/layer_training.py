@@ -26,6 +26,7 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
 from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
+from kernel_explorer.measure.kinds.values.records import GradientDivergence
 from kernel_explorer.measure.layer_comparison import (
     CALIBRATION_PAIRS,
     Call,
@@ -34,7 +35,7 @@ from kernel_explorer.measure.layer_comparison import (
     layer_verdict,
 )
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.records import TRAINING, GradientDivergence, Record
+from kernel_explorer.measure.records import TRAINING, Record
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,

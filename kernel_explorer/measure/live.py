@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, run_model
+from kernel_explorer.measure.kinds.model.records import ModelThroughput
 from kernel_explorer.measure.layer_comparison import compare_layer
-from kernel_explorer.measure.records import ModelThroughput, Record
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION
 from kernel_explorer.measure.timing import Clock
 

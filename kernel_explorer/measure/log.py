@@ -1,38 +1,32 @@
-"""The observable log that measurement records stream into.
+"""The observable log that measurement records stream into: the store, and its files.
 
 A measurement emits one `Record` per completed sample; views subscribe to the `ResultLog` and
-redraw as records arrive. The log exports to pandas and to JSON lines (and back); the HTML report
-is `report.write_report`'s.
+redraw as records arrive. The log exports to pandas, csv, parquet and JSON lines (and loads back,
+several machines' logs merged). What the records say is each kind's summary (`measure/kinds/`):
+the summary methods here hand the log to them.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.records import (
-    INFERENCE,
-    TRAINING,
-    GradientDivergence,
-    LayerDivergence,
-    LayerVerdict,
-    ModelVerdict,
-    Record,
-    TimeShare,
-    TrainingAgreement,
-)
-from kernel_explorer.measure.verdict import Verdict
+from kernel_explorer.measure.kinds import breakdown as breakdown_kind
+from kernel_explorer.measure.kinds import kind
+from kernel_explorer.measure.kinds import time as time_kind
+from kernel_explorer.measure.records import INFERENCE, TRAINING, Record
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from kernel_explorer.measure.kinds.time.records import LayerVerdict
     from kernel_explorer.measure.record_columns import RecordColumns
+    from kernel_explorer.measure.summary import Summary
 
 Subscriber = Callable[[Record], None]
 
@@ -225,25 +219,25 @@ class ResultLog:
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
-    def _first_of_each_origin(self) -> list[Record]:
-        """The first record of each run and provenance kept as columns, and the records kept as
-        objects, in log order: what a run's machine and model are read from (`merge.run_machines`
-        keeps the first it finds of each run) without making every record."""
+    def origin_records(self) -> list[Record]:
+        """The first record of each run and provenance, and every record kept as an object, in log
+        order: all a run's machine and model are read from (`merge.run_machines` keeps the first it
+        finds of each run), without making a record per pair."""
         import numpy as np
 
         found: list[tuple[int, Record]] = []
-        for kind in self.kinds():
+        for name in self.kinds():
             with self._lock:
-                store = self._columns[kind]
+                store = self._columns[name]
                 parts = store.parts() if store is not None else []
-                seqs, kept = self._objects.get(kind, ([], []))
+                seqs, kept = self._objects.get(name, ([], []))
                 found += zip(seqs, kept, strict=True)
                 strings, origins = self._strings.lookup(), self._origins.lookup()
             if store is not None:
                 raw = store.rows(parts)
                 keys = raw["run_id"].astype(np.int64) << 32 | (raw["origin"].astype(np.int64) + 1)
                 _, first = np.unique(keys, return_index=True)
-                rows = {name: column[first] for name, column in raw.items()}
+                rows = {column: values[first] for column, values in raw.items()}
                 found += zip(rows["seq"].tolist(), store.records(rows, strings, origins), strict=True)
         found.sort(key=lambda pair: pair[0])
         return [record for _, record in found]
@@ -266,212 +260,43 @@ class ResultLog:
             rows.append(row | values | {k: v for k, v in origin.items() if k not in values})
         return pd.DataFrame.from_records(rows)
 
+    def summary(self, measure: str = "time") -> Summary:
+        """What the log's records of one kind of measurement say (`measure/kinds/`): the table every
+        view renders; an unknown name is one line listing the known ones."""
+        return kind(measure).summarize(self)
+
     def layer_summary(self) -> pd.DataFrame:
-        """Per run and layer: the speedup's median with its 95% interval, the A/A noise floor, the
-        verdicts, and the worst divergence seen.
-
-        Only pairs where the instance ran a kernel count toward its speedup; a layer measured only
-        with its kernel off reads "PyTorch against PyTorch (kernel off)", never as a speedup.
-        """
-        import pandas as pd
-
-        from kernel_explorer.measure.comparison import Comparison
-
-        grouped = _layer_groups(self)  # training mode: training_summary()
-        rows = []
-        for run_id, layer, kernel, kinds in _per_kernel(grouped):
-            timed = kinds.get("layer_latency")  # the pairs' kinds come as columns (_layer_groups)
-            aa = kinds["layer_calibration"]["ratio"].tolist() if "layer_calibration" in kinds else []
-            divergence = [
-                r.values for r in kinds.get("layer_divergence", []) if isinstance(r.values, LayerDivergence)
-            ]
-            verdicts = [
-                r.values for r in kinds.get("layer_verdict", []) if isinstance(r.values, LayerVerdict)
-            ]
-            found = Comparison.of_columns(timed or {}, aa, divergence)
-            # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
-            instances = set(timed["instance"][timed["kernel_on"] == found.kernel_on]) if timed else set()
-            row: dict[str, object] = {
-                "run_id": run_id,
-                "layer": layer,
-                "pairs": found.pairs,
-                "instances": len(instances),
-                "aa_pairs": len(aa),
-            }
-            if kernel is not None:  # several candidates compared in this run: a row each
-                row["kernel"] = kernel
-            if found.pairs:
-                interval = found.interval
-                across_low, across_high = found.across_runs
-                series = pd.Series(found.speedups)
-                row |= {
-                    "speedup": interval.median,
-                    "speedup_low": interval.low,
-                    "speedup_high": interval.high,
-                    "confidence": interval.confidence,
-                    "speedup_q1": series.quantile(0.25),
-                    "speedup_q3": series.quantile(0.75),
-                    "noise_floor": found.floor,
-                    "across_low": across_low,
-                    "across_high": across_high,
-                    "stalled": found.stalled_pairs,
-                    "verdict": found.verdict if found.kernel_on else Verdict.KERNEL_OFF,
-                    "pytorch_us_median": found.pytorch_median_s * 1e6,
-                    "kernel_us_median": found.kernel_median_s * 1e6,
-                }
-                if not found.measurable:  # no number: the verdict and the stalled count say why
-                    row |= dict.fromkeys(_SPEEDS)
-            if divergence:
-                row |= {
-                    "accuracy": found.accuracy,
-                    "max_abs": max((d.max_abs or 0.0) for d in divergence),
-                    "max_ulp": max((d.max_ulp or 0) for d in divergence),
-                    "bitwise_equal": statistics.fmean(d.bitwise_equal for d in divergence),
-                    "kernel_err64": max((d.kernel_err64 or 0.0) for d in divergence),
-                    "pytorch_err64": max((d.pytorch_err64 or 0.0) for d in divergence),
-                }
-            if verdicts:
-                row |= {"stopped_by": verdicts[-1].stopped_by, "notes": "; ".join(verdicts[-1].notes)}
-            rows.append(row)
-        _mark_runs_that_disagree(rows)
-        return self._on_machines(
-            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
-        )
-
-    def latest_verdicts(self) -> dict[str, LayerVerdict]:
-        """The last verdict per layer name measured on a kernel (what the inventory shows as measured).
-
-        A layer measured only while its kernel was off compared PyTorch with itself: that is no
-        measured speedup, so it does not count here.
-        """
-        found = [r for r in self.records("layer_verdict") if isinstance(r.values, LayerVerdict)]
-        return {
-            r.layer: r.values for r in found if r.layer and r.values.kernel_on and r.values.mode == INFERENCE
-        }
-
-    def breakdown_summary(self, phase: str = "prefill", on: Collection[str] | None = None) -> pd.DataFrame:
-        """The last time breakdown of `phase`: each category's share and, with the last measured
-        kernel speedup of that layer, Amdahl's model speedup (alone, and if it cost nothing); a last
-        row predicts the model speedup with every measured kernel on, or with only the layers `on`
-        (the kernels a model run had switched on), named in its category."""
-        import pandas as pd
-
-        from kernel_explorer.measure.breakdown import amdahl
-
-        shares = [r for r in self.records("time_share") if isinstance(r.values, TimeShare)]
-        shares = [r.values for r in shares if r.values.phase == phase and r.run_id == shares[-1].run_id]
-        verdicts = self.latest_verdicts()
-        rows = []
-        for found in sorted(shares, key=lambda v: -v.share):
-            verdict = verdicts.get(found.category)
-            speedup = verdict.speedup if verdict is not None and verdict.measurable else None
-            ceiling, predicted = amdahl(found.share, speedup)
-            rows.append(
-                {
-                    "category": found.category,
-                    "share": found.share,
-                    "ms": found.seconds * 1e3,
-                    "kernel_speedup": speedup,
-                    "model_speedup_if_free": ceiling,
-                    "model_speedup_predicted": predicted,
-                }
-            )
-        measured = [
-            r for r in rows if r["kernel_speedup"] is not None and (on is None or r["category"] in on)
-        ]
-        if measured or on is not None:
-            rest = 1.0 - sum(r["share"] for r in measured)
-            total = 1.0 / (rest + sum(r["share"] / r["kernel_speedup"] for r in measured))
-            named = ", ".join(str(r["category"]) for r in measured) or "no measured kernel"
-            label = "every measured kernel on" if on is None else f"with {named} on"
-            rows.append({"category": label, "share": 1 - rest, "model_speedup_predicted": total})
-        return pd.DataFrame.from_records(rows, columns=None if rows else ["category", "share"])
-
-    def latest_shares(self, phase: str = "prefill") -> dict[str, float]:
-        """Each category's share of the last time breakdown of `phase` (empty before `breakdown()`)."""
-        shares = [r for r in self.records("time_share") if isinstance(r.values, TimeShare)]
-        if not shares:
-            return {}
-        last = shares[-1].run_id
-        return {
-            r.values.category: r.values.share for r in shares if r.run_id == last and r.values.phase == phase
-        }
-
-    def model_summary(self) -> pd.DataFrame:
-        """Per run and measure (prefill at each length, decode, training step, compiled prefill):
-        speedup, interval, floor, verdict; a training step adds its loss and gradient agreement, and
-        once a time breakdown and layer verdicts exist, prefill rows add the speedup Amdahl predicts
-        from the kernels that run had on (`predicted_with` names them)."""
-        import pandas as pd
-
-        has_breakdown = bool(self.latest_shares())
-        agreements = {
-            (r.run_id, r.values.tokens): asdict(r.values)
-            for r in self.records("training_agreement")
-            if isinstance(r.values, TrainingAgreement)
-        }
-        rows = []
-        for r in self.records("model_verdict"):
-            if isinstance(r.values, ModelVerdict):
-                row = {"run_id": r.run_id, **asdict(r.values)}
-                if r.values.measure == "training step":
-                    extra = agreements.get((r.run_id, r.values.tokens), {})
-                    row |= {k: v for k, v in extra.items() if k not in row}
-                if r.values.measure == "prefill" and has_breakdown:
-                    last = self.breakdown_summary(on=r.values.kernels_on).iloc[-1]
-                    row["predicted_from_layers"] = float(last["model_speedup_predicted"])
-                    row["predicted_with"] = str(last["category"])
-                rows.append(row)
-        return self._on_machines(
-            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "measure"])
-        )
+        """Per run and layer compared in inference: the speedup's median with its 95% interval, the
+        A/A noise floor, the verdicts, the worst divergence seen (the time kind's summary)."""
+        return time_kind.summarize(self, INFERENCE).to_pandas()
 
     def training_summary(self) -> pd.DataFrame:
         """Per run and layer compared in training mode: the forward+backward speedup with its
-        interval, floor and verdict, gradient accuracy against float64, and the gradient (input or
-        weight) whose error against float64 grew most relative to PyTorch's; notes say why a kernel
-        did not run (a layer without backward)."""
-        import pandas as pd
+        interval, floor and verdict, gradient accuracy against float64, the gradient whose error
+        grew most relative to PyTorch's, and notes on why a kernel did not run."""
+        return time_kind.summarize(self, TRAINING).to_pandas()
 
-        worst: dict[tuple[str, str | None], GradientDivergence] = {}
-        for r in self.records("gradient_divergence"):
-            values = r.values
-            if not isinstance(values, GradientDivergence) or values.kernel_err64 is None:
-                continue
-            key = (r.run_id, r.layer)
-            if key not in worst or _excess(values) > _excess(worst[key]):
-                worst[key] = values
-        rows = []
-        for r in self.records("layer_verdict"):
-            if not isinstance(r.values, LayerVerdict) or r.values.mode != TRAINING:
-                continue
-            v = r.values
-            row: dict[str, object] = {"run_id": r.run_id, "layer": r.layer, "summary": v.summary}
-            row |= {k: getattr(v, k) for k in ("pairs", "speedup", "speedup_low", "speedup_high")}
-            row |= {"noise_floor": v.noise_floor, "verdict": v.verdict, "accuracy": v.accuracy}
-            found = worst.get((r.run_id, r.layer))
-            if found is not None:
-                row |= {
-                    "worst_gradient": found.gradient,
-                    "kernel_err64": found.kernel_err64,
-                    "pytorch_err64": found.pytorch_err64,
-                }
-            rows.append(row | {"kernel_on": v.kernel_on, "notes": "; ".join(v.notes)})
-        return self._on_machines(
-            pd.DataFrame.from_records(rows, columns=None if rows else ["run_id", "layer"])
-        )
+    def model_summary(self) -> pd.DataFrame:
+        """Per run and measure of the whole model: speedup, interval, floor, verdict, and Amdahl's
+        prediction next to a prefill's (the model kind's summary)."""
+        return kind("model").summarize(self).to_pandas()
 
-    def _on_machines(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """A summary with each run's machine (`machine`, `host`, `hardware`) and `model` columns."""
-        from kernel_explorer.measure.merge import with_machines
+    def breakdown_summary(self, phase: str = "prefill", on: Collection[str] | None = None) -> pd.DataFrame:
+        """The last time breakdown of `phase` with Amdahl's model speedups; its last row predicts the
+        model speedup with every measured kernel on, or with only the layers `on`."""
+        return breakdown_kind.summarize_phase(self, phase, on).to_pandas()
 
-        return with_machines(frame, self._first_of_each_origin())
+    def latest_verdicts(self) -> dict[str, LayerVerdict]:
+        """The last verdict per layer name measured on a kernel (what the inventory shows as measured)."""
+        return time_kind.latest_verdicts(self)
+
+    def latest_shares(self, phase: str = "prefill") -> dict[str, float]:
+        """Each category's share of the last time breakdown of `phase` (empty before `breakdown()`)."""
+        return breakdown_kind.latest_shares(self, phase)
 
     def machine_table(self, *, wide: bool = False) -> pd.DataFrame:
-        """Each machine's latest run of each layer side by side (see `measure.merge.machine_table`)."""
-        from kernel_explorer.measure.merge import machine_table
-
-        return machine_table(self.layer_summary(), self.records(), wide=wide)
+        """Each machine's latest run of each layer side by side (the time kind's `machine_table`)."""
+        return time_kind.machine_table(self, wide=wide)
 
     @classmethod
     def load(cls, *paths: str | Path) -> ResultLog:
@@ -526,106 +351,3 @@ class ResultLog:
                 if line.strip():
                     log._store(Record.from_dict(json.loads(line)))
         return log
-
-
-#: the kinds `layer_summary` reads as columns: a Run's bulk, a record per timed pair
-_PAIR_KINDS = ("layer_latency", "layer_calibration")
-#: a group of records: the pairs' kinds as columns (`ResultLog.columns`), the others as records
-_Rows = dict[str, Any] | list[Record]
-
-
-def _layer_groups(log: ResultLog) -> dict[tuple[str, str], dict[str, _Rows]]:
-    """Per run and layer, in the order first appended, each `layer_` kind's inference records:
-    the pairs' kinds as columns cut to the group, the other kinds (divergences, verdicts) as
-    records. Records without a layer, and training-mode ones, are left out."""
-    import pandas as pd
-
-    first: dict[tuple[str, str], int] = {}
-    grouped: dict[tuple[str, str], dict[str, _Rows]] = {}
-    for kind in log.kinds():
-        if not kind.startswith("layer_"):
-            continue
-        columns = log.columns(kind)
-        keep = pd.notna(columns["layer"])
-        if "mode" in columns:
-            keep &= columns["mode"] == INFERENCE
-        at = keep.nonzero()[0]
-        made = None if kind in _PAIR_KINDS else log.records(kind)[: len(columns["seq"])]
-        keys = pd.DataFrame({"run": columns["run_id"][at], "layer": columns["layer"][at]})
-        for key, rows in keys.groupby(["run", "layer"], sort=False).indices.items():
-            rows = at[rows]
-            seq = int(columns["seq"][rows[0]])
-            first[key] = min(first.get(key, seq), seq)
-            group = grouped.setdefault(key, {})
-            if made is None:
-                group[kind] = {name: column[rows] for name, column in columns.items()}
-            else:
-                group[kind] = [made[i] for i in rows]
-    return {key: grouped[key] for key in sorted(grouped, key=first.__getitem__)}
-
-
-def _kernel_keys(rows: _Rows) -> list[tuple[str, str, str] | None]:
-    """Per record of `rows`: the candidate that ran (kernel id, code path, label), None without one."""
-    if isinstance(rows, dict):
-        triples = zip(rows["kernel_id"], rows["isa"], rows["candidate"], strict=True)
-        return [(kid, isa or "", label or "") if kid else None for kid, isa, label in triples]
-    return [
-        (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
-        for p in (r.provenance for r in rows)
-    ]
-
-
-def _per_kernel(
-    grouped: dict[tuple[str, str], dict[str, _Rows]],
-) -> Iterator[tuple[str, str, str | None, dict[str, Any]]]:
-    """Each (run, layer) group, split by the candidate that ran where one run compared several
-    kernels of a layer (`compare(candidates=...)`), named by kernel id, with its code path where one
-    kernel ran several (`kernel_id@avx2`) and the candidate's label where that still repeats;
-    otherwise whole, with kernel None."""
-
-    def mine(rows: _Rows, wanted: tuple[str, str, str]) -> _Rows:
-        chosen = [key == wanted for key in _kernel_keys(rows)]
-        if isinstance(rows, dict):
-            return {name: column[chosen] for name, column in rows.items()}
-        return [r for r, keep in zip(rows, chosen, strict=True) if keep]
-
-    for (run_id, layer), kinds in grouped.items():
-        ids = {k for k in _kernel_keys(kinds.get("layer_latency", [])) if k is not None}
-        if len(ids) < 2:
-            yield run_id, layer, None, kinds
-            continue
-        for kid, isa, label in sorted(ids):
-            same = [k for k in ids if k[:2] == (kid, isa)]
-            name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"
-            split = {kind: mine(found, (kid, isa, label)) for kind, found in kinds.items()}
-            yield run_id, layer, name + (f" ({label})" if len(same) > 1 else ""), split
-
-
-_SPEEDS = ("speedup", "speedup_low", "speedup_high", "across_low", "across_high")
-
-
-def _mark_runs_that_disagree(rows: list[dict[str, object]]) -> None:
-    """`runs_agree` per row: False where another run of the same layer has an interval that does not
-    overlap this one (the machine changed state between the runs: each interval holds for its own
-    run only); None with a single run. Rows without a speed (kernel off, not measurable) take no part."""
-    by_layer: dict[object, list[dict[str, object]]] = {}
-    for row in rows:
-        verdict = row.get("verdict")
-        if "speedup_low" in row and isinstance(verdict, Verdict) and verdict.has_speed:
-            by_layer.setdefault((row["layer"], row.get("kernel")), []).append(row)
-    for runs in by_layer.values():
-        for row in runs:
-            others = [o for o in runs if o is not row]
-            row["runs_agree"] = (
-                None
-                if not others
-                else all(
-                    o["speedup_low"] <= row["speedup_high"] and row["speedup_low"] <= o["speedup_high"]  # type: ignore[operator]
-                    for o in others
-                )
-            )
-
-
-def _excess(found: GradientDivergence) -> float:
-    """How much larger the kernel's error against float64 is than PyTorch's (1.0: the same)."""
-    return (found.kernel_err64 or 0.0) / max(found.pytorch_err64 or 0.0, 1e-300)

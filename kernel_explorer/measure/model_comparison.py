@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
+from kernel_explorer.measure.kinds.model.records import ModelDecode, ModelPrefill, ModelVerdict
+from kernel_explorer.measure.kinds.outputs import ModelAgreement
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import StallWatch
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 

@@ -26,6 +26,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.capture import first_tensor, run_model
+from kernel_explorer.measure.kinds.model.records import (
+    CompileTime,
+    ModelPair,
+    ModelVerdict,
+    TrainingAgreement,
+)
 from kernel_explorer.measure.layer_training import kernels_in_mode
 from kernel_explorer.measure.model_comparison import (
     agreement,
@@ -35,7 +41,7 @@ from kernel_explorer.measure.model_comparison import (
     sides,
     token_ids,
 )
-from kernel_explorer.measure.records import CompileTime, ModelPair, ModelVerdict, Record, TrainingAgreement
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import StallWatch
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 

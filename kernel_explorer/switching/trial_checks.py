@@ -246,15 +246,21 @@ def kept_per_call(call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
 
     tracked: list[weakref.ref[Any]] = []
     alive = []
-    for _ in range(MEMORY_REPEATS):
-        call_args, call_kwargs = inputs_copy(args, kwargs)
-        tracked += [weakref.ref(t) for t in _tensors((call_args, call_kwargs))]
-        with torch.no_grad(), _tracking(tracked):
-            output = call(*call_args, **call_kwargs)
-        tracked += [weakref.ref(t) for t in _tensors(output)]
-        del output, call_args, call_kwargs
-        gc.collect()
-        alive.append(_alive_bytes(tracked))
+    # what existed before the calls cannot hold what they made: frozen, a collection scans only the
+    # calls' own objects (a full one walks a loaded Transformers session's millions of objects)
+    gc.freeze()
+    try:
+        for _ in range(MEMORY_REPEATS):
+            call_args, call_kwargs = inputs_copy(args, kwargs)
+            tracked += [weakref.ref(t) for t in _tensors((call_args, call_kwargs))]
+            with torch.no_grad(), _tracking(tracked):
+                output = call(*call_args, **call_kwargs)
+            tracked += [weakref.ref(t) for t in _tensors(output)]
+            del output, call_args, call_kwargs
+            gc.collect()
+            alive.append(_alive_bytes(tracked))
+    finally:
+        gc.unfreeze()
     steps = [b - a for a, b in itertools.pairwise(alive)]
     return min(steps) if steps and min(steps) > 0 else 0
 

@@ -80,14 +80,13 @@ def machines_in(log: ResultLog) -> list[str]:
 
 
 def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
-    """The report's "Machines" section (HTML parts) and its figures, for a log of several machines or
-    with `kernels benchmark` records; nothing for one machine's log."""
+    """The report's "Machines" section (HTML parts) and its figures, for a log of several machines;
+    nothing for one machine's log (a `kernels benchmark` file has its kind's own section)."""
     import html
 
     from kernel_explorer.measure.merge import revision_notes
 
-    benchmarks = log.to_pandas("kernels_benchmark")
-    if len(machines_in(log)) < 2 and benchmarks.empty:
+    if len(machines_in(log)) < 2:
         return [], []
     parts = [
         "<h2>Machines</h2>",
@@ -99,14 +98,6 @@ def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
     table = log.machine_table(wide=True)
     if not table.empty:
         parts.append(table.to_html(index=False, na_rep=""))
-    if not benchmarks.empty:
-        shown = benchmarks[["hardware", "instance", "mean_s", "std_s", "iterations", "kernel_id", "protocol"]]
-        parts += [
-            "<h3>kernels benchmark files (that tool's protocol, not comparable to the pairs above)</h3>",
-            shown.rename(columns={"instance": "workload"}).to_html(
-                index=False, float_format=lambda v: f"{v:.4g}"
-            ),
-        ]
     machine_rows = log.machine_table()
     layers = [] if machine_rows.empty else list(dict.fromkeys(machine_rows["layer"]))
     return parts, [machine_figure(log, layer) for layer in layers]

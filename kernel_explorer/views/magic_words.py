@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 
 from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.measure.kinds import measured_by_compare
+
+#: what `compare --measure` takes: every kind of measurement `Explorer.compare` starts
+MEASURES = measured_by_compare()
 
 # command -> (its arguments, what it does): the one table the usage lines are made from
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,9 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
     "compare": (
-        "LAYER... [--pairs N | --precision P] [--candidates W...] [--background]",
+        "LAYER... [--measure M] [--pairs N|--precision P] [--candidates W...] [--background]",
         "kernel against PyTorch, with intervals (7 pairs; --precision P, --budget S: until +-P or S seconds);"
-        " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path)",
+        " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path);"
+        f" M: what to measure, one of {', '.join(MEASURES)} (default time)",
     ),
     "bench": (
         "[--compiled] [--background]",
@@ -113,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["compare"].add_argument("--precision", type=float)
     commands["compare"].add_argument("--budget", type=float)
     commands["compare"].add_argument("--candidates", nargs="+")
+    commands["compare"].add_argument("--measure", default="time", choices=MEASURES)
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
     commands["bench"].add_argument("--compiled", action="store_true")

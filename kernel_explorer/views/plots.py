@@ -37,6 +37,7 @@ from kernel_explorer.measure.records import (
     RunEvent,
 )
 from kernel_explorer.measure.stats import MIN_PAIRS
+from kernel_explorer.measure.summary import format_interval, format_number
 from kernel_explorer.views.live_figures import (
     BOTTOM_MARGIN,
     HEIGHT,
@@ -280,7 +281,7 @@ class LivePlots:
         self._start_drawing(record.run_id, record.time)
         seconds = record.time - (record.time if self._start is None else self._start)
         if getattr(values, "mode", INFERENCE) != INFERENCE:
-            return  # training pairs: training_summary() and the report
+            return  # training pairs: the time kind's summary and the report
         if isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
             self._verdicts[record.layer] = values
             self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
@@ -318,7 +319,7 @@ class LivePlots:
         """One latency pair: a point of its layer's trace, and a sample of its layer's marker."""
         self._start_drawing(run_id, when)
         if mode != INFERENCE or not layer:
-            return  # training pairs: training_summary() and the report
+            return  # training pairs: the time kind's summary and the report
         seconds = when - (when if self._start is None else self._start)
         name = layer if kernel_on else kernel_off_name(layer)
         if name not in self._series:
@@ -430,7 +431,8 @@ class LivePlots:
             elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
                 shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
             elif verdict is not None:
-                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
+                floor = format_number(verdict.noise_floor, "share")
+                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {floor})"
                 shown.append(
                     (
                         name,
@@ -453,8 +455,8 @@ class LivePlots:
                 "error_y.arrayminus": [s[1] - s[2] for s in shown],
                 "marker.color": [verdict_colour(s[2], s[3], s[4]) for s in shown],
             },
-            text=["not measurable" if s[0] in unmeasured else f"{s[1]:.2f}x" for s in shown],
-            customdata=[f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown],
+            text=["not measurable" if s[0] in unmeasured else format_number(s[1], "x") for s in shown],
+            customdata=[f"95% interval {format_interval(s[1], s[2], s[3])}, {s[5]}" for s in shown],
         )
         self._ranges[id(self.speedup)] = (min(s[2] for s in shown), max(s[3] for s in shown))
 
