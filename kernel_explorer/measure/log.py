@@ -220,10 +220,10 @@ class ResultLog:
         return iter(self.records())
 
     def origin_records(self) -> list[Record]:
-        """The first record of each run and provenance, and every record kept as an object, in log
-        order: all a run's machine and model are read from (`merge.run_machines` keeps the first it
-        finds of each run), without making a record per pair."""
-        import numpy as np
+        """The first record of each run, layer and provenance, and every record kept as an object,
+        in log order: all a run's machine, model and kernel builds are read from
+        (`merge.run_machines`, `merge.run_kernels`), without making a record per pair."""
+        import pandas as pd
 
         found: list[tuple[int, Record]] = []
         for name in self.kinds():
@@ -235,8 +235,8 @@ class ResultLog:
                 strings, origins = self._strings.lookup(), self._origins.lookup()
             if store is not None:
                 raw = store.rows(parts)
-                keys = raw["run_id"].astype(np.int64) << 32 | (raw["origin"].astype(np.int64) + 1)
-                _, first = np.unique(keys, return_index=True)
+                keys = pd.DataFrame({column: raw[column] for column in ("run_id", "layer", "origin")})
+                first = keys.drop_duplicates().index.to_numpy()
                 rows = {column: values[first] for column, values in raw.items()}
                 found += zip(rows["seq"].tolist(), store.records(rows, strings, origins), strict=True)
         found.sort(key=lambda pair: pair[0])
