@@ -7,7 +7,9 @@ The goal (issue 47): under 2 MB a minute after the first minute, under 100 MB fo
 (numpy's arrays included), which names what still grows; its RSS figures then hold the snapshot
 taken at minute 1 (hundreds of MB) and the traces, so read the growth from a run without it.
 
-    python bench/run_memory.py [--minutes 5] [--tracemalloc]
+`--spill-mb 4` shows the log flat once its columns spill (in a few minutes, not the default's 11).
+
+    python bench/run_memory.py [--minutes 5] [--tracemalloc] [--spill-mb MB]
 """
 
 from __future__ import annotations
@@ -96,11 +98,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="how long the Run goes (default 5)")
     parser.add_argument("--tracemalloc", action="store_true", help="name the lines that grew (slower)")
+    parser.add_argument(
+        "--spill-mb", type=float, help="spill the log's columns past this many MB (default: SPILL_BYTES)"
+    )
     args = parser.parse_args()
 
     import kernel_explorer
     from kernel_explorer import Explorer
     from kernel_explorer.loading import load_default_model
+
+    if args.spill_mb is not None:
+        from kernel_explorer.measure import record_columns
+
+        record_columns.SPILL_BYTES = int(args.spill_mb * 2**20)
 
     if args.tracemalloc:
         import tracemalloc

@@ -46,11 +46,12 @@ CHUNK_ROWS = 8192
 #: 17 kinds at full chunks would hold 9 MB of empty arrays per log
 FIRST_ROWS = 16
 #: what a log keeps of its sealed chunks in memory before it spills the oldest to the cache folder.
-#: A Run on the default model makes 13,000 to 40,000 latency pairs a minute (a busy and a quiet
-#: 2-core machine), about 27 bytes each packed: 20 to 70 MB of columns an hour. The bound keeps a
-#: Run of any length under it, inside the 100 MB an hour's Run may add to the process (issue 47),
-#: and still holds a usual Run whole in memory, where summaries read it fastest.
-SPILL_BYTES = 64 * 2**20
+#: A Run on the default model makes 14,000 to 105,000 latency pairs a minute (a busy and a quiet
+#: 2-core machine, bench/run_memory.py), about 27 bytes each packed: 0.4 to 2.9 MB a minute. At
+#: 32 MB a quiet machine's Run spills after about 11 minutes and stays there, so no Run adds more
+#: than a third of the 100 MB an hour may add to the process (issue 47); a busy machine's hour
+#: still fits in memory, where summaries read it fastest (spilled chunks come back from disk).
+SPILL_BYTES = 32 * 2**20
 
 _SCALARS: dict[type, type[np.generic]] = {
     float: np.float64,
