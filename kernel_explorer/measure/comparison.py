@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.stats import (
     Interval,
@@ -75,6 +75,31 @@ class Comparison:
             all_kernel_s=tuple(p.kernel_s for p in used),
             stalled=tuple(p.stalled for p in used),
             kernel_on=bool(on),
+            divergences=tuple(divergences),
+        )
+
+    @classmethod
+    def of_columns(
+        cls,
+        pairs: Mapping[str, Any],
+        aa_ratios: Sequence[float] = (),
+        divergences: Sequence[LayerDivergence | GradientDivergence] = (),
+    ) -> Comparison:
+        """`of_pairs` from latency pairs as columns (`ResultLog.columns("layer_latency")`, or a cut
+        of it; empty without pairs), without making a record per pair: the same numbers."""
+        import numpy as np
+
+        if not pairs or not len(pairs["speedup"]):
+            return cls.of_pairs((), aa_ratios, divergences)
+        on = np.asarray(pairs["kernel_on"], dtype=bool)
+        used = on if on.any() else np.ones_like(on)
+        return cls(
+            all_speedups=tuple(pairs["speedup"][used].tolist()),
+            aa_ratios=tuple(aa_ratios),
+            all_pytorch_s=tuple(pairs["pytorch_s"][used].tolist()),
+            all_kernel_s=tuple(pairs["kernel_s"][used].tolist()),
+            stalled=tuple(pairs["stalled"][used].tolist()),
+            kernel_on=bool(on.any()),
             divergences=tuple(divergences),
         )
 

@@ -66,7 +66,8 @@ def run_machines(records: Iterable[Record]) -> dict[str, dict[str, str]]:
 
 def machine_columns(source: RecordSource) -> Callable[[str], dict[str, str]]:
     """run id -> its `MACHINE_COLUMNS` ("" where a run names none): what each summary row carries."""
-    machines = run_machines(source.records())
+    origins = getattr(source, "origin_records", None)  # a log: a record per run and provenance
+    machines = run_machines(origins() if origins is not None else source.records())
     return lambda run_id: {column: machines.get(run_id, {}).get(column, "") for column in MACHINE_COLUMNS}
 
 

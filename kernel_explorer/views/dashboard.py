@@ -198,7 +198,8 @@ class Dashboard:
         if end.event == "failed":
             self.show_error(end.detail or "the run failed")
         else:
-            pairs = len(self.explorer.results.records("layer_latency", run_id))  # not the plots': drawn later
+            # counted in the log's columns (not the plots': drawn later), no record made per pair
+            pairs = len(self.explorer.results.columns("layer_latency", run_id)["seq"])
             self.status.value = f"Run {run_id} {end.event}; {pairs} pairs timed."
         self.table.refresh()
         self.refresh_snapshot()

@@ -35,8 +35,6 @@ from kernel_explorer.measure.verdict import Verdict
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kernel_explorer.measure.records import Record
-
 __all__ = ["KIND", "RUN_TO_RUN", "latest_verdicts", "layer_mode", "machine_table", "plan", "summarize"]
 
 TITLE = "Layer speed: kernel against PyTorch, 95% intervals"
@@ -95,8 +93,8 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
     """
     from kernel_explorer.measure.merge import machine_columns
 
-    grouped: dict[tuple[str, str, str], dict[str, list[Record]]] = {}
-    for record in records_of(source, LayerLatency, LayerCalibration, LayerVerdict):
+    grouped = _pair_groups(source, mode)  # the pairs' kinds as columns, a cut per group
+    for record in records_of(source, LayerVerdict):
         if record.layer is not None and (mode is None or record.values.mode == mode):
             key = (record.run_id, record.layer, record.values.mode)
             grouped.setdefault(key, {}).setdefault(record.kind, []).append(record)
@@ -126,18 +124,57 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
     )
 
 
+#: the kinds with a record per timed pair, read as columns (`ResultLog.columns`): a Run's bulk
+_PAIR_KINDS = (LayerLatency, LayerCalibration)
+#: a group's records of one kind: columns cut to the group (the pairs' kinds), or records
+Rows = Mapping[str, Any] | list[Any]
+
+
+def _pair_columns(source: RecordSource, cls: type) -> dict[str, Any]:
+    """The records of `cls` in `source` as columns: the log's own where it keeps them, else made
+    from the records (a source that is a list of records)."""
+    if hasattr(source, "columns"):
+        return source.columns(cls.kind)
+    from kernel_explorer.measure.record_columns import object_columns
+
+    found = records_of(source, cls)
+    return object_columns(cls, list(range(len(found))), found)
+
+
+def _pair_groups(source: RecordSource, mode: str | None) -> dict[tuple[str, str, str], dict[str, Rows]]:
+    """Per (run, layer, mode), in the order first found, latency then A/A: each pair kind's
+    columns cut to the group (records without a layer, or of the other `mode`, left out)."""
+    import numpy as np
+    import pandas as pd
+
+    grouped: dict[tuple[str, str, str], dict[str, Rows]] = {}
+    for cls in _PAIR_KINDS:
+        columns = _pair_columns(source, cls)
+        keep = pd.notna(columns["layer"])
+        if mode is not None:
+            keep &= columns["mode"] == mode
+        at = np.flatnonzero(keep)
+        keys = pd.DataFrame({name: columns[name][at] for name in ("run_id", "layer", "mode")})
+        found = keys.groupby(["run_id", "layer", "mode"], sort=False).indices
+        for key, rows in sorted(found.items(), key=lambda item: item[1][0]):
+            cut = at[rows]
+            grouped.setdefault(key, {})[cls.kind] = {name: column[cut] for name, column in columns.items()}
+    return grouped
+
+
 def _row(
-    run_id: str, layer: str, mode: str, kinds: Mapping[str, list[Record]]
+    run_id: str, layer: str, mode: str, kinds: Mapping[str, Rows]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One comparison's cells (what a reader sees) and data (what only the table keeps)."""
-    timed = list(kinds.get(LayerLatency.kind, []))
-    aa = [r.values.ratio for r in kinds.get(LayerCalibration.kind, [])]
+    timed: Any = kinds.get(LayerLatency.kind)  # the pairs' kinds come as columns (`_pair_groups`)
+    calibration: Any = kinds.get(LayerCalibration.kind)
+    aa = calibration["ratio"].tolist() if calibration else []
     divergence_kind = LayerDivergence.kind if mode == INFERENCE else GradientDivergence.kind
     divergences = [r.values for r in kinds.get(divergence_kind, [])]
     verdicts = [r.values for r in kinds.get(LayerVerdict.kind, [])]
-    found = Comparison.of_pairs([r.values for r in timed], aa, divergences)
+    found = Comparison.of_columns(timed or {}, aa, divergences)
     # pairs and instances apart: compare(pairs=5) over 61 instances is 305 pairs of 61
-    instances = {r.instance for r in timed if r.values.kernel_on == found.kernel_on}
+    instances = set(timed["instance"][timed["kernel_on"] == found.kernel_on].tolist()) if timed else set()
     row: dict[str, Any] = {
         "run_id": run_id,
         "layer": layer,
@@ -191,28 +228,41 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
+def _kernel_keys(rows: Rows) -> list[tuple[str, str, str] | None]:
+    """Per record of `rows`: the candidate that ran (kernel id, code path, label), None without one."""
+    if isinstance(rows, Mapping):
+        triples = zip(rows["kernel_id"], rows["isa"], rows["candidate"], strict=True)
+        return [(kid, isa or "", label or "") if kid else None for kid, isa, label in triples]
+    return [
+        (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
+        for p in (r.provenance for r in rows)
+    ]
+
+
 def per_kernel(
-    grouped: Mapping[tuple[str, str, str], dict[str, list[Record]]],
-) -> Iterator[tuple[tuple[str, str, str], str | None, dict[str, list[Record]]]]:
+    grouped: Mapping[tuple[str, str, str], dict[str, Rows]],
+) -> Iterator[tuple[tuple[str, str, str], str | None, dict[str, Rows]]]:
     """Each (run, layer, mode) group, split by the candidate that ran where one run compared several
     kernels of a layer (`compare(candidates=...)`), named by kernel id, with its code path where one
     kernel ran several (`kernel_id@avx2`) and the candidate's label where that still repeats;
-    otherwise whole, with kernel None."""
+    otherwise whole, with kernel None. A kind's rows are records, or columns (the pairs' kinds)."""
 
-    def key(r: Record) -> tuple[str, str, str] | None:
-        p = r.provenance
-        return (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
+    def mine(rows: Rows, wanted: tuple[str, str, str]) -> Rows:
+        chosen = [key == wanted for key in _kernel_keys(rows)]
+        if isinstance(rows, Mapping):
+            return {name: column[chosen] for name, column in rows.items()}
+        return [r for r, keep in zip(rows, chosen, strict=True) if keep]
 
     for group, kinds in grouped.items():
-        ids = {k for r in kinds.get(LayerLatency.kind, []) if (k := key(r)) is not None}
+        ids = {k for k in _kernel_keys(kinds.get(LayerLatency.kind, [])) if k is not None}
         if len(ids) < 2:
             yield group, None, kinds
             continue
         for kid, isa, label in sorted(ids):
             same = [k for k in ids if k[:2] == (kid, isa)]
             name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"
-            mine = {kind: [r for r in found if key(r) == (kid, isa, label)] for kind, found in kinds.items()}
-            yield group, name + (f" ({label})" if len(same) > 1 else ""), mine
+            split = {kind: mine(found, (kid, isa, label)) for kind, found in kinds.items()}
+            yield group, name + (f" ({label})" if len(same) > 1 else ""), split
 
 
 def _mark_runs_that_disagree(rows: list[dict[str, Any]]) -> None:
