@@ -5,5 +5,5 @@ them into a `ResultLog` and stop between any two samples. A measurement drives a
 through `switches.Switches` (the switchboard satisfies it), so this package stands beside
 `switching`, not on top of it.
 
-May import: _backend, catalog, errors, inspect, numerics
+May import: _backend, build, catalog, errors, inspect, numerics
 """

@@ -90,7 +90,8 @@ def field_columns(values_type: type) -> list[tuple[str, Column | None]]:
         args = typing.get_args(hint) if union else (hint,)
         kept = [a for a in args if a is not type(None)]
         scalar = len(kept) == 1 and kept[0] in _SCALARS
-        found.append((field.name, Column(field.name, kept[0], len(kept) < len(args)) if scalar else None))
+        kind: Any = kept[0] if kept else None  # a scalar class once `scalar` holds
+        found.append((field.name, Column(field.name, kind, len(kept) < len(args)) if scalar else None))
     return found
 
 
@@ -386,7 +387,8 @@ class RecordColumns:
         assert isinstance(chunk, _Sealed)
         path = spill_folder() / f"{self._number}-{self.values_type.kind}-{at}.npz"
         with path.open("wb") as out:
-            np.savez(out, **{_file_name(name): array for name, array in chunk.filled().items()})
+            arrays: dict[str, Any] = {_file_name(name): array for name, array in chunk.filled().items()}
+            np.savez(out, *(), **arrays)
         self._files.append(path)
         runs = frozenset(np.unique(_unpack(chunk.columns["run_id"], chunk.rows)).tolist())
         self._sealed[at] = _Spilled(path, chunk.rows, runs)

@@ -1,6 +1,6 @@
 """The kinds of measurement, one module each, found by the registry below.
 
-May import: _backend, catalog, errors, inspect, numerics
+May import: _backend, build, catalog, errors, inspect, numerics
 
 A module here defines `KIND = Kind(...)` (see `kind.py`); `kinds()` imports every module (or
 folder) of this folder once and returns them by name; `value_types()` is every record class by its

@@ -9,7 +9,7 @@ agreement, and a prefill row, once a breakdown and layer verdicts exist, the spe
 predicts from the kernels that run had on (the breakdown kind's arithmetic), next to the one
 measured.
 
-May import: _backend, catalog, errors, inspect, numerics
+May import: _backend, build, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ per layer and candidate; the summary derives every number from the logged pairs 
 the same numbers the verdict record holds. Its accuracy columns are the values kind's
 (`kinds/values`), and `machine_table` puts each machine's latest run of a layer side by side.
 
-May import: _backend, catalog, errors, inspect, numerics
+May import: _backend, build, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
     """
     from kernel_explorer.measure.merge import machine_columns
 
-    grouped = _pair_groups(source, mode)  # the pairs' kinds as columns, a cut per group
+    grouped: dict[Any, dict[str, Any]] = _pair_groups(source, mode)  # the pairs' kinds as columns
     for record in records_of(source, LayerVerdict):
         if record.layer is not None and (mode is None or record.values.mode == mode):
             key = (record.run_id, record.layer, record.values.mode)
@@ -133,8 +133,9 @@ Rows = Mapping[str, Any] | list[Any]
 def _pair_columns(source: RecordSource, cls: type) -> dict[str, Any]:
     """The records of `cls` in `source` as columns: the log's own where it keeps them, else made
     from the records (a source that is a list of records)."""
-    if hasattr(source, "columns"):
-        return source.columns(cls.kind)
+    columns = getattr(source, "columns", None)  # a ResultLog's; a list of records has none
+    if columns is not None:
+        return columns(cls.kind)
     from kernel_explorer.measure.record_columns import object_columns
 
     found = records_of(source, cls)
@@ -156,14 +157,15 @@ def _pair_groups(source: RecordSource, mode: str | None) -> dict[tuple[str, str,
         at = np.flatnonzero(keep)
         keys = pd.DataFrame({name: columns[name][at] for name in ("run_id", "layer", "mode")})
         found = keys.groupby(["run_id", "layer", "mode"], sort=False).indices
-        for key, rows in sorted(found.items(), key=lambda item: item[1][0]):
+        for group, rows in sorted(found.items(), key=lambda item: item[1][0]):
+            key: Any = group  # (run_id, layer, mode)
             cut = at[rows]
             grouped.setdefault(key, {})[cls.kind] = {name: column[cut] for name, column in columns.items()}
     return grouped
 
 
 def _row(
-    run_id: str, layer: str, mode: str, kinds: Mapping[str, Rows]
+    run_id: str, layer: str, mode: str, kinds: Mapping[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One comparison's cells (what a reader sees) and data (what only the table keeps)."""
     timed: Any = kinds.get(LayerLatency.kind)  # the pairs' kinds come as columns (`_pair_groups`)

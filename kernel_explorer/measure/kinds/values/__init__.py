@@ -6,7 +6,7 @@ training mode), so every compared layer has these records; the plan here measure
 without timing: the divergence of each instance, then determinism. The summary's numbers
 (`output_numbers`, `worst_gradient`) are also the time kind's accuracy columns: one source.
 
-May import: _backend, catalog, errors, inspect, numerics
+May import: _backend, build, catalog, errors, inspect, numerics
 """
 
 from __future__ import annotations
