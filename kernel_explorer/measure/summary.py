@@ -85,6 +85,7 @@ class IntervalCell:
     high: float
     unit: Unit = "x"
     confidence: float = 0.95
+    samples: str = "pairs"  # what the interval is taken over, for its caveat ("repeats" for memory)
 
     def text(self) -> str:
         return self.bounds() + self.caveat()
@@ -95,7 +96,9 @@ class IntervalCell:
 
     def caveat(self) -> str:
         """The coverage note, ` (only 75% sure: too few pairs)`, below 95% coverage; else ""."""
-        return f" (only {self.confidence:.0%} sure: too few pairs)" if self.confidence < 0.95 - 1e-9 else ""
+        if self.confidence >= 0.95 - 1e-9:
+            return ""
+        return f" (only {self.confidence:.0%} sure: too few {self.samples})"
 
     def number(self) -> float | None:
         return self.median
@@ -251,7 +254,7 @@ class Summary:
                     continue
                 if column.line.startswith((" ", ",")) and parts:
                     parts[-1][0] += text
-                    parts[-1][1] += caveat
+                    parts[-1][1] = parts[-1][1] or caveat  # one caveat for a part, said once
                 else:
                     parts.append([text.lstrip(" ,"), caveat])
             found.append((what.strip(), "; ".join(text + caveat for text, caveat in parts)))

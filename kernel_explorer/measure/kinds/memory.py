@@ -693,11 +693,15 @@ def _bytes_cell(values: Sequence[float]) -> IntervalCell | None:
     found = _interval(values)
     if found is None:
         return None
-    return IntervalCell(found.median, found.low, found.high, "bytes", found.confidence)
+    return IntervalCell(found.median, found.low, found.high, "bytes", found.confidence, "repeats")
 
 
 def _ratio_cell(found: Interval | None) -> IntervalCell | None:
-    return None if found is None else IntervalCell(found.median, found.low, found.high, "x", found.confidence)
+    return (
+        None
+        if found is None
+        else IntervalCell(found.median, found.low, found.high, "x", found.confidence, "repeats")
+    )
 
 
 def _ratios(pairs: Iterable[tuple[float, float]]) -> Interval | None:
