@@ -18,7 +18,7 @@ from kernel_explorer.catalog.door_row import FUNCTION_CHAIN, HubLink
 from kernel_explorer.catalog.function_chains import chain_row, chains
 from kernel_explorer.explorer import Explorer
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from architectures import tiny_config
 
 

@@ -66,7 +66,11 @@ def standin(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub
 def run_child(code: str, *, hf_home: Path, endpoint: str | None = None, **env: str) -> tuple[dict, str]:
     """Run `code` in a fresh interpreter; returns its `result` dict and its stderr."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    child_env.update(HF_HOME=str(hf_home), PYTHONPATH=str(Path(__file__).parent), **env)
+    child_env.update(
+        HF_HOME=str(hf_home),
+        PYTHONPATH=os.pathsep.join(str(p) for p in (Path(__file__).parents[1], Path(__file__).parent)),
+        **env,
+    )
     if endpoint is not None:
         child_env["HF_ENDPOINT"] = endpoint
     script = PRELUDE + textwrap.dedent(code) + "\nprint('RESULT=' + json.dumps(result))\n"

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 
 @pytest.mark.parametrize("layer", ["Q8_0Linear", "Q4_1Linear"])

@@ -127,7 +127,7 @@ def test_runs_now_names_kernels_for_people_with_the_op_id_on_hover(dashboard: Da
     assert rms["runs_title"].startswith(f"kernel id {kernel_id}; code path ")  # and why, on hover
     assert kernel_id not in rms["runs"]
     assert {i["runs"] for i in rms["instances"] if not i["on"]} == {"PyTorch"}
-    script = (Path(__file__).resolve().parents[1] / "widgets" / "layer_table.js").read_text()
+    script = (Path(__file__).resolve().parents[2] / "widgets" / "layer_table.js").read_text()
     assert "title: row.runs_title" in script  # the front end puts it on the cell's hover
 
 
