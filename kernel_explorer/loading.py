@@ -130,7 +130,7 @@ def _stdout_bar(base: type) -> type:
     """A text tqdm that writes to stdout unless told otherwise (see `text_bars_in_notebooks`)."""
     import sys
 
-    class StdoutBar(base):  # type: ignore[misc, valid-type]
+    class StdoutBar(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("file", sys.stdout)
             super().__init__(*args, **kwargs)

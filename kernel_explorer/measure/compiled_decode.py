@@ -54,11 +54,11 @@ if TYPE_CHECKING:
 
 def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
     """The bound `method` over a copy of its code object (what Dynamo keys its graphs on)."""
-    func = method.__func__  # type: ignore[attr-defined]
+    func = method.__func__
     own = types.FunctionType(
         func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
     )
-    return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
+    return types.MethodType(own, method.__self__)
 
 
 #: True while a StaticDecoder runs a prefill: a fresh cache, positions 0..n-1 (see prefill_mask).

@@ -12,7 +12,7 @@ source and one text: nothing outside this module writes `Nx [lo, hi]`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -302,6 +302,14 @@ def _filled(column: Column, text: str) -> str:
     if column.line is None or text in ("", "-"):
         return ""
     return column.line.format(text)
+
+
+def columns_in_use(
+    columns: Sequence[Column], rows: Sequence[Mapping[str, object]], optional: Collection[str]
+) -> tuple[Column, ...]:
+    """`columns`, less those named `optional` that no row fills (a `kernel` column for a run that
+    compared one candidate, a `mode` column for one in inference only)."""
+    return tuple(c for c in columns if c.key not in optional or any(r.get(c.key) is not None for r in rows))
 
 
 def text_of(value: object) -> str:

@@ -4,6 +4,8 @@
   forward (the metrics, the float64 reference, `wrong_bound` for "wrong results here", and the one
   phrase of a layer's accuracy). The switching judges a candidate's trial by it, the measurements a
   comparison's values.
+- `prompt`: a model call's prompt repeated to a longer length (the trials' longer inputs, the memory
+  curve's lengths).
 
 May import: nothing
 """

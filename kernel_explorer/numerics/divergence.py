@@ -181,7 +181,7 @@ def float64_everywhere() -> Any:
     from torch.overrides import TorchFunctionMode
 
     class Float64Everywhere(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             if func in (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16):
                 return args[0].double()

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.numerics.prompt import repeated_prompt
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -53,7 +55,6 @@ def longer_kwargs(kwargs: dict[str, Any], model: nn.Module | None = None) -> dic
     """The capture's call with its tokens repeated to `longer_tokens` (None when it has no
     `input_ids`, or is already that long); an attention mask is repeated with them, other keywords
     (positions, caches) dropped so the model makes its own."""
-    import torch
 
     tokens = tokens_of(kwargs)
     if tokens is None:
@@ -61,10 +62,4 @@ def longer_kwargs(kwargs: dict[str, Any], model: nn.Module | None = None) -> dic
     length = longer_tokens(tokens, model)
     if length <= tokens:
         return None
-    repeats = -(-length // tokens)
-    found: dict[str, Any] = {}
-    for key in ("input_ids", "attention_mask"):
-        value = kwargs.get(key)
-        if isinstance(value, torch.Tensor) and value.shape[-1] == tokens:
-            found[key] = value.repeat(*([1] * (value.dim() - 1)), repeats)[..., :length]
-    return found
+    return repeated_prompt(kwargs, tokens, length)

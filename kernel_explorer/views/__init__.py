@@ -14,7 +14,10 @@ and plotly until a widget is shown.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kernel_explorer.views.dashboard import Dashboard
 
 __all__ = ["Dashboard"]
 

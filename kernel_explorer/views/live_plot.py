@@ -29,7 +29,7 @@ import traitlets
 CONFIG: dict[str, Any] = {"displayModeBar": False, "displaylogo": False, "responsive": False}
 
 
-class Props(dict):  # type: ignore[type-arg]
+class Props(dict):
     """A plotly-style dict read by attribute as well (`trace.x`, `layout.yaxis.ticktext`): what a
     caller of a FigureWidget reads, kept as plain data that serializes as it is."""
 

@@ -59,11 +59,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.kinds.kind import Kind, LayerRequest, RecordSource
+from kernel_explorer.measure.kinds.kind import SAMPLING_OPTIONS, Kind, LayerRequest, RecordSource
 from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import Interval, median_interval
 from kernel_explorer.measure.summary import Column, IntervalCell, NumberCell, Summary
 from kernel_explorer.measure.verdict import Verdict
+from kernel_explorer.numerics import prompt
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -87,8 +88,6 @@ RELATIVE_FLOOR = 0.01
 
 KERNEL, PYTORCH = "kernel", "pytorch"  # the two sides of a layer or model record
 BASELINE = "baseline"  # the attention implementation ratios divide by (the model's PyTorch attention)
-#: time's sampling options a `compare` call may pass along: they do not apply to memory
-_TIME_OPTIONS = frozenset({"pairs", "precision", "budget_s", "calibration_pairs", "determinism_runs"})
 #: instance attributes that are torch's bookkeeping, never tensors a kernel keeps
 _BOOKKEEPING = frozenset({"_parameters", "_buffers", "_modules", "forward"})
 
@@ -322,14 +321,7 @@ def repeated_prompt(kwargs: Mapping[str, Any], length: int) -> dict[str, Any]:
             "Attention's memory curve repeats the captured prompt's token ids; this capture has no "
             "input_ids: capture with a prompt or a tensor of token ids, or pass lengths=()."
         )
-    tokens = int(ids.shape[-1])
-    repeats = -(-length // tokens)
-    found: dict[str, Any] = {}
-    for key in ("input_ids", "attention_mask"):
-        value = kwargs.get(key)
-        if isinstance(value, torch.Tensor) and value.shape[-1] == tokens:
-            found[key] = value.repeat(*([1] * (value.dim() - 1)), repeats)[..., :length]
-    return found
+    return prompt.repeated_prompt(kwargs, int(ids.shape[-1]), length)
 
 
 def _implementations(board: Any, name: str, candidates: Sequence[Any] | None) -> list[tuple[str, Any]]:
@@ -621,7 +613,7 @@ def plan(request: LayerRequest) -> list[Measurement]:
     `CURVE_FACTORS` times the capture's, capped; [] for none), `model` (False: no model part).
     Time's sampling options are ignored; any other is one line naming these."""
     options = dict(request.options)
-    unknown = set(options) - {"repeats", "lengths", "model"} - _TIME_OPTIONS
+    unknown = set(options) - {"repeats", "lengths", "model"} - set(SAMPLING_OPTIONS)  # time's: ignored
     if unknown:
         raise KernelExplorerError(
             "compare(measure='memory') takes repeats=, lengths= and model=, "
@@ -783,12 +775,12 @@ def _grouped(records: Iterable[Record], key: Callable[[Record], Any]) -> dict[An
 
 def _layer_key(record: Record) -> tuple[str, str, str]:
     values = record.values
-    label = values.implementation if values.kernel_on else "PyTorch"  # type: ignore[union-attr]
+    label = values.implementation if values.kernel_on else "PyTorch"
     return record.run_id, record.layer or "", label
 
 
 def _curve_key(record: Record) -> tuple[str, int]:
-    return record.run_id, record.values.tokens  # type: ignore[union-attr]
+    return record.run_id, record.values.tokens
 
 
 def _layer_row(
@@ -796,10 +788,10 @@ def _layer_row(
 ) -> tuple[dict[str, object], dict[str, object]]:
     """A layer's row: the peaks of its largest instance (by PyTorch's median peak: the call that sets
     the layer's high-water mark) and their ratio, pair by pair; the most any call of any instance kept."""
-    values: list[LayerMemory] = [r.values for r in records]  # type: ignore[misc]
+    values: list[LayerMemory] = [r.values for r in records]
     by_instance: dict[str | None, list[LayerMemory]] = defaultdict(list)
     for record in records:
-        by_instance[record.instance].append(record.values)  # type: ignore[arg-type]
+        by_instance[record.instance].append(record.values)
     largest = max(
         by_instance.values(), key=lambda calls: statistics.median(c.pytorch_peak_bytes for c in calls)
     )
@@ -831,7 +823,7 @@ def _curve_rows(
     """At one length: a row per implementation that is not the baseline, against the baseline."""
     by_name: dict[tuple[str, str], list[AttentionMemory]] = defaultdict(list)
     for record in records:
-        values: AttentionMemory = record.values  # type: ignore[assignment]
+        values: AttentionMemory = record.values
         by_name[(values.role, values.implementation)].append(values)
     base = next((calls for (role, _), calls in by_name.items() if role == BASELINE), [])
     base_name = next((name for role, name in by_name if role == BASELINE), "PyTorch")
@@ -876,7 +868,7 @@ def _model_rows(
     run_id: str, weights: list[Record], prefills: list[Record]
 ) -> Iterator[tuple[dict[str, object], dict[str, object]]]:
     """The model's weights held and read (one number per side: they do not vary), and its prefill peak."""
-    sides: dict[str, ModelWeights] = {r.values.side: r.values for r in weights}  # type: ignore[union-attr,misc]
+    sides: dict[str, ModelWeights] = {r.values.side: r.values for r in weights}
     kernel, pytorch = sides.get(KERNEL), sides.get(PYTORCH)
     on = bool(kernel is not None and kernel.kernels)
     label = kernel.kernels.replace(",", ", ") if kernel is not None and kernel.kernels else "none on"
@@ -901,7 +893,7 @@ def _model_rows(
             yield row, {"section": "model", "run_id": run_id}
     by_side: dict[str, list[ModelPrefillMemory]] = defaultdict(list)
     for record in prefills:
-        by_side[record.values.side].append(record.values)  # type: ignore[union-attr,arg-type]
+        by_side[record.values.side].append(record.values)
     mine_calls, their_calls = _steady(by_side.get(KERNEL, [])), _steady(by_side.get(PYTORCH, []))
     if not mine_calls or not their_calls:
         return

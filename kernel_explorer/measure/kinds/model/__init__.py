@@ -28,7 +28,15 @@ from kernel_explorer.measure.kinds.model.records import (
     ModelVerdict,
     TrainingAgreement,
 )
-from kernel_explorer.measure.summary import Column, IntervalCell, NumberCell, RangeCell, Summary, VerdictCell
+from kernel_explorer.measure.summary import (
+    Column,
+    IntervalCell,
+    NumberCell,
+    RangeCell,
+    Summary,
+    VerdictCell,
+    columns_in_use,
+)
 
 if TYPE_CHECKING:
     from kernel_explorer.measure.switches import Switches
@@ -102,7 +110,7 @@ def summarize(source: RecordSource) -> Summary:
     return Summary(
         "model",
         "The model as switched against all-PyTorch, 95% intervals",
-        tuple(c for c in COLUMNS if c.key not in OPTIONAL or any(r.get(c.key) is not None for r in rows)),
+        columns_in_use(COLUMNS, rows, OPTIONAL),
         tuple(rows),
         extra=tuple(extra),
         about=(

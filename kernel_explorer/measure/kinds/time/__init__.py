@@ -29,6 +29,7 @@ from kernel_explorer.measure.summary import (
     RangeCell,
     Summary,
     VerdictCell,
+    columns_in_use,
 )
 from kernel_explorer.measure.verdict import Verdict
 
@@ -116,7 +117,7 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
     return Summary(
         "time",
         TITLE,
-        tuple(c for c in COLUMNS if c.key not in OPTIONAL or any(r.get(c.key) is not None for r in rows)),
+        columns_in_use(COLUMNS, rows, OPTIONAL),
         tuple(rows),
         notes=(RUN_TO_RUN, *([warning] if warning else [])) if rows else (),
         extra=tuple(extra),

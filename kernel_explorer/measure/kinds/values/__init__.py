@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.measure.kinds.kind import Kind, LayerRequest, Measurement, RecordSource, records_of
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.records import INFERENCE, TRAINING
-from kernel_explorer.measure.summary import Column, NumberCell, Summary
+from kernel_explorer.measure.summary import Column, NumberCell, Summary, columns_in_use
 
 if TYPE_CHECKING:
     from kernel_explorer.measure.records import Record
@@ -134,7 +134,7 @@ def summarize(source: RecordSource) -> Summary:
     return Summary(
         "values",
         "Layer values: kernel against PyTorch, each against float64",
-        tuple(c for c in COLUMNS if c.key not in OPTIONAL or any(r.get(c.key) is not None for r in rows)),
+        columns_in_use(COLUMNS, rows, OPTIONAL),
         tuple(rows),
         extra=tuple(extra),
         about=(
