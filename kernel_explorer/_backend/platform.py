@@ -220,14 +220,12 @@ def variant_verdicts(
         _, trace = resolve_variants(parsed, backend)
     else:
         trace = _resolve_for(parsed, platform)
-    verdicts = [
-        VariantVerdict(
-            name_of.get(id(d.variant), d.variant.variant_str),
-            isinstance(d, VariantAccepted),
-            "" if isinstance(d, VariantAccepted) else str(d.reason),
-        )
-        for d in trace
-    ]
+    verdicts: list[VariantVerdict] = []
+    for d in trace:
+        kernels_name: str = d.variant.variant_str  # kernels' spelling, for a variant not asked by name
+        accepted = isinstance(d, VariantAccepted)
+        reason = "" if accepted else str(d.reason)
+        verdicts.append(VariantVerdict(name_of.get(id(d.variant), kernels_name), accepted, reason))
     return verdicts + unreadable
 
 
