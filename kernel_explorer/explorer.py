@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -328,7 +328,7 @@ class Explorer:
         calls = captured.calls.get((name, path)) if captured is not None else None
         return calls[0] if calls else None
 
-    def _one_per_kind(self, paths: list[str]) -> list[str]:
+    def _one_per_kind(self, paths: Sequence[str]) -> list[str]:
         """The first attention module of each kind in the capture (a trial calls one per kind,
         `attention_trial.kind_of`): a sliding-window layer apart from a full one."""
         from kernel_explorer.inspect.layer_groups import ATTENTION
@@ -519,13 +519,18 @@ class Explorer:
             self._warn_if_noisy(handle.run_id)
         return handle
 
+    def _noise_floors(self, run_id: str, kinds: tuple[str, ...]) -> list[float]:
+        """The A/A noise floor of every verdict of these kinds in the run."""
+        from kernel_explorer.measure.records import LayerVerdict, ModelVerdict
+
+        found = [r.values for kind in kinds for r in self.results.records(kind, run_id)]
+        return [v.noise_floor for v in found if isinstance(v, (LayerVerdict, ModelVerdict))]
+
     def _warn_if_noisy(self, run_id: str) -> None:
         """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
         import warnings
 
-        kinds = ("layer_verdict", "model_verdict")
-        found = [r for kind in kinds for r in self.results.records(kind, run_id)]
-        floors = [r.values.noise_floor for r in found]
+        floors = self._noise_floors(run_id, ("layer_verdict", "model_verdict"))
         warning = noise_warning(max(floors, default=0.0))
         if warning:
             warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
@@ -582,9 +587,7 @@ class Explorer:
             decode_tokens=decode_tokens,
             decode_pairs=decode_pairs,
             compiled=compiled,
-            floor_so_far=lambda run_id: max(
-                (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
-            ),
+            floor_so_far=lambda run_id: max(self._noise_floors(run_id, ("model_verdict",)), default=0.0),
         )
         handle = self.run(measurements, background=background, name=name)
         if not background:

@@ -127,7 +127,7 @@ def _stdout_bar(base: type) -> type:
     """A text tqdm that writes to stdout unless told otherwise (see `text_bars_in_notebooks`)."""
     import sys
 
-    class StdoutBar(base):  # type: ignore[misc, valid-type]
+    class StdoutBar(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.setdefault("file", sys.stdout)
             super().__init__(*args, **kwargs)
@@ -144,7 +144,9 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # Any: the GGUF load sets attributes Transformers declares nowhere (hf_quantizer, is_quantized,
+        # the config's quantization_config), undone below
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except ImportError as exc:
         raise DefaultModelMissingError(f"cannot read GGUF ({exc}); {_INSTALL_HINT}") from None
     # The dequantized weights are plain float tensors; drop the GGUF quantizer so it saves normally.
