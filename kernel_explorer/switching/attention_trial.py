@@ -122,7 +122,7 @@ def try_call(
         return ProbeVerdict(CANNOT_RUN, explain(error, kernel_module))
     reference = None
     with contextlib.suppress(Exception):  # PyTorch's attention in float64 (sinks included)
-        reference = float64_reference(pytorch.__self__, args, kwargs)  # type: ignore[attr-defined]
+        reference = float64_reference(pytorch.__self__, args, kwargs)
     return trial_verdict(
         checked.output,
         checked.expected,

@@ -69,7 +69,8 @@ def code_paths(module: Any) -> tuple[str, ...]:
     if not callable(paths):
         return ()
     try:
-        return tuple(str(p) for p in paths())
+        named: Any = paths()  # the kernel's own answer, untyped (what is not a sequence raises here)
+        return tuple(str(p) for p in named)
     except Exception:
         return ()
 
@@ -205,7 +206,8 @@ def _op_path(module: Any, layer: str, dtype: str) -> RunningPath | None:
     if not (layer and dtype and callable(choices)):
         return None
     try:
-        lines = [str(line) for line in choices()]
+        answer: Any = choices()  # the kernel's own answer, untyped (what is not a sequence raises here)
+        lines = [str(line) for line in answer]
     except Exception:
         return None
     mine = _words(layer)

@@ -52,6 +52,7 @@ class DoorHost(Protocol):
 
     def module(self, path: str) -> nn.Module:
         """The model's submodule at `path`."""
+        ...
 
     def sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """One real call of instance `path` of layer `name` for a probe's trial, or None."""

@@ -153,6 +153,9 @@ class ExpertsDoor(Door):
     def matching(self, word: str) -> list[Candidate]:
         """The candidates a word names: an implementation ("batched_mm"), its label, or the source
         "transformers" (all of them)."""
+        return list(self._named(word))
+
+    def _named(self, word: str) -> list[ExpertsCandidate]:
         return [c for c in self._typed() if word in (c.implementation, c.label, c.source, str(c))]
 
     def _typed(self) -> list[ExpertsCandidate]:
@@ -182,7 +185,7 @@ class ExpertsDoor(Door):
                 "implementations switch by name: on('experts', candidate='batched_mm')"
             )
         name = str(candidate).strip()
-        for option in self.matching(name):
+        for option in self._named(name):
             return option
         if name in self._known():  # a name a user registered in the interface
             return experts_candidates.candidate(name, self.host.device)

@@ -201,7 +201,9 @@ class ModuleGuard:
             # the original's empty slots (a Linear without bias) stay; its tensors are set below
             made._parameters = {k: None for k, v in owner._parameters.items() if v is None}
             made._buffers = {k: None for k, v in owner._buffers.items() if v is None}
-            made._modules = {name: shadow(child) for name, child in owner._modules.items()}
+            made._modules = {
+                name: None if child is None else shadow(child) for name, child in owner._modules.items()
+            }
             shadows[id(owner)] = made
             return made
 

@@ -134,7 +134,7 @@ class InstanceDoor(Door):
         changes the model's answers (top-1 94%; ...)" when they move more than in bfloat16."""
         paths = self.model_paths()
         kwargs = self.host.model_inputs() if paths and "training" not in mode_name(mode) else None
-        if kwargs is None or compiles(mode):
+        if not paths or kwargs is None or compiles(mode):
             return verdict
         model = self.host.model
         try:  # the references run the model on PyTorch; what fails there is not the candidate's

@@ -116,12 +116,12 @@ def try_layer(
     if error is not None:
         return ProbeVerdict(CANNOT_RUN, explain(error))
     loaded = [f"{found} when loaded" for found in at_load]
-    if runs_class_forward(trial):  # kernelize keeps PyTorch in this mode: nothing to try
+    forward = installed_forward(trial)
+    if forward is None or runs_class_forward(trial, forward):  # kernelize keeps PyTorch in this mode
         return ProbeVerdict(SIDE_EFFECTS, "; ".join(loaded)) if loaded else ProbeVerdict(OK)
     if not samples or samples[0] is None:
         return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
     guard = ModuleGuard(trial)
-    forward = installed_forward(trial)
     verdict = ProbeVerdict(OK)
     for index, (args, kwargs) in enumerate(s for s in samples if s is not None):
         try:
