@@ -45,20 +45,26 @@ import contextlib
 import time
 import types
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import PreTrainedConfig, StaticLayer
 
 
 def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
     """The bound `method` over a copy of its code object (what Dynamo keys its graphs on)."""
-    func = method.__func__  # type: ignore[attr-defined]
+    func = method.__func__
     own = types.FunctionType(
         func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__, func.__closure__
     )
-    return types.MethodType(own, method.__self__)  # type: ignore[attr-defined]
+    return types.MethodType(own, method.__self__)
+
+
+def _config(model: nn.Module) -> PreTrainedConfig:
+    """A Transformers model's config (`nn.Module` types its attributes as `Tensor | Module`)."""
+    return cast("PreTrainedConfig", model.config)
 
 
 #: True while a StaticDecoder runs a prefill: a fresh cache, positions 0..n-1 (see prefill_mask).
@@ -196,7 +202,7 @@ class StaticDecoder(_GreedyLoop):
         self.model = model
         self.max_cache_len = max_cache_len
         self.compiled = compiled
-        self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)  # type: ignore[arg-type]
+        self.cache = StaticCache(config=_config(model), max_cache_len=max_cache_len)
         # Inductor's Python wrapper checks the size and stride of every input and every custom op's
         # output on each call: ~900 checks in SmolLM2's decode step (576 inputs, 300 kernel calls),
         # ~0.75 ms of an 11 ms token. The shapes are fixed per bucket and Dynamo's guards have
@@ -241,7 +247,7 @@ class StaticDecoder(_GreedyLoop):
         if n > self.max_cache_len:
             raise ValueError(f"a prompt of {n} tokens does not fit a cache of {self.max_cache_len}")
         with torch.no_grad():
-            if not any(layer.is_initialized for layer in self.cache.layers):
+            if not any(layer.is_initialized for layer in self._layers()):
                 # the cache allocates its tensors at its first write: traced, that graph would hold
                 # for the first call only (the next finds them allocated and compiles again)
                 self._forward(input_ids[:, :1], torch.arange(1))
@@ -255,6 +261,11 @@ class StaticDecoder(_GreedyLoop):
         import torch
 
         return self._call("decode", token, torch.tensor([position]))
+
+    def _layers(self) -> list[StaticLayer]:
+        """The cache's layers: a `StaticCache` holds a `StaticLayer` (or its sliding-window kind)
+        for each of the model's attention layers; Transformers types them as any cache layer."""
+        return cast("list[StaticLayer]", self.cache.layers)
 
     def _steady(self) -> contextlib.AbstractContextManager[None]:
         """Compiled, the steps after a decode's first skip Dynamo's guards but those that tell its
@@ -271,7 +282,7 @@ class StaticDecoder(_GreedyLoop):
         """Each layer writes at its own count of tokens (a tensor, changed in place: the compiled
         graphs hold its address); set back to `start`, the next step overwrites the slots after it,
         and the causal mask hides the ones further on."""
-        layers = [layer for layer in self.cache.layers if layer.is_initialized]
+        layers = [layer for layer in self._layers() if layer.is_initialized]
         if any(getattr(layer, "is_sliding", False) for layer in layers):
             raise ValueError(
                 "a sliding-window cache cannot decode again from an earlier position: prefill again"
@@ -312,7 +323,7 @@ class EagerDecoder(_GreedyLoop):
         import torch
         from transformers import DynamicCache
 
-        self.cache = DynamicCache(config=self.model.config)  # type: ignore[arg-type]
+        self.cache = DynamicCache(config=_config(self.model))
         with torch.no_grad():
             return self._forward(input_ids)
 

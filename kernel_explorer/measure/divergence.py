@@ -107,16 +107,20 @@ def accuracy_verdict(found: Sequence[LayerDivergence | GradientDivergence]) -> s
         return "not measured"
     if all(d.bitwise_equal == 1.0 for d in found):
         return BITWISE_EQUAL
-    measured = [d for d in found if d.kernel_err64 is not None and d.pytorch_err64 is not None]
+    measured = [
+        (d, d.kernel_err64, d.pytorch_err64)
+        for d in found
+        if d.kernel_err64 is not None and d.pytorch_err64 is not None
+    ]
     if not measured:
         return "differs from PyTorch (no float64 reference to judge accuracy)"
     kernel_worst = pytorch_worst = one_ulp = 0.0
-    for d in measured:
+    for d, kernel_err64, pytorch_err64 in measured:
         dtype = getattr(torch, d.dtype, None)
         eps = torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) and dtype.is_floating_point else 0.0
         scale = d.reference_max_abs or 1.0  # an all-zero reference: the errors as they are
-        kernel_worst = max(kernel_worst, d.kernel_err64 / scale)  # type: ignore[operator]
-        pytorch_worst = max(pytorch_worst, d.pytorch_err64 / scale)  # type: ignore[operator]
+        kernel_worst = max(kernel_worst, kernel_err64 / scale)
+        pytorch_worst = max(pytorch_worst, pytorch_err64 / scale)
         one_ulp = max(one_ulp, eps if d.reference_max_abs else 0.0)
     if kernel_worst <= pytorch_worst + one_ulp:
         return AS_ACCURATE
@@ -167,7 +171,7 @@ def float64_everywhere() -> Any:
     from torch.overrides import TorchFunctionMode
 
     class Float64Everywhere(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             if func in (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16):
                 return args[0].double()
@@ -184,7 +188,8 @@ def float64_shadow(target: nn.Module, *, grad: bool = False) -> nn.Module:
     """A shallow copy of `target` running its class forward, with float64 copies of its own
     parameters (requiring grad like the originals when `grad`) and buffers."""
     shadow = copy.copy(target)  # shares children and attributes; own parameter/buffer dicts below
-    shadow._parameters = {
+    # plain tensors where torch declares Parameters, as torch's own functional_call puts them
+    shadow._parameters = {  # pyright: ignore[reportAttributeAccessIssue]
         k: (None if v is None else v.detach().double().requires_grad_(grad and v.requires_grad))
         for k, v in target._parameters.items()
     }

@@ -259,9 +259,15 @@ def determinism(
     paths = board.select(name, instances)
     calls = calls_for(captured, name, paths)
 
+    def output(fn: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+        found = first_tensor(fn(*args, **kwargs))
+        if found is None:
+            raise KernelExplorerError(f"{name} returns no tensor: there is nothing to compare bitwise.")
+        return found
+
     def identical_rate(fn: Any, args: tuple, kwargs: dict) -> float:
-        first = first_tensor(fn(*args, **kwargs))
-        same = sum(torch.equal(first_tensor(fn(*args, **kwargs)), first) for _ in range(runs - 1))
+        first = output(fn, args, kwargs)
+        same = sum(torch.equal(output(fn, args, kwargs), first) for _ in range(runs - 1))
         return (same + 1) / runs
 
     with kernels_on_for(board, name, [path for path, _, _ in calls]):

@@ -167,7 +167,8 @@ def float64_gradients(target: Any, step: _Step) -> list[torch.Tensor | None]:
 
     args, kwargs = tree_map(to64, (step.args, step.kwargs))
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
-    weights = [shadow._parameters[n] for n in step.names[len(inputs) :]]
+    # the step names only parameters that exist (`named_parameters`), and the shadow holds each
+    weights = [w for n in step.names[len(inputs) :] if (w := shadow._parameters[n]) is not None]
     with torch.enable_grad():
         with float64_everywhere():
             outs = _outputs(type(target).forward(shadow, *args, **kwargs))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.records import KernelsBenchmark, Provenance, Record
@@ -204,7 +204,9 @@ def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = 
         "verdict",
         "pairs",
     ]
-    latest = latest[[c for c in columns if c in latest.columns]].sort_values(["layer", "machine"])
+    # a list of columns selects a DataFrame (pandas annotates `[]` with every key's result)
+    latest = cast("pd.DataFrame", latest[[c for c in columns if c in latest.columns]])
+    latest = latest.sort_values(["layer", "machine"])
     latest = latest.reset_index(drop=True)
     if not wide:
         return latest

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.comparison import Comparison
 from kernel_explorer.measure.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
@@ -19,6 +20,7 @@ from kernel_explorer.measure.timing import Clock, interleaved_pair
 
 if TYPE_CHECKING:
     import torch
+    from transformers import GenerationMixin
 
     from kernel_explorer.switching.board import Switchboard
 
@@ -123,10 +125,19 @@ def compare_prefill(
 def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
     import torch
 
+    model = cast("GenerationMixin", board.model)  # decode is measured on Transformers' models only
     with board.lock, torch.no_grad():
-        return board.model.generate(
+        # generate()'s self type (Transformers' GenerativePreTrainedModel protocol) wants attributes
+        # its own models do not declare (hf_quantizer, encoder): no model type-checks against it
+        tokens = model.generate(  # pyright: ignore[reportAttributeAccessIssue]
             **kwargs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
         )
+    if not isinstance(tokens, torch.Tensor):  # a generation config that asks for a dict
+        raise KernelExplorerError(
+            f"The model's generate() returned {type(tokens).__name__}, not token ids: "
+            "set its generation_config.return_dict_in_generate to False."
+        )
+    return tokens
 
 
 def compare_decode(

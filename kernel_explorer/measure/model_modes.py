@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import first_tensor, run_model
 from kernel_explorer.measure.layer_training import kernels_in_mode
 from kernel_explorer.measure.model_comparison import (
@@ -66,6 +67,10 @@ def training_step(model: nn.Module, input_ids: torch.Tensor) -> tuple[float, lis
         output = model(input_ids=input_ids)
         logits = getattr(output, "logits", None)
         logits = first_tensor(output) if logits is None else logits
+        if logits is None:
+            raise KernelExplorerError(
+                f"The model's output ({type(output).__name__}) holds no logits tensor: no loss to train on."
+            )
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     return loss.item(), list(grads)
@@ -245,10 +250,10 @@ def compare_compiled(
             kwargs = {"input_ids": token_ids(vocab_size, length)}
 
             def kernel(kwargs: dict[str, Any] = kwargs) -> None:
-                run_model(compiled_kernel, kwargs)  # type: ignore[arg-type]
+                run_model(compiled_kernel, kwargs)
 
             def pytorch(kwargs: dict[str, Any] = kwargs) -> None:
-                run_model(compiled_pytorch, kwargs)  # type: ignore[arg-type]
+                run_model(compiled_pytorch, kwargs)
 
             with board.lock:
                 for _ in range(warmup):  # the first call per shape compiles
