@@ -202,7 +202,7 @@ def _build(plan: RepoPlan, repo_path: Path, *, force: bool, progress: bool) -> B
     staging.mkdir(parents=True)
     log = cache_root() / "logs" / f"{plan.name}-{kernel_id}.log"
     try:
-        if not plan.noarch:
+        if cxx is not None:  # None: a noarch repository, nothing to compile
             _compile_and_link(plan, cxx, kernel_id, staging, log, progress)
         _write_package(plan, staging, kernel_id, fingerprint)
         _copy_extras(plan, repo_path)

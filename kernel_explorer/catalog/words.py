@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from kernel_explorer.catalog.candidates import Candidate
+
+C = TypeVar("C", bound="Candidate")  # a candidate of any door (attention's included): a dataclass
 
 
 def with_code_path(word: str, match: Callable[[str], list[C]]) -> list[C]:

@@ -51,13 +51,14 @@ def find_kernel_layers(model: nn.Module) -> list[LayerGroup]:
             original = _qualname(wrapped_function(func_module))
             found.setdefault(name, ("function", original, False, []))[3].append(path)
         cls = type(module)
-        if hasattr(cls, "kernel_layer_name"):
+        layer_name = getattr(cls, "kernel_layer_name", None)  # kernels' class attribute, when marked
+        if layer_name is not None:
             condition = getattr(cls, "kernel_condition", None)
             if condition is not None and not condition(module):
                 continue
             base = cls.__dict__.get("kernel_explorer_base")  # set on extension subclasses only
             entry = ("module", _qualname(base or cls), base is not None, [])
-            found.setdefault(str(cls.kernel_layer_name), entry)[3].append(path)
+            found.setdefault(str(layer_name), entry)[3].append(path)
     return [
         LayerGroup(name, kind, original, tuple(paths), added=added)
         for name, (kind, original, added, paths) in found.items()

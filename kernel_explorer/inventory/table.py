@@ -84,7 +84,7 @@ class Inventory:
             "best candidate",
             "availability",
         )
-        lines = [header]
+        lines: list[tuple[str, ...]] = [header]
         for row in self.rows:
             best = row.best
             lines.append(
@@ -283,7 +283,7 @@ def _trust_columns(found: Availability) -> dict[str, str | None]:
     """A candidate's trust cells; None where the repository object names no build to check."""
     if found.trust is None:
         return dict.fromkeys(TRUST_COLUMNS)
-    return found.trust.columns()
+    return dict(found.trust.columns())
 
 
 def build_inventory(

@@ -10,6 +10,7 @@ machine does not collide with this one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -93,7 +94,7 @@ def _wait_for_nodes(
                 lines = [line for line in log.read_text().splitlines() if line.strip()]
                 raise RuntimeError(f"ray start exited: {lines[-1] if lines else process.returncode}")
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
             alive = sum(1 for n in ray.nodes() if n.get("Alive"))
         except Exception:
             alive = 0
