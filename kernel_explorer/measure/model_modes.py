@@ -115,8 +115,8 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
 def _pairs(
     clock: Clock,
     board: Switchboard,
-    run_kernel: Callable[[], Any],
-    run_pytorch: Callable[[], Any],
+    run_kernel: Callable[[], object],
+    run_pytorch: Callable[[], object],
     *,
     calibration_pairs: int,
     pairs: int,
@@ -268,8 +268,8 @@ def compare_compiled(
 def _against_references(
     clock: Clock,
     board: Switchboard,
-    kernel: Callable[[], Any],
-    references: dict[str, Callable[[], Any]],
+    kernel: Callable[[], object],
+    references: dict[str, Callable[[], object]],
     floors: dict[str, float],
     *,
     measure: str,
