@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from kernel_explorer.catalog.candidates import Candidate
+    from _typeshed import DataclassInstance
 
-C = TypeVar("C", bound="Candidate")  # a candidate of any door (attention's included): a dataclass
+C = TypeVar("C", bound="DataclassInstance")  # a candidate of any door: a dataclass, for `replace`
 
 
 def with_code_path(word: str, match: Callable[[str], list[C]]) -> list[C]:
