@@ -3,7 +3,7 @@ tiny random model through the Explorer: one line each (rows and what `on` left r
 candidate's state, the largest logits error of each row alone relative to the logits' largest
 value, whether everything off restored the logits bitwise), then the count built and run.
 
-The sweep itself is `tests/architectures.py` (the slow test `tests/test_architectures.py` asserts
+The sweep itself is `tests/architectures.py` (the slow test `tests/inspect/test_architectures.py` asserts
 it): nothing here is per architecture, so a Transformers upgrade's new ones are swept as they come.
 
     python bench/architectures.py [model_type ...]

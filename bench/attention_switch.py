@@ -30,7 +30,7 @@ def main() -> None:
     import torch
 
     from kernel_explorer import Explorer
-    from kernel_explorer.catalog.bundled import BUNDLED_ATTENTION, bundled_repo_path
+    from kernel_explorer.build.bundled import BUNDLED_ATTENTION, bundled_repo_path
     from kernel_explorer.catalog.hub_access import local_availability
     from kernel_explorer.inspect.layer_groups import ATTENTION
     from kernel_explorer.loading import load_default_model, tiny_llama

@@ -47,7 +47,7 @@ def use_direct_attention(model: Any) -> None:
     from transformers import AttentionInterface, AttentionMaskInterface
 
     from kernel_explorer._backend.attention_interface import load_local
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.measure.compiled_decode import prefill_mask
 
     fa = load_local(bundled_repo_path("flash_attn"))

@@ -1,7 +1,8 @@
 """The live dashboard through a whole session, for N minutes: what the browser receives per second,
 Chromium's and the kernel's memory over time, the kernel's CPU share spent on the live plots, the
 time from a click on a switch (and on Stop) to the page saying so, and each layer's verdict from the
-Run beside a `compare` of it.
+Run beside a `compare` of it. At the end, the kernel's memory growth per minute after the first
+minute (`run_memory.growth_report`): the goal is under 2 MB a minute, under 100 MB an hour.
 
 The same scenario as tests/browser/test_soak.py (tests/browser/soak.py): JupyterLab 4 on 127.0.0.1
 and Debian's chromium through Playwright, the default model, one core kept busy by another process,
@@ -22,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "browser"))
 
 from lab_server import CHROMIUM_ARGS, shut_down_kernels, start_lab
+from run_memory import cpu_name, growth_report
 from soak import busy_core, soak
 
 
@@ -63,6 +65,9 @@ def main() -> None:
     for verdicts in result.verdicts:
         agree, why = verdicts.agree()
         print(f"  {verdicts.layer}: {'agree' if agree else 'DISAGREE: ' + why}")
+    print(f"the kernel's memory ({cpu_name()}):")
+    for line in growth_report([(s.seconds, s.kernel_mb) for s in result.samples], "kernel RSS"):
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -349,7 +349,7 @@ def main() -> None:
     from kernels import get_local_kernel
     from torch import nn
 
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.loading import default_model_gguf, load_default_model
 
     threads = use_threads(args.threads)

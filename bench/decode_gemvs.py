@@ -31,7 +31,7 @@ def main() -> None:
     from kernels import get_local_kernel
     from torch import nn
 
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.loading import load_default_model
     from kernel_explorer.measure.stats import median_interval
 

@@ -66,9 +66,9 @@ def build_identity(isa: str):
     """kx::map1 with an identity function, compiled with the kernels' flags for `isa`."""
     from torch.utils.cpp_extension import load_inline
 
+    from kernel_explorer.build.bundled import hub_sources
     from kernel_explorer.build.compile_steps import COMMON_FLAGS
     from kernel_explorer.build.repo_format import read_plan
-    from kernel_explorer.catalog.bundled import hub_sources
 
     activation = hub_sources() / "activation"
     common = hub_sources() / "common" / "csrc"

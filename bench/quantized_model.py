@@ -54,7 +54,7 @@ def main() -> None:
     ids = tokenizer(TEXT * 8, return_tensors="pt").input_ids[:, :128]
     from kernels import get_local_kernel
 
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
 
     quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
     print(

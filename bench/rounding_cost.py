@@ -127,9 +127,9 @@ def build_loops(isa: str):
     """The two loops, with and without eager's roundings, compiled with `isa`'s flags from build.toml."""
     from torch.utils.cpp_extension import load_inline
 
+    from kernel_explorer.build.bundled import hub_sources
     from kernel_explorer.build.compile_steps import COMMON_FLAGS
     from kernel_explorer.build.repo_format import read_plan
-    from kernel_explorer.catalog.bundled import hub_sources
 
     (section,) = [k for k in read_plan(hub_sources() / "rotary").kernels if k.name == f"rotary_{isa}"]
     cache = Path(os.environ.get("KERNEL_EXPLORER_CACHE", "/tmp/kernel-explorer-cache")) / f"rounding-{isa}"

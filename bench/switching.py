@@ -41,7 +41,7 @@ def main() -> None:
     from kernels import Mode, kernelize, use_kernel_mapping
     from transformers.models.llama import modeling_llama
 
-    from kernel_explorer.catalog.bundled import bundled_mapping
+    from kernel_explorer.build.bundled import bundled_mapping
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.loading import load_default_model
     from kernel_explorer.views.dashboard import Dashboard

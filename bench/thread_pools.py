@@ -52,7 +52,7 @@ def main() -> None:
     import torch
     from kernels import get_local_kernel
 
-    from kernel_explorer.catalog.bundled import bundled_repo_path
+    from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.measure.openmp import release_thread_pool
 
     silu = get_local_kernel(bundled_repo_path("activation")).layers.Silu()

@@ -1,48 +1,46 @@
 """kernel_explorer: see, switch and measure Hugging Face Hub kernels, in a notebook or without one.
 
-Importing the package is cheap: torch, Transformers and the widget stack load only when used.
+`__all__` is what a user types: the `Explorer`, the loaders, this machine's checks, the report, the
+results a user reads (`ResultLog`, `LayerVerdict`, `ModelVerdict`, `Verdict`) and every error. The
+types the explorer hands back are importable by name from `kernel_explorer.explorer`, every record
+type and result reading from `kernel_explorer.records`, the machine's from `kernel_explorer.machine`.
+
+Importing the package is cheap and changes nothing: torch, Transformers and the widget stack load
+only when used, and no logging filter or registry is touched until an `Explorer` or a loader runs.
+
+May import: errors, explorer, loading, machine, records, views
 """
 
-from kernel_explorer._backend import quiet
-from kernel_explorer.build.builder import BuiltRepo, build_hub
-from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.candidates import Candidate
+from pathlib import Path as _Path
+
 from kernel_explorer.errors import (
+    BuildError,
     CacheDirError,
     DefaultModelMissingError,
     IncompatibleVersionsError,
     KernelExplorerError,
     KernelSwitchError,
+    MagicUsageError,
+    ModelNotFoundError,
     NoUsableKernelError,
+    RunCancelled,
+    SweepTaskError,
 )
-from kernel_explorer.explorer import Explorer
-from kernel_explorer.inspect.hardware import Accelerator, CpuInfo, HardwareSnapshot, detect_hardware
-from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
-from kernel_explorer.inspect.variants import CandidateVariants, VariantsReport
-from kernel_explorer.inspect.versions import Compatibility, check_compatibility
-from kernel_explorer.inventory.table import Inventory, InventoryRow
-from kernel_explorer.loading import load_default_model, load_model, tiny_gpt2, tiny_llama
-from kernel_explorer.measure.capture import CapturedInputs
-from kernel_explorer.measure.log import ResultLog
-from kernel_explorer.measure.records import (
-    LayerDeterminism,
-    LayerDivergence,
-    LayerLatency,
-    ModelAgreement,
-    ModelDecode,
-    ModelPrefill,
-    ModelThroughput,
-    Record,
-    RunEvent,
-)
-from kernel_explorer.measure.runner import RunHandle
-from kernel_explorer.measure.stats import NoisyMachineWarning
-from kernel_explorer.measure.verdict import Verdict
-from kernel_explorer.switching.forwards import RunningNow
+from kernel_explorer.explorer import Explorer, find_kernel_layers
+from kernel_explorer.loading import load_default_model, load_model, tiny_llama
+from kernel_explorer.machine import build_hub, check_compatibility, detect_hardware
+from kernel_explorer.records import LayerVerdict, ModelVerdict, NoisyMachineWarning, ResultLog, Verdict
 
 __version__ = "0.1.0"
 
-quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
+
+def report(explorer: Explorer, path: str | _Path) -> str:
+    """Write every result of `explorer` so far, with the model, machine, date and switch state, to
+    one self-contained HTML file (it opens offline); returns its path. A path that cannot be
+    written raises one line, before anything is written."""
+    from kernel_explorer.views.report import explorer_report
+
+    return explorer_report(explorer, path)
 
 
 def load_ipython_extension(shell: object) -> None:
@@ -60,40 +58,22 @@ def unload_ipython_extension(shell: object) -> None:
 
 
 __all__ = [
-    "Accelerator",
-    "Availability",
-    "BuiltRepo",
+    "BuildError",
     "CacheDirError",
-    "Candidate",
-    "CandidateVariants",
-    "CapturedInputs",
-    "Compatibility",
-    "CpuInfo",
     "DefaultModelMissingError",
     "Explorer",
-    "HardwareSnapshot",
     "IncompatibleVersionsError",
-    "Inventory",
-    "InventoryRow",
     "KernelExplorerError",
     "KernelSwitchError",
-    "LayerDeterminism",
-    "LayerDivergence",
-    "LayerGroup",
-    "LayerLatency",
-    "ModelAgreement",
-    "ModelDecode",
-    "ModelPrefill",
-    "ModelThroughput",
+    "LayerVerdict",
+    "MagicUsageError",
+    "ModelNotFoundError",
+    "ModelVerdict",
     "NoUsableKernelError",
     "NoisyMachineWarning",
-    "Record",
     "ResultLog",
-    "RunEvent",
-    "RunHandle",
-    "RunningNow",
-    "State",
-    "VariantsReport",
+    "RunCancelled",
+    "SweepTaskError",
     "Verdict",
     "__version__",
     "build_hub",
@@ -102,6 +82,6 @@ __all__ = [
     "find_kernel_layers",
     "load_default_model",
     "load_model",
-    "tiny_gpt2",
+    "report",
     "tiny_llama",
 ]

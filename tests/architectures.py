@@ -1,5 +1,5 @@
 """Every text architecture of the installed Transformers with a kernel hook, as a tiny random model,
-through the Explorer: what `tests/test_architectures.py` asserts and `bench/architectures.py` prints.
+through the Explorer: what `tests/inspect/test_architectures.py` asserts and `bench/architectures.py` prints.
 
 The list is read from Transformers itself (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`, and each model's
 modeling source carrying `use_kernel_forward_from_hub`, `use_kernelized_func` or

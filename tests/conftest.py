@@ -8,11 +8,18 @@ themselves.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from isa_paths import runnable_isas
+
+# The test folders mirror the package; a test may import a helper another test module defines (by
+# its module name: basenames are unique across the folders), wherever pytest reaches it first.
+for _folder in sorted(Path(__file__).parent.iterdir()):
+    if _folder.is_dir() and not _folder.name.startswith((".", "_")) and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,61 +1,103 @@
-"""The package's public face: `__all__` pinned, cheap import, no import cycles (types included)."""
+"""The package's public face: a few names a user types, each importable and documented; every error
+exported; a cheap import that changes nothing. (The import graph is tests/test_layers.py's.)"""
 
 from __future__ import annotations
 
 import ast
+import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import yaml
 
 import kernel_explorer
 
 PACKAGE = Path(kernel_explorer.__file__).parent
-
-PUBLIC = {
-    "Accelerator", "Availability", "BuiltRepo", "CacheDirError", "Candidate", "CapturedInputs",
-    "Compatibility", "CpuInfo", "DefaultModelMissingError", "Explorer", "HardwareSnapshot",
-    "IncompatibleVersionsError", "Inventory",
-    "InventoryRow", "KernelExplorerError", "KernelSwitchError", "LayerDeterminism", "LayerDivergence",
-    "LayerGroup", "LayerLatency", "ModelAgreement", "ModelDecode", "ModelPrefill", "ModelThroughput",
-    "NoUsableKernelError", "NoisyMachineWarning", "Record", "ResultLog", "RunEvent", "RunHandle",
-    "RunningNow", "State", "Verdict", "CandidateVariants", "VariantsReport",
-    "__version__", "build_hub", "check_compatibility", "detect_hardware", "find_kernel_layers",
-    "load_default_model", "load_model", "tiny_gpt2", "tiny_llama",
-}  # fmt: skip
+ROOT = PACKAGE.parent
+#: the most names `__all__` may hold besides `__version__`: what a user types, not all that exists
+MOST = 25
+EXTENSION_HOOKS = {"load_ipython_extension", "unload_ipython_extension"}
 
 
-def test_all_is_the_public_surface() -> None:
-    assert set(kernel_explorer.__all__) == PUBLIC
-    assert all(hasattr(kernel_explorer, name) for name in kernel_explorer.__all__)
-    public_attributes = {
+def _names() -> list[str]:
+    return [name for name in kernel_explorer.__all__ if name != "__version__"]
+
+
+def test_all_is_small_and_every_name_imports() -> None:
+    names = _names()
+    assert len(names) <= MOST, f"{len(names)} names in kernel_explorer.__all__, at most {MOST}"
+    assert len(set(names)) == len(names)
+    for name in names:
+        done = subprocess.run(
+            [sys.executable, "-c", f"from kernel_explorer import {name}"], capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"from kernel_explorer import {name}: {done.stderr.strip()}"
+
+
+def test_the_package_shows_exactly_its_face() -> None:
+    """What a user sees on `kernel_explorer.` is `__all__` (the IPython hooks and subpackages aside)."""
+    shown = {
         name
         for name, value in vars(kernel_explorer).items()
-        if not name.startswith("_") and not isinstance(value, type(kernel_explorer))
+        if not name.startswith("_") and not isinstance(value, ModuleType)
     }
-    extension_hooks = {"load_ipython_extension", "unload_ipython_extension"}
-    assert public_attributes - extension_hooks == PUBLIC - {"__version__"}
+    assert shown - EXTENSION_HOOKS == set(_names())
 
 
-def test_what_explorer_returns_is_public() -> None:
-    from kernel_explorer import Explorer
-
-    hints = {
-        Explorer.compare: "RunHandle",
-        Explorer.running: "RunningNow",
-        Explorer.inventory: "Inventory",
-        Explorer.captured_inputs: "CapturedInputs",
-    }
-    for method, name in hints.items():
-        assert name in str(method.__annotations__["return"])
-    assert "RunHandle" in PUBLIC and "ResultLog" in PUBLIC and "Record" in PUBLIC
+def _documented_on_the_api_page() -> set[str] | None:
+    """The names `docs/api/kernel_explorer.md` renders: None for all of `__all__` (a `::: kernel_explorer`
+    block without a `members:` list), else the listed members."""
+    page = (ROOT / "docs" / "api" / "kernel_explorer.md").read_text()
+    block = re.search(r"^::: kernel_explorer\n((?:[ \t]+.*\n?)*)", page, re.MULTILINE)
+    assert block is not None, "docs/api/kernel_explorer.md renders no `::: kernel_explorer`"
+    options = (yaml.safe_load(block.group(1)) or {}).get("options", {}) if block.group(1).strip() else {}
+    members = options.get("members")
+    return None if members in (None, True) else set(members)
 
 
-def test_every_type_a_public_explorer_method_returns_is_exported() -> None:
-    """A user can name (and type-hint) whatever `Explorer` hands back without a private import."""
-    import inspect
-    import re
+def test_every_public_name_is_documented() -> None:
+    """Each name has a docstring of its own and appears in the API reference (mkdocs.yml's nav)."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert "api/kernel_explorer.md" in nav
+    rendered = _documented_on_the_api_page()
+    for name in _names():
+        value = getattr(kernel_explorer, name)
+        assert (inspect.getdoc(value) or "").strip(), f"kernel_explorer.{name} has no docstring"
+        assert rendered is None or name in rendered, f"kernel_explorer.{name} is not on the API page"
 
-    from kernel_explorer import Explorer
+
+def _classes(path: Path) -> list[ast.ClassDef]:
+    return [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)]
+
+
+def test_every_error_lives_in_errors_py_and_is_exported() -> None:
+    """An error a user can act on is a `KernelExplorerError`, defined in errors.py, exported by name."""
+    from kernel_explorer import errors
+
+    defined = {c.name for c in _classes(PACKAGE / "errors.py")}
+    assert "KernelExplorerError" in defined
+    elsewhere = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "errors.py" or "hub" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in _classes(path):
+            bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+            if bases & defined:
+                elsewhere.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert elsewhere == [], "errors defined outside kernel_explorer/errors.py"
+    for name in defined:
+        assert issubclass(getattr(errors, name), errors.KernelExplorerError), name
+    assert defined <= set(_names()), f"errors not exported: {sorted(defined - set(_names()))}"
+
+
+def test_every_type_a_public_explorer_method_returns_is_importable_by_name() -> None:
+    """A user can name (and type-hint) whatever `Explorer` hands back: from `kernel_explorer.explorer`
+    (or the face), without reaching below it."""
+    from kernel_explorer import explorer
+    from kernel_explorer.explorer import Explorer
 
     returned: dict[str, set[str]] = {}
     for name in (n for n in dir(Explorer) if not n.startswith("_")):
@@ -77,13 +119,14 @@ def test_every_type_a_public_explorer_method_returns_is_exported() -> None:
         "None",
         "Iterator",
         "Callable",
-        "Mode",  # kernels' own
         "Path",
     }
-    exported = set(kernel_explorer.__all__)
-    missing = {t: sorted(m) for t, m in returned.items() if t not in builtins and t not in exported}
-    assert missing == {}, f"returned by Explorer but not in kernel_explorer.__all__: {missing}"
+    builtins.add("Mode")  # kernels' own
+    public = set(explorer.__all__) | set(_names())
+    missing = {t: sorted(m) for t, m in returned.items() if t not in builtins and t not in public}
+    assert missing == {}, f"returned by Explorer but not in kernel_explorer.explorer.__all__: {missing}"
     assert {"RunHandle", "CapturedInputs", "Inventory", "RunningNow"} <= returned.keys()
+    assert all(hasattr(explorer, name) for name in explorer.__all__)
 
 
 def test_import_is_cheap() -> None:
@@ -96,71 +139,44 @@ def test_import_is_cheap() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def test_import_leaves_logging_as_it_was() -> None:
+    """No filter, handler or level is set on any logger because the package was imported (the
+    Transformers filter comes with the first Explorer or loaded model). A module the package imports
+    may name its own logger (the standard library's concurrent.futures does): left unconfigured."""
+    code = """if True:
+        import logging
+
+        def state():
+            loggers = {"": logging.getLogger(), **logging.Logger.manager.loggerDict}
+            return {
+                name: (getattr(lg, "level", 0), list(getattr(lg, "filters", [])),
+                       list(getattr(lg, "handlers", [])), getattr(lg, "disabled", False))
+                for name, lg in loggers.items()
+            }
+
+        before = state()
+        import kernel_explorer, kernel_explorer.explorer, kernel_explorer.machine, kernel_explorer.records
+        after = state()
+        changed = [name for name in before if before[name] != after[name]]
+        configured = [name for name in set(after) - set(before) if after[name] != (0, [], [], False)]
+        print(changed, configured, "transformers.modeling_flash_attention_utils" in after)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] [] False", done.stdout
 
 
-def _imports(path: Path, name: str) -> set[str]:
-    """Package modules `path` imports anywhere: functions and `TYPE_CHECKING` blocks included, since
-    an import made only for a type is still a dependency a reader must follow."""
-    tree = ast.parse(path.read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(name.split(".")[: -node.level] + ([base] if base else []))
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}")
-                found.add(base)
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-    return {m for m in found if m.startswith("kernel_explorer.")}
-
-
-def test_no_import_cycles() -> None:
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "hub" not in p.relative_to(PACKAGE).parts}
-    graph = {
-        name: {m for m in _imports(path, name) if m in modules and m != name}
-        for name, path in modules.items()
-        if name != "kernel_explorer"  # the package face imports everything it re-exports
-    }
-    cycles = []
-
-    def visit(node: str, stack: list[str], done: set[str]) -> None:
-        if node in stack:
-            cycles.append(" -> ".join([*stack[stack.index(node) :], node]))
-            return
-        if node in done:
-            return
-        for child in sorted(graph.get(node, ())):
-            visit(child, [*stack, node], done)
-        done.add(node)
-
-    finished: set[str] = set()
-    for start in sorted(graph):
-        visit(start, [], finished)
-    assert cycles == []
-
-
-def test_nothing_below_the_explorer_imports_the_views() -> None:
-    views = (
-        "kernel_explorer.views",
-        "kernel_explorer.views.magics",
-        "kernel_explorer.views.cli",
-        "kernel_explorer.views.report",
-        "kernel_explorer.__main__",  # `python -m kernel_explorer`: the CLI's door
-    )
-    for path in PACKAGE.rglob("*.py"):
-        name = _module_name(path)
-        if name.startswith(views) or name == "kernel_explorer" or "hub" in path.relative_to(PACKAGE).parts:
-            continue
-        imported = _imports(path, name)
-        below_explorer_import_views = [m for m in imported if m.startswith(views)]
-        if name == "kernel_explorer.explorer":  # report() writes through report.py, lazily
-            below_explorer_import_views = [m for m in below_explorer_import_views if "report" not in m]
-        assert below_explorer_import_views == [], name
+def test_the_transformers_filter_comes_with_the_explorer() -> None:
+    code = """if True:
+        import logging
+        name = "transformers.modeling_flash_attention_utils"
+        from kernel_explorer import Explorer
+        from kernel_explorer.loading import tiny_llama
+        print(name in logging.Logger.manager.loggerDict and bool(logging.getLogger(name).filters))
+        Explorer(tiny_llama(), include_transformers=False)
+        print(bool(logging.getLogger(name).filters))
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr
 
 
 def test_every_subpackage_is_packaged() -> None:
@@ -169,9 +185,11 @@ def test_every_subpackage_is_packaged() -> None:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
 
-    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packaged = set(config["tool"]["setuptools"]["packages"])
     found = {
-        _module_name(p) for p in PACKAGE.rglob("__init__.py") if "hub" not in p.relative_to(PACKAGE).parts
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in PACKAGE.rglob("__init__.py")
+        if "hub" not in p.relative_to(PACKAGE).parts
     }
     assert found <= packaged  # a plain (non-editable) install, as Binder makes, must carry them all

@@ -25,4 +25,8 @@ Modules:
   switches): function kernels with a fallback chain, flash names that become Hub repositories,
   quantization methods that load Hub kernels.
 - `internals`: the list of every internal name relied on, where each release keeps it, checked in one test.
+
+The bottom layer: it knows the libraries, not the explorer.
+
+May import: errors
 """

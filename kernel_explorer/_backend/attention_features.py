@@ -14,7 +14,7 @@ And a model may refuse the kernel altogether: a class listing `_compatible_flash
 (`PreTrainedModel._check_and_adjust_attn_implementation`: "This model is compatible with the
 following flash attention implementations ... Automatically falling back to ...").
 
-This module encodes those rules (checked against Transformers' source by tests/test_backend.py);
+This module encodes those rules (checked against Transformers' source by tests/_backend/test_backend.py);
 what it reads off a model is its attention modules' source and attributes, never a call.
 """
 

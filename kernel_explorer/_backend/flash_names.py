@@ -66,7 +66,7 @@ def flash_names() -> list[FlashName]:
     return [
         FlashName(
             name=name,
-            package=PACKAGES.get(name, name),
+            package=PACKAGES.get(str(name), str(name)),
             package_available=_package_available(name),
             repository=repo,
             version=version_of(repo),

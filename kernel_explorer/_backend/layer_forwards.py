@@ -38,8 +38,7 @@ def kernelize_each(
     kernelize_layer = internal("kernels.layer.layer", "kernelize_layer")
 
     key = entry.device_key if entry.device_key is not None else entry.device
-    # kernels types the repositories with a protocol it does not export: the entry's is Any
-    mapping: dict[str, dict[Any, Any]] = {entry.layer_name: {key: {entry.mode: entry.repository}}}
+    mapping: Any = {entry.layer_name: {key: {entry.mode: entry.repository}}}  # kernels' mapping shape
     device = Device(type=entry.device) if device is None else device
     with use_kernel_mapping(mapping, inherit_mapping=False):
         for module in modules:

@@ -30,6 +30,58 @@ def accepted_of(candidates: list[str], backend: str | None = None) -> tuple[str,
     return tuple(d.variant.variant_str for d in trace if isinstance(d, VariantAccepted))
 
 
+def candidate_variants(torch_version: str, backend: str, cpu: str, os_name: str) -> list[str]:
+    """Every variant string a repository could carry for this machine's torch/CPU/OS.
+
+    Candidates deliberately include near-misses (the other C++ ABI tag); `kernels`' resolver then
+    decides which it accepts and in which order, so the preference order is the loader's own.
+    """
+    major, minor = torch_version.split(".")[:2]
+    minor_digits = re.match(r"\d+", minor)
+    if minor_digits is None:
+        raise ValueError(f"torch {torch_version!r} has no minor version number to name its builds by")
+    tv = f"torch{major}{minor_digits.group(0)}"
+    backends = [backend]
+    cuda = re.fullmatch(r"cu(\d+?)(\d)", backend)
+    if cuda:  # a CUDA x.y runtime accepts builds for x.0 .. x.y
+        backends = [f"cu{cuda.group(1)}{m}" for m in range(int(cuda.group(2)), -1, -1)]
+    candidates: list[str] = []
+    for b in backends:
+        candidates += [f"{tv}-cxx11-{b}-{cpu}-{os_name}", f"{tv}-cxx98-{b}-{cpu}-{os_name}"]
+        candidates.append(f"{tv}-{b}-{cpu}-{os_name}")
+    noarch = "npu" if backend.startswith("cann") else re.sub(r"\d+$", "", backend)
+    noarch = {"cu": "cuda", "rocm": "rocm", "xpu": "xpu"}.get(noarch, noarch)
+    candidates += [f"torch-{noarch}", "torch-universal"]
+    return candidates
+
+
+def system() -> tuple[str, str]:
+    """CPU and OS as kernels' resolver names them."""
+    import platform
+
+    cpu = platform.machine()
+    os_name = platform.system().lower()
+    if os_name == "darwin" and cpu == "arm64":
+        cpu = "aarch64"
+    if os_name == "windows" and cpu == "AMD64":
+        cpu = "x86_64"
+    return cpu, os_name
+
+
+def accepted_variants(backend: str | None = None) -> tuple[tuple[str, ...], str]:
+    """Variant strings `kernels` accepts on this machine, most preferred first, and the backend.
+
+    `backend=None` is what `kernelize` picks for the torch build; `"cpu"` is what it picks for
+    `device="cpu"`.
+    """
+    import torch
+
+    selected = selected_backend(backend)
+    cpu, os_name = system()
+    candidates = candidate_variants(torch.__version__, selected, cpu, os_name)
+    return accepted_of(candidates, backend), selected
+
+
 def ops_without_kernel(kernel_module: Any, dispatch_key: str = "CPU") -> list[str]:
     """Ops a loaded kernel registered (under its metadata id) that have no kernel for `dispatch_key`.
 
@@ -220,12 +272,14 @@ def variant_verdicts(
         _, trace = resolve_variants(parsed, backend)
     else:
         trace = _resolve_for(parsed, platform)
-    verdicts: list[VariantVerdict] = []
-    for d in trace:
-        kernels_name: str = d.variant.variant_str  # kernels' spelling, for a variant not asked by name
-        accepted = isinstance(d, VariantAccepted)
-        reason = "" if accepted else str(d.reason)
-        verdicts.append(VariantVerdict(name_of.get(id(d.variant), kernels_name), accepted, reason))
+    verdicts = [
+        VariantVerdict(
+            name_of.get(id(d.variant)) or str(d.variant.variant_str),
+            isinstance(d, VariantAccepted),
+            "" if isinstance(d, VariantAccepted) else str(d.reason),
+        )
+        for d in trace
+    ]
     return verdicts + unreadable
 
 

@@ -3,7 +3,7 @@
 Transformers' quantizers fetch their compute kernels with `kernels.get_kernel` (GGUF, MXFP4, EETQ,
 Metal, FBGEMM FP8 on XPU) or lazily through its `_HUB_KERNEL_MAPPING` (fine-grained FP8, NVFP4).
 The repository ids are literals in each integration module: `METHODS` copies them, with the module
-that holds each (`tests/test_quantization_kernels.py` reads those sources, so a renamed repository
+that holds each (`tests/catalog/test_quantization_kernels.py` reads those sources, so a renamed repository
 fails a test instead of a row going stale), and what each quantizer does on a machine without the
 device its kernel needs (read in Transformers 5.25's `quantizers/quantizer_*.py`; 5.22's are the
 same). GGUF takes a kernel only for the architectures of its packed-weights path

@@ -5,7 +5,9 @@ compatibility." whenever a float32 model runs an attention kernel: the "cast" is
 float32, nothing happens, and the line shows in red in every notebook that switches attention.
 Only that no-op line is dropped; a real cast (float32 to bfloat16) is still logged.
 
-A filter on the stdlib logger needs no Transformers import, so installing it costs nothing.
+A filter on the stdlib logger needs no Transformers import, so installing it costs nothing. It is
+installed where a model first meets the explorer (`Explorer`, `load_model`, `load_default_model`),
+never on `import kernel_explorer`: importing a package changes no one's logging.
 """
 
 from __future__ import annotations

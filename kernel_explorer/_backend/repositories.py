@@ -31,9 +31,8 @@ def hub_coordinates(repository: Any) -> HubCoordinates | None:
     trust = tuple(trust) if isinstance(trust, list) else bool(trust)
     revision = getattr(repository, "_revision", None)
     locks, dep = getattr(repository, "kernel_locks", None), getattr(repository, "kernel_dep", None)
-    locked = False
+    locked = locks is not None and dep is not None
     if locks is not None and dep is not None:
-        locked = True
         revision = str(locks[dep].commit)  # a str in 0.17, an Oid in 0.19
     return HubCoordinates(str(repo_id), getattr(repository, "_version", None), revision, trust, locked)
 

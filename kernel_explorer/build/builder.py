@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_explorer.build import compile_steps as cc
+from kernel_explorer.build.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.build.cache import cache_root, writable_cache_dir
 from kernel_explorer.build.repo_format import RepoPlan, read_plan, source_files
-from kernel_explorer.catalog.bundled import BUNDLED_REPOS, bundled_repo_path, hub_sources
 from kernel_explorer.errors import BuildError
 
 __all__ = ["BUNDLED_REPOS", "HUB_SOURCES", "BuiltRepo", "build_hub", "build_path", "build_repo",
@@ -79,7 +79,7 @@ def build_variant() -> str:
 
     kernel-builder names Linux builds with the C++ ABI tag, so the tagged form is preferred.
     """
-    from kernel_explorer.inspect.hardware import accepted_variants
+    from kernel_explorer._backend.platform import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     arch = [v for v in accepted if not v.startswith("torch-")]
@@ -172,7 +172,7 @@ def build_path(path: str | Path, *, force: bool = False, progress: bool = True) 
 
 
 def _accepted() -> list[str]:
-    from kernel_explorer.inspect.hardware import accepted_variants
+    from kernel_explorer._backend.platform import accepted_variants
 
     accepted, _ = accepted_variants("cpu")
     return list(accepted)

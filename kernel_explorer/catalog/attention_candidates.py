@@ -12,8 +12,8 @@ from kernel_explorer._backend import attention_features, attention_interface
 from kernel_explorer._backend.flash_names import supports_flash
 from kernel_explorer._backend.mappings import MappingEntry
 from kernel_explorer._backend.repositories import hub_layer_repository, local_layer_repository
+from kernel_explorer.build.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
 from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.bundled import BUILD_HINT, BUNDLED_ATTENTION, bundled_repo_path
 from kernel_explorer.catalog.candidates import Candidate
 from kernel_explorer.catalog.words import with_code_path
 from kernel_explorer.errors import KernelExplorerError, NoUsableKernelError

@@ -29,8 +29,8 @@ from kernel_explorer._backend.mappings import (
 )
 from kernel_explorer._backend.modes import mode_name, mode_priority
 from kernel_explorer._backend.repositories import local_path
+from kernel_explorer.build.bundled import BUILD_HINT, bundled_mapping
 from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.bundled import BUILD_HINT, bundled_mapping
 from kernel_explorer.catalog.hub_access import (
     HubReference,
     cached_variant_dir,

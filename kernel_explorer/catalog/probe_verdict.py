@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 OK, CANNOT_RUN, UNVERIFIED = "runs here", "cannot run here", "unverified"
 #: it runs and returns PyTorch's shape, but its values are far beyond PyTorch's own error against
-#: float64 (`measure.divergence.wrong_bound`): never the default choice, switched only when named
+#: float64 (`numerics.divergence.wrong_bound`): never the default choice, switched only when named
 WRONG = "wrong results here"
 #: it runs and computes PyTorch's values, but changes the session or its input, or keeps memory
 #: (`switching.trial_checks`): never the default choice, switched only when named, with a warning

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-C = TypeVar("C", bound="DataclassInstance")  # a candidate of any door: a dataclass, for `replace`
+C = TypeVar("C", bound="DataclassInstance")  # a candidate of any source: a dataclass with a `path`
 
 
 def with_code_path(word: str, match: Callable[[str], list[C]]) -> list[C]:

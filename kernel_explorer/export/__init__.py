@@ -6,5 +6,8 @@
   (`apply(model)` and a `__main__`);
 - `pins.py`: the Hub kernels as `[tool.kernels.dependencies]` for `kernels lock`.
 
-`Explorer.export` and `Explorer.export_pins` are the doors users take.
+Each door says its own part of the plan (`Door.export()`, `switching/exported.py`); the plan only
+gathers them. `Explorer.export` and `Explorer.export_pins` are the doors users take.
+
+May import: _backend, catalog, errors, inspect, switching
 """

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from kernel_explorer.export.plan import AttentionPlan, ExpertsPlan, ExportPlan, LayerChoice, Repository
 
 
-def _q(text: str) -> str:
+def _q(text: str | None) -> str:
     """A string literal in double quotes, as ruff format writes it (JSON's escapes are Python's)."""
     return json.dumps(text)
 

@@ -18,7 +18,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.platform import VariantVerdict, accepted_of, selected_backend, variant_verdicts
+from kernel_explorer._backend.platform import (
+    VariantVerdict,
+    accepted_variants,
+    candidate_variants,
+    selected_backend,
+    system,
+    variant_verdicts,
+)
 from kernel_explorer.inspect.versions import Compatibility, check_compatibility
 
 if TYPE_CHECKING:
@@ -306,29 +313,6 @@ def _accelerators(torch: Any) -> tuple[Accelerator, ...]:
     return tuple(found)
 
 
-def _candidate_variants(torch_version: str, backend: str, cpu: str, os_name: str) -> list[str]:
-    """Every variant string a repository could carry for this machine's torch/CPU/OS.
-
-    Candidates deliberately include near-misses (the other C++ ABI tag); `kernels`' resolver then
-    decides which it accepts and in which order, so the preference order is the loader's own.
-    """
-    major, minor = torch_version.split(".")[:2]
-    minor = re.match(r"\d+", minor).group(0)  # type: ignore[union-attr]
-    tv = f"torch{major}{minor}"
-    backends = [backend]
-    cuda = re.fullmatch(r"cu(\d+?)(\d)", backend)
-    if cuda:  # a CUDA x.y runtime accepts builds for x.0 .. x.y
-        backends = [f"cu{cuda.group(1)}{m}" for m in range(int(cuda.group(2)), -1, -1)]
-    candidates: list[str] = []
-    for b in backends:
-        candidates += [f"{tv}-cxx11-{b}-{cpu}-{os_name}", f"{tv}-cxx98-{b}-{cpu}-{os_name}"]
-        candidates.append(f"{tv}-{b}-{cpu}-{os_name}")
-    noarch = "npu" if backend.startswith("cann") else re.sub(r"\d+$", "", backend)
-    noarch = {"cu": "cuda", "rocm": "rocm", "xpu": "xpu"}.get(noarch, noarch)
-    candidates += [f"torch-{noarch}", "torch-universal"]
-    return candidates
-
-
 def _new_kind_variants(torch_version: str, backend: str, cpu: str, os_name: str) -> list[str]:
     """The variant kinds kernels 0.18+ added, for this machine's torch, backend, CPU and OS: stable ABI
     (any torch >= X.Y), tvm-ffi, the dotted arch form, noarch per backend, and MLX on Metal."""
@@ -364,35 +348,10 @@ def variant_kinds_here() -> tuple[VariantVerdict, ...]:
     import torch
 
     selected = selected_backend()
-    cpu, os_name = _system()
-    names = _candidate_variants(torch.__version__, selected, cpu, os_name)
+    cpu, os_name = system()
+    names = candidate_variants(torch.__version__, selected, cpu, os_name)
     names += _new_kind_variants(torch.__version__, selected, cpu, os_name)
     return tuple(variant_verdicts(names))
-
-
-def _system() -> tuple[str, str]:
-    """CPU and OS as kernels' resolver names them."""
-    cpu = platform.machine()
-    os_name = platform.system().lower()
-    if os_name == "darwin" and cpu == "arm64":
-        cpu = "aarch64"
-    if os_name == "windows" and cpu == "AMD64":
-        cpu = "x86_64"
-    return cpu, os_name
-
-
-def accepted_variants(backend: str | None = None) -> tuple[tuple[str, ...], str]:
-    """Variant strings `kernels` accepts on this machine, most preferred first, and the backend.
-
-    `backend=None` is what `kernelize` picks for the torch build; `"cpu"` is what it picks for
-    `device="cpu"`.
-    """
-    import torch
-
-    selected = selected_backend(backend)
-    cpu, os_name = _system()
-    candidates = _candidate_variants(torch.__version__, selected, cpu, os_name)
-    return accepted_of(candidates, backend), selected
 
 
 def detect_hardware() -> HardwareSnapshot:

@@ -12,7 +12,7 @@ own class; their group reads `added=True` and names that class as the original.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.function_layers import kernel_functions, wrapped_function
 
@@ -50,15 +50,14 @@ def find_kernel_layers(model: nn.Module) -> list[LayerGroup]:
             name = str(func_module.kernel_layer_name)
             original = _qualname(wrapped_function(func_module))
             found.setdefault(name, ("function", original, False, []))[3].append(path)
-        cls = type(module)
-        layer_name = getattr(cls, "kernel_layer_name", None)  # kernels' class attribute, when marked
-        if layer_name is not None:
+        cls: Any = type(module)  # a class kernels marked carries its layer name as an attribute
+        if hasattr(cls, "kernel_layer_name"):
             condition = getattr(cls, "kernel_condition", None)
             if condition is not None and not condition(module):
                 continue
             base = cls.__dict__.get("kernel_explorer_base")  # set on extension subclasses only
             entry = ("module", _qualname(base or cls), base is not None, [])
-            found.setdefault(str(layer_name), entry)[3].append(path)
+            found.setdefault(str(cls.kernel_layer_name), entry)[3].append(path)
     return [
         LayerGroup(name, kind, original, tuple(paths), added=added)
         for name, (kind, original, added, paths) in found.items()

@@ -10,9 +10,10 @@ also checked against the described GPU, as kernels checks it on load.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kernel_explorer._backend.platform import (
     DescribedPlatform,
@@ -23,8 +24,30 @@ from kernel_explorer._backend.platform import (
 )
 from kernel_explorer._backend.repositories import local_path
 
-if TYPE_CHECKING:
-    from kernel_explorer.catalog.candidates import Candidate
+
+class HubRepository(Protocol):
+    """A Hub repository as a candidate names it (`catalog.hub_access.HubReference`)."""
+
+    @property
+    def repo_id(self) -> str: ...
+    @property
+    def ref(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+
+
+class CandidateLike(Protocol):
+    """What this module reads of a candidate (`catalog.candidates.Candidate`): inspect sits below the
+    catalog, so it names the few members it reads, not the catalog's class."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def repository(self) -> Any: ...
+    @property
+    def hub(self) -> HubRepository | None: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +115,7 @@ def _archs(variant_dir: Path) -> list[str] | None:
 
 
 def candidate_variants(
-    candidate: Candidate, platform: DescribedPlatform | None, *, query_hub: bool = False
+    candidate: CandidateLike, platform: DescribedPlatform | None, *, query_hub: bool = False
 ) -> CandidateVariants:
     """What `platform` (None: this machine, for the candidate's device) takes of `candidate`.
 
@@ -131,7 +154,7 @@ def candidate_variants(
 
 
 def variants_report(
-    layer: str, candidates: list[Candidate], platform: str | None = None, *, query_hub: bool = False
+    layer: str, candidates: Sequence[CandidateLike], platform: str | None = None, *, query_hub: bool = False
 ) -> VariantsReport:
     """For each candidate of `layer`, the variant the described machine (None: this one) takes, and why
     the rest are rejected. An unreadable description raises one line naming the accepted forms."""

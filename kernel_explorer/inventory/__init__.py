@@ -4,5 +4,5 @@ Built from the model's groups (`inspect`), the catalog's candidates, the board's
 (`switching`) and the last time breakdown (`measure`). `table.Inventory` is the whole table,
 `row.InventoryRow` one line of it.
 
-May import everything below the explorer; never `views`.
+May import: _backend, catalog, errors, inspect, measure, switching
 """

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import first_usable
-from kernel_explorer.measure.breakdown import amdahl
+from kernel_explorer.measure.kinds.breakdown import amdahl
+from kernel_explorer.measure.summary import format_number
 
 if TYPE_CHECKING:
     from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate
     from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.measure.records import LayerVerdict
-    from kernel_explorer.switching.board import RunningNow
+    from kernel_explorer.inspect.running import RunningNow
+    from kernel_explorer.measure.kinds.time.records import LayerVerdict
 
 
 #: where a candidate comes from when the user gave it explicitly (Explorer(mapping=, peers=), attention)
@@ -58,7 +59,7 @@ class InventoryRow:
         if self.measured is not None and self.measured.kernel_on and self.measured.measurable:
             _, model = amdahl(self.share, self.measured.speedup)
             if model is not None:
-                text += f" (model {model:.2f}x)"
+                text += f" (model {format_number(model, 'x')})"
         return text
 
     @property

@@ -17,7 +17,7 @@ from kernel_explorer.catalog.door_row import DoorRow, HubLink
 from kernel_explorer.catalog.door_rows import door_rows
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.inventory.row import GIVEN_SOURCES, InventoryRow
-from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from kernel_explorer._backend.locks import KernelPin
     from kernel_explorer.catalog.candidates import Candidate, Catalog
-    from kernel_explorer.measure.records import LayerVerdict
+    from kernel_explorer.measure.kinds.time.records import LayerVerdict
     from kernel_explorer.switching.board import Switchboard
 
 

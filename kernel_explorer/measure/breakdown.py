@@ -10,8 +10,8 @@ add to 100% (within rounding: each category's median is taken separately). The h
 microseconds per call; plain forwards interleaved with the hooked ones measure that cost, kept in
 each record (`hook_overhead`), so a distorted profile is seen, not assumed.
 
-With a layer's measured speedup k and share s, Amdahl gives the model speedup that layer alone
-can bring, 1 / (1 - s + s / k), and the ceiling if it cost nothing, 1 / (1 - s).
+What the shares say with the measured speedups (Amdahl) is the breakdown kind's summary
+(`measure/kinds/breakdown.py`), which also holds the record class and the category names.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.inspect.layer_groups import ATTENTION
 from kernel_explorer.measure.capture import run_model
+from kernel_explorer.measure.kinds.breakdown import EMBEDDING, LINEAR, REST, TimeShare
 from kernel_explorer.measure.model_comparison import all_pytorch
-from kernel_explorer.measure.records import Record, TimeShare
+from kernel_explorer.measure.records import Record
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 # the attention computation is the attention row's category (ATTENTION), so its share and its
 # measured speedup meet in the inventory's Amdahl columns
-LINEAR, EMBEDDING, REST = "Linear (matmul)", "embedding", "rest"
 
 
-def _timed_modules(board: Switchboard) -> list[tuple[nn.Module, str]]:
+def _timed_modules(board: Switches) -> list[tuple[nn.Module, str]]:
     """(module, category) for every module the breakdown times.
 
     Each door says which modules time its layer (a function layer is hooked on its process-wide
@@ -84,7 +84,7 @@ class _ExclusiveClock:
             self._stack[-1] = (parent, now)
 
 
-def profile_forward(board: Switchboard, kwargs: dict[str, Any]) -> tuple[float, dict[str, float]]:
+def profile_forward(board: Switches, kwargs: dict[str, Any]) -> tuple[float, dict[str, float]]:
     """(total seconds, exclusive seconds per category) of one forward, under the switchboard lock."""
     clock = _ExclusiveClock()
     with board.lock:
@@ -105,7 +105,7 @@ def profile_forward(board: Switchboard, kwargs: dict[str, Any]) -> tuple[float, 
 
 
 def time_breakdown(
-    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int = 512, repeats: int = 2
+    board: Switches, *, run_id: str, vocab_size: int, tokens: int = 512, repeats: int = 2
 ) -> Iterator[Record]:
     """Prefill of `tokens` tokens and one decode step: one `TimeShare` record per category and phase.
 
@@ -118,7 +118,7 @@ def time_breakdown(
 
 
 def _breakdown(
-    board: Switchboard, *, run_id: str, vocab_size: int, tokens: int, repeats: int
+    board: Switches, *, run_id: str, vocab_size: int, tokens: int, repeats: int
 ) -> Iterator[Record]:
     import copy
 
@@ -152,11 +152,3 @@ def _breakdown(
             seconds = statistics.median(shares.get(name, 0.0) for _, shares in hooked)
             count = tokens if phase == "prefill" else 1
             yield Record(run_id, TimeShare(phase, count, name, seconds, seconds / total, overhead))
-
-
-def amdahl(share: float, speedup: float | None) -> tuple[float, float | None]:
-    """(model speedup if the category cost nothing, model speedup with its measured `speedup`)."""
-    ceiling = 1.0 / (1.0 - share) if share < 1 else float("inf")
-    if speedup is None or speedup <= 0:
-        return ceiling, None
-    return ceiling, 1.0 / (1.0 - share + share / speedup)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 DEFAULT_PROMPT = "The capital of France is Paris. Kernels make the same model run faster."
 DEFAULT_MEMORY_CAP = 256 * 2**20
@@ -114,7 +114,7 @@ def run_model(model: Callable[..., Any], kwargs: dict[str, Any], *, grad: bool =
     try:
         with torch.set_grad_enabled(grad):
             return model(**kwargs)
-    except KernelExplorerError:
+    except (KernelExplorerError, _Enough):
         raise
     except Exception as error:
         keys = ", ".join(f"{k}={getattr(v, 'shape', type(v).__name__)}" for k, v in kwargs.items())
@@ -124,7 +124,7 @@ def run_model(model: Callable[..., Any], kwargs: dict[str, Any], *, grad: bool =
 
 
 def capture_inputs(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     memory_cap: int = DEFAULT_MEMORY_CAP,
@@ -168,9 +168,9 @@ def capture_inputs(
     return captured
 
 
-class _Enough(KernelExplorerError):
+class _Enough(Exception):
     """Raised from a capture hook once every call asked for is kept: the rest of the forward is not
-    needed (a `KernelExplorerError`, so `run_model` lets it through unwrapped)."""
+    needed (`run_model` lets it through unwrapped)."""
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

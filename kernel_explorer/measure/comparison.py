@@ -3,10 +3,10 @@
 A `Comparison` owns the interleaved pairs of one layer (or one model measure) in one run, its A/A
 pairs and its divergences, and derives the median speedup, its 95% interval, the interval across
 runs, the A/A noise floor, the verdict, how many pairs the machine stalled, and the accuracy
-verdict. The measurement builds one to close a layer (`LayerVerdict`), `ResultLog.layer_summary`
-builds one per run and layer from the log, the live plots one per layer so far: every view reads
-the same numbers because they come from the same arithmetic (`measure/stats.py` holds the
-primitives; nothing else calls them).
+verdict. The measurement builds one to close a layer (`LayerVerdict`), the time kind's summary
+(`measure/kinds/time`) one per run and layer from the log, the live plots one per layer so far:
+every view reads the same numbers because they come from the same arithmetic (`measure/stats.py`
+holds the primitives; nothing else calls them).
 
 A pair counts toward a kernel's speedup only when the instance ran a kernel; a comparison whose
 pairs all ran PyTorch describes PyTorch against itself (`kernel_on` False). A pair the machine
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.stats import (
     Interval,
@@ -35,7 +35,8 @@ from kernel_explorer.measure.stats import (
 from kernel_explorer.measure.verdict import Verdict, describe
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.records import GradientDivergence, LayerDivergence, LayerLatency
+    from kernel_explorer.measure.kinds.time.records import LayerLatency
+    from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDivergence
 
 KERNEL_OFF = Verdict.KERNEL_OFF
 #: an interval whose low end is under 1% of its median measured the machine, not the kernel: stalls
@@ -74,6 +75,31 @@ class Comparison:
             all_kernel_s=tuple(p.kernel_s for p in used),
             stalled=tuple(p.stalled for p in used),
             kernel_on=bool(on),
+            divergences=tuple(divergences),
+        )
+
+    @classmethod
+    def of_columns(
+        cls,
+        pairs: Mapping[str, Any],
+        aa_ratios: Sequence[float] = (),
+        divergences: Sequence[LayerDivergence | GradientDivergence] = (),
+    ) -> Comparison:
+        """`of_pairs` from latency pairs as columns (`ResultLog.columns("layer_latency")`, or a cut
+        of it; empty without pairs), without making a record per pair: the same numbers."""
+        import numpy as np
+
+        if not pairs or not len(pairs["speedup"]):
+            return cls.of_pairs((), aa_ratios, divergences)
+        on = np.asarray(pairs["kernel_on"], dtype=bool)
+        used = on if on.any() else np.ones_like(on)
+        return cls(
+            all_speedups=tuple(pairs["speedup"][used].tolist()),
+            aa_ratios=tuple(aa_ratios),
+            all_pytorch_s=tuple(pairs["pytorch_s"][used].tolist()),
+            all_kernel_s=tuple(pairs["kernel_s"][used].tolist()),
+            stalled=tuple(pairs["stalled"][used].tolist()),
+            kernel_on=bool(on.any()),
             divergences=tuple(divergences),
         )
 
@@ -151,7 +177,7 @@ class Comparison:
     @property
     def accuracy(self) -> str:
         """The accuracy verdict of the divergences against float64 ("not measured" without any)."""
-        from kernel_explorer.measure.divergence import accuracy_verdict
+        from kernel_explorer.numerics.divergence import accuracy_verdict
 
         return accuracy_verdict(self.divergences)
 

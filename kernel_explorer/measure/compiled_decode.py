@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     import torch
     from torch import nn
-    from transformers import PreTrainedConfig, StaticLayer
+    from transformers import PreTrainedConfig
 
 
 def _own_code(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,7 +247,7 @@ class StaticDecoder(_GreedyLoop):
         if n > self.max_cache_len:
             raise ValueError(f"a prompt of {n} tokens does not fit a cache of {self.max_cache_len}")
         with torch.no_grad():
-            if not any(layer.is_initialized for layer in self._layers()):
+            if not any(getattr(layer, "is_initialized", False) for layer in self.cache.layers):
                 # the cache allocates its tensors at its first write: traced, that graph would hold
                 # for the first call only (the next finds them allocated and compiles again)
                 self._forward(input_ids[:, :1], torch.arange(1))
@@ -261,11 +261,6 @@ class StaticDecoder(_GreedyLoop):
         import torch
 
         return self._call("decode", token, torch.tensor([position]))
-
-    def _layers(self) -> list[StaticLayer]:
-        """The cache's layers: a `StaticCache` holds a `StaticLayer` (or its sliding-window kind)
-        for each of the model's attention layers; Transformers types them as any cache layer."""
-        return cast("list[StaticLayer]", self.cache.layers)
 
     def _steady(self) -> contextlib.AbstractContextManager[None]:
         """Compiled, the steps after a decode's first skip Dynamo's guards but those that tell its
@@ -282,7 +277,7 @@ class StaticDecoder(_GreedyLoop):
         """Each layer writes at its own count of tokens (a tensor, changed in place: the compiled
         graphs hold its address); set back to `start`, the next step overwrites the slots after it,
         and the causal mask hides the ones further on."""
-        layers = [layer for layer in self._layers() if layer.is_initialized]
+        layers: list[Any] = [layer for layer in self.cache.layers if getattr(layer, "is_initialized", False)]
         if any(getattr(layer, "is_sliding", False) for layer in layers):
             raise ValueError(
                 "a sliding-window cache cannot decode again from an earlier position: prefill again"

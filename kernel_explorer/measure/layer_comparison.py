@@ -17,20 +17,11 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs, first_tensor
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.divergence import divergence, float64_reference
+from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
+from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.plausibility import copy_seconds, ignores_its_input, tensor_bytes
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.records import (
-    INFERENCE,
-    GradientDivergence,
-    LayerCalibration,
-    LayerDeterminism,
-    LayerDivergence,
-    LayerLatency,
-    LayerVerdict,
-    Provenance,
-    Record,
-)
+from kernel_explorer.measure.records import INFERENCE, Provenance, Record
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -39,16 +30,19 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_reference
 
 CALIBRATION_PAIRS = 9  # A/A pairs per layer at the start of a comparison: the noise floor, cheaply
 Call = tuple[str, tuple, dict]  # (instance path, args, kwargs) of one captured call
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
+    import torch
+
+    from kernel_explorer.measure.switches import Instances, Switches
 
 
 @contextlib.contextmanager
-def kernels_on_for(board: Switchboard, name: str, paths: list[str]) -> Iterator[None]:
+def kernels_on_for(board: Switches, name: str, paths: list[str]) -> Iterator[None]:
     """Switch `paths` of `name` on for the block where they are off; switch back only those after."""
     off = [now.instance for now in board.running(name, paths) if not now.is_kernel]
     with board.holding((lambda: board.on(name, off)) if off else None, keep_others=True):
@@ -71,7 +65,7 @@ def calls_for(captured: CapturedInputs, name: str, paths: list[str]) -> list[Cal
 
 
 def _pair(
-    clock: Clock, board: Switchboard, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
+    clock: Clock, board: Switches, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
 ) -> tuple[float, float, bool, int]:
     """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat), under the lock.
 
@@ -97,12 +91,12 @@ def _pair(
 
 
 def compare_layer(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     pairs: int | None = None,
     precision: float = DEFAULT_PRECISION,
     budget_s: float = DEFAULT_BUDGET_S,
@@ -122,46 +116,25 @@ def compare_layer(
     on PyTorch are measured as they are (their records say `kernel_on=False`); this is what a live
     dashboard run does.
     """
-    import torch
-
     check_sampling(pairs, precision, budget_s)
     paths = board.select(name, instances)
     calls = calls_for(captured, name, paths)
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
     with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
-        origins: dict[str, Provenance] = {}  # read on first use: 60 instances must not delay the first record
-
-        def origin(path: str, args: tuple, kwargs: dict) -> Provenance:
-            if path not in origins:
-                origins[path] = provenance(board, name, path, args, kwargs)
-            return origins[path]
-
-        divergences: list[LayerDivergence] = []
-        ignores_input = checked_input = False
-        for path, args, kwargs in calls:
-            with board.lock, torch.no_grad():
-                current, pytorch, on = board.forwards(name, path)
-                kernel_out = first_tensor(current(*args, **kwargs))
-                pytorch_out = first_tensor(pytorch(*args, **kwargs))
-                if on and kernel_out is not None and not checked_input:  # one instance tells
-                    ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
-                    checked_input = True
-            ref = None
-            if reference:
-                target = pytorch.__self__
-                with contextlib.suppress(Exception):  # a layer that cannot run in float64: no reference
-                    ref = first_tensor(float64_reference(target, args, kwargs))
-            if kernel_out is None or pytorch_out is None:
-                continue
-            found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
-            divergences.append(found)
-            yield Record(run_id, found, name, path, provenance=origin(path, args, kwargs))
+        origin = _origins(board, name, calls)
+        divergences, ignores_input = yield from output_divergences(
+            board,
+            name,
+            calls,
+            lambda path, values: Record(run_id, values, name, path, provenance=origin(path)),
+            reference=reference,
+        )
         repeats: dict[str, int] = {}
         aa_ratios, samples, stopped_by = yield from interleaved_series(
             lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
             calls,
-            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(*call)),
+            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(call[0])),
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
             stalls=lambda call: StallWatch(copy_seconds(2 * tensor_bytes(call[1], call[2]))),
@@ -172,8 +145,85 @@ def compare_layer(
             run_id,
             layer_verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
             name,
-            provenance=origin(*calls[0]),
+            provenance=origin(calls[0][0]),
         )
+
+
+def _origins(board: Switches, name: str, calls: list[Call]) -> Callable[[str], Provenance]:
+    """An instance's provenance by path, read on first use (60 instances must not delay the first
+    record), from its first call."""
+    first: dict[str, tuple[tuple, dict]] = {}
+    for path, args, kwargs in calls:
+        first.setdefault(path, (args, kwargs))
+    found: dict[str, Provenance] = {}
+
+    def origin(path: str) -> Provenance:
+        if path not in found:
+            found[path] = provenance(board, name, path, *first[path])
+        return found[path]
+
+    return origin
+
+
+def output_divergences(
+    board: Switches,
+    name: str,
+    calls: list[Call],
+    record: Callable[[str, LayerDivergence], Record],
+    *,
+    reference: bool = True,
+) -> Generator[Record, None, tuple[list[LayerDivergence], bool]]:
+    """Each call's output, kernel against PyTorch and each against a float64 run (unless
+    `reference=False`): yields a record per instance (`record(path, values)`) and returns the
+    divergences and whether the kernel ignores its input (one instance tells)."""
+    import torch
+
+    divergences: list[LayerDivergence] = []
+    ignores_input = checked_input = False
+    for path, args, kwargs in calls:
+        with board.lock, torch.no_grad():
+            current, pytorch, on = board.forwards(name, path)
+            kernel_out = first_tensor(current(*args, **kwargs))
+            pytorch_out = first_tensor(pytorch(*args, **kwargs))
+            if on and kernel_out is not None and not checked_input:
+                ignores_input = ignores_its_input(current, pytorch, args, kwargs, kernel_out)
+                checked_input = True
+        ref = None
+        if reference:
+            target = pytorch.__self__
+            with contextlib.suppress(Exception):  # a layer that cannot run in float64: no reference
+                ref = first_tensor(float64_reference(target, args, kwargs))
+        if kernel_out is None or pytorch_out is None:
+            continue
+        found = LayerDivergence(**divergence(kernel_out, pytorch_out, ref), kernel_on=on)
+        divergences.append(found)
+        yield record(path, found)
+    return divergences, ignores_input
+
+
+def compare_values(
+    board: Switches,
+    captured: CapturedInputs,
+    name: str,
+    *,
+    run_id: str,
+    instances: Instances = None,
+    runs: int = 10,
+) -> Iterator[Record]:
+    """The values alone, no timing: each instance's output against PyTorch and float64, then how
+    often `runs` repeated calls agree bitwise (`determinism`); instances on PyTorch are switched on
+    for it and back after."""
+    paths = board.select(name, instances)
+    calls = calls_for(captured, name, paths)
+    with kernels_on_for(board, name, [path for path, _, _ in calls]):
+        origin = _origins(board, name, calls)
+        yield from output_divergences(
+            board,
+            name,
+            calls,
+            lambda path, values: Record(run_id, values, name, path, provenance=origin(path)),
+        )
+        yield from determinism(board, captured, name, run_id=run_id, instances=instances, runs=runs)
 
 
 def interleaved_series(
@@ -245,12 +295,12 @@ def layer_verdict(
 
 
 def determinism(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     runs: int = 10,
 ) -> Iterator[Record]:
     """Repeat each call `runs` times: how often kernel, PyTorch and deterministic PyTorch repeat bitwise."""
@@ -259,15 +309,11 @@ def determinism(
     paths = board.select(name, instances)
     calls = calls_for(captured, name, paths)
 
-    def output(fn: Any, args: tuple, kwargs: dict) -> torch.Tensor:
-        found = first_tensor(fn(*args, **kwargs))
-        if found is None:
-            raise KernelExplorerError(f"{name} returns no tensor: there is nothing to compare bitwise.")
-        return found
-
     def identical_rate(fn: Any, args: tuple, kwargs: dict) -> float:
-        first = output(fn, args, kwargs)
-        same = sum(torch.equal(output(fn, args, kwargs), first) for _ in range(runs - 1))
+        first = first_tensor(fn(*args, **kwargs))
+        if first is None:  # no tensor to compare: every run alike, as far as one can tell
+            return 1.0
+        same = sum(_equal(first_tensor(fn(*args, **kwargs)), first) for _ in range(runs - 1))
         return (same + 1) / runs
 
     with kernels_on_for(board, name, [path for path, _, _ in calls]):
@@ -284,3 +330,10 @@ def determinism(
                     torch.use_deterministic_algorithms(was)
             values = LayerDeterminism(runs, kernel_rate, pytorch_rate, deterministic_rate, on)
             yield Record(run_id, values, name, path)
+
+
+def _equal(found: torch.Tensor | None, first: torch.Tensor) -> bool:
+    """Whether a repeat's output is bitwise the first one's (a repeat without a tensor is not)."""
+    import torch
+
+    return found is not None and torch.equal(found, first)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import CapturedInputs
-from kernel_explorer.measure.divergence import divergence, float64_everywhere, float64_shadow
+from kernel_explorer.measure.kinds.values.records import GradientDivergence
 from kernel_explorer.measure.layer_comparison import (
     CALIBRATION_PAIRS,
     Call,
@@ -34,7 +34,7 @@ from kernel_explorer.measure.layer_comparison import (
     layer_verdict,
 )
 from kernel_explorer.measure.provenance import provenance
-from kernel_explorer.measure.records import TRAINING, GradientDivergence, Record
+from kernel_explorer.measure.records import TRAINING, Record
 from kernel_explorer.measure.stats import (
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
@@ -43,18 +43,19 @@ from kernel_explorer.measure.stats import (
     check_sampling,
 )
 from kernel_explorer.measure.timing import Clock, interleaved_pair
+from kernel_explorer.numerics.divergence import divergence, float64_everywhere, float64_shadow
 
 if TYPE_CHECKING:
     import torch
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Instances, Switches
 
 Key = tuple[str, str]  # (layer name, instance path)
 
 
 @contextlib.contextmanager
 def kernels_in_mode(
-    board: Switchboard, mode: str, keys: list[Key], *, switch_off_ones: bool = True
+    board: Switches, mode: str, keys: list[Key], *, switch_off_ones: bool = True
 ) -> Iterator[None]:
     """For the block, the instances `keys` run their kernels in `mode` ("training", "torch.compile").
 
@@ -97,7 +98,7 @@ class _Step:
     grad_outs: list[torch.Tensor]  # one per floating output (rotary returns q and k)
 
 
-def _prepare(board: Switchboard, name: str, call: Call, seed: int) -> _Step:
+def _prepare(board: Switches, name: str, call: Call, seed: int) -> _Step:
     """Leaves and a fixed (seeded) upstream gradient for one captured call."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
@@ -167,8 +168,9 @@ def float64_gradients(target: Any, step: _Step) -> list[torch.Tensor | None]:
 
     args, kwargs = tree_map(to64, (step.args, step.kwargs))
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
-    # the step names only parameters that exist (`named_parameters`), and the shadow holds each
-    weights = [w for n in step.names[len(inputs) :] if (w := shadow._parameters[n]) is not None]
+    weights: list[torch.Tensor] = [
+        p for n in step.names[len(inputs) :] if (p := shadow._parameters[n]) is not None
+    ]
     with torch.enable_grad():
         with float64_everywhere():
             outs = _outputs(type(target).forward(shadow, *args, **kwargs))
@@ -184,7 +186,7 @@ def _or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 def _pair(
-    clock: Clock, board: Switchboard, name: str, step: _Step, repeats: dict[str, int], index: int, *, aa: bool
+    clock: Clock, board: Switches, name: str, step: _Step, repeats: dict[str, int], index: int, *, aa: bool
 ) -> tuple[float, float, bool, int]:
     """One interleaved forward+backward pair: (PyTorch s, other side s, kernel on, repeat), under the lock."""
     with board.lock:
@@ -200,12 +202,12 @@ def _pair(
 
 
 def compare_layer_training(
-    board: Switchboard,
+    board: Switches,
     captured: CapturedInputs,
     name: str,
     *,
     run_id: str,
-    instances: list[str] | None = None,
+    instances: Instances = None,
     pairs: int | None = None,
     precision: float = DEFAULT_PRECISION,
     budget_s: float = DEFAULT_BUDGET_S,

@@ -14,24 +14,20 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import RunCancelled
 from kernel_explorer.measure.capture import CapturedInputs, run_model
+from kernel_explorer.measure.kinds.model.records import ModelThroughput
 from kernel_explorer.measure.layer_comparison import compare_layer
-from kernel_explorer.measure.records import ModelThroughput, Record
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import DEFAULT_BUDGET_S, DEFAULT_PRECISION
 from kernel_explorer.measure.timing import Clock
 
 if TYPE_CHECKING:
-    from kernel_explorer.switching.board import Switchboard
-
-
-class RunCancelled(KernelExplorerError):
-    """Stop pressed during the model's forward: the forward ends at its next kernel layer (a
-    KernelExplorerError, so `run_model` lets it through as it is)."""
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def locked_per_instance(board: Switchboard) -> Iterator[None]:
+def locked_per_instance(board: Switches) -> Iterator[None]:
     """The board's lock around each kernel layer instance's call in the block, not around the
     whole forward, and the run's cancellation checked before each.
 
@@ -66,7 +62,7 @@ def locked_per_instance(board: Switchboard) -> Iterator[None]:
 
 
 def live_cycles(
-    board: Switchboard,
+    board: Switches,
     captured: Callable[[], CapturedInputs],
     model_kwargs: Callable[[], dict[str, Any]],
     *,

@@ -1,32 +1,38 @@
-"""Logs of many machines in one table: load and merge, the machine as a dimension, revisions kept apart.
+"""Logs of many machines in one log: load and merge, the machine as a dimension, revisions kept apart.
 
 Each record's provenance names its machine (`host`: the machine's name; `hardware`: CPU or GPU
 model, ISA or compute capability, torch build) and the model it measured (class and a fingerprint
 of config and weights). Merging keeps every record and makes run ids unique (two machines both
-write `run-1`); the per-machine table takes each machine's latest run of each layer and never pools
-numbers across runs. Where the logs measured different model revisions or kernel builds, their
-rows stay apart (a `model` and a `kernel` column) and `revision_notes` says so in words.
+write `run-1`); every kind's summary carries each run's machine (`machine_columns`), and the time
+kind's `machine_table` puts each machine's latest run of a layer side by side, never pooling
+numbers across runs. Where the logs measured different model revisions or kernel builds,
+`revision_notes` says so in words.
 
-`kernels benchmark` JSON files load as `KernelsBenchmark` records: that tool's own protocol (the
-kernel alone, mean and std), shown beside the explorer's verdicts, never mixed into them.
+`kernels benchmark` JSON files load as that kind's records (`measure/kinds/benchmark.py`): that
+tool's own protocol (the kernel alone, mean and std), shown beside the explorer's verdicts, never
+mixed into them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.records import KernelsBenchmark, Provenance, Record
+from kernel_explorer.measure.kinds.benchmark import benchmark_records
+from kernel_explorer.measure.records import Record
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from kernel_explorer.measure.kinds.kind import RecordSource
+
 #: what a record from before machines were named is filed under
 UNKNOWN_HOST = "unnamed machine"
-BENCHMARK_HOST = "kernels benchmark"
+#: the columns every summary gets per run: where it was measured, and on which model
+MACHINE_COLUMNS = ("machine", "host", "hardware", "model")
 
 
 def machine_of(record: Record) -> tuple[str, str]:
@@ -58,55 +64,26 @@ def run_machines(records: Iterable[Record]) -> dict[str, dict[str, str]]:
     return found
 
 
+def machine_columns(source: RecordSource) -> Callable[[str], dict[str, str]]:
+    """run id -> its `MACHINE_COLUMNS` ("" where a run names none): what each summary row carries."""
+    origins = getattr(source, "origin_records", None)  # a log: a record per run and provenance
+    machines = run_machines(origins() if origins is not None else source.records())
+    return lambda run_id: {column: machines.get(run_id, {}).get(column, "") for column in MACHINE_COLUMNS}
+
+
 def with_machines(frame: pd.DataFrame, records: Iterable[Record]) -> pd.DataFrame:
     """`frame` (a summary with a run_id column) with its runs' `machine`, `host` and `hardware`."""
     if "run_id" not in frame.columns:
         return frame
     machines = run_machines(records)
     frame = frame.copy()
-    for column in ("machine", "host", "hardware", "model"):
+    for column in MACHINE_COLUMNS:
         if column not in frame.columns:
             frame[column] = [machines.get(str(run), {}).get(column, "") for run in frame["run_id"]]
     return frame
 
 
 # -- loading -----------------------------------------------------------------------------------
-
-
-def _benchmark_records(path: Path, data: dict[str, Any]) -> list[Record]:
-    """The workloads of one `kernels benchmark` JSON (its `--output` file) as records."""
-    info = data.get("machineInfo", {})
-    device = info.get("gpu") if info.get("gpu") not in (None, "", "N/A", "None") else info.get("cpu", "")
-    hardware = f"{device} ({info.get('backend', '?')}) | torch {info.get('pytorchVersion', '?')}"
-    commit = str(data.get("kernelCommitSha", ""))
-    provenance = Provenance(
-        kernel_id=commit or None,
-        torch=str(info.get("pytorchVersion", "")),
-        machine=str(info.get("cpu", "")),
-        host=BENCHMARK_HOST,
-        hardware=hardware,
-    )
-    run_id = f"kernels-benchmark:{path.stem}"
-    records = []
-    mtime = path.stat().st_mtime
-    for entry in data["results"]:
-        t = entry["timingResults"]
-        values = KernelsBenchmark(
-            workload=str(entry["workload"]),
-            mean_s=t["mean_ms"] / 1e3,
-            std_s=t["std_ms"] / 1e3,
-            min_s=t["min_ms"] / 1e3,
-            max_s=t["max_ms"] / 1e3,
-            iterations=int(t["iterations"]),
-            q1_s=None if t.get("q1_ms") is None else t["q1_ms"] / 1e3,
-            q3_s=None if t.get("q3_ms") is None else t["q3_ms"] / 1e3,
-            outliers=int(t.get("outliers", 0)),
-            verified=entry.get("verified"),
-            kernel_commit=commit,
-            script=str(data.get("benchmarkScriptPath", "")),
-        )
-        records.append(Record(run_id, values, None, str(entry["workload"]), mtime, provenance))
-    return records
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -119,7 +96,7 @@ def read_records(path: str | Path) -> list[Record]:
     stripped = text.lstrip()
     if stripped.startswith("{") and '"machineInfo"' in text and '"results"' in text:
         try:
-            return _benchmark_records(path, json.loads(text))
+            return benchmark_records(path, json.loads(text))
         except (ValueError, KeyError, TypeError) as error:
             raise KernelExplorerError(f"{path} is not a kernels benchmark JSON file: {error}") from None
     records = []
@@ -161,69 +138,7 @@ def load_records(paths: Iterable[str | Path]) -> list[Record]:
     return merge_records([(p, read_records(p)) for p in paths])
 
 
-# -- the machines side by side -------------------------------------------------------------------
-
-
-def machine_table(summary: pd.DataFrame, records: list[Record], *, wide: bool = False) -> pd.DataFrame:
-    """Each machine's latest measured run of each layer, side by side.
-
-    Long form (default): one row per (layer, kernel build, model, machine) with the speedup, its
-    interval and the verdict of that machine's latest run of it (runs are never pooled: each
-    interval holds for its own run). `wide=True`: one row per layer, kernel and model, one column
-    per machine ("1.52x [1.41, 1.60] faster"). Rows of different model revisions or kernel
-    builds are never put in one row: `revision_notes(records)` says where they differ.
-    """
-    import pandas as pd
-
-    if summary.empty or "speedup" not in summary.columns:
-        return pd.DataFrame(columns=["layer", "machine"])
-    summary = with_machines(summary, records)
-    kernels = _run_kernels(records)
-    ends: dict[str, float] = {}
-    for r in records:
-        ends[r.run_id] = max(ends.get(r.run_id, 0.0), r.time)
-    summary["kernel_build"] = [
-        kernels.get((str(run), str(layer)), "")
-        for run, layer in zip(summary["run_id"], summary["layer"], strict=True)
-    ]
-    if "kernel" not in summary.columns:
-        summary["kernel"] = ""
-    summary["kernel"] = summary["kernel"].fillna("")
-    summary["order"] = [ends.get(str(run), 0.0) for run in summary["run_id"]]
-    keys = ["layer", "kernel", "kernel_build", "model", "machine"]
-    latest = summary.sort_values("order").groupby(keys, dropna=False, sort=False).tail(1)
-    columns = [
-        *keys,
-        "host",
-        "hardware",
-        "run_id",
-        "speedup",
-        "speedup_low",
-        "speedup_high",
-        "noise_floor",
-        "verdict",
-        "pairs",
-    ]
-    # a list of columns selects a DataFrame (pandas annotates `[]` with every key's result)
-    latest = cast("pd.DataFrame", latest[[c for c in columns if c in latest.columns]])
-    latest = latest.sort_values(["layer", "machine"])
-    latest = latest.reset_index(drop=True)
-    if not wide:
-        return latest
-    latest = latest.assign(cell=[_cell(row) for row in latest.itertuples()])
-    table = latest.pivot_table(
-        index=["layer", "kernel", "kernel_build", "model"], columns="machine", values="cell", aggfunc="first"
-    )
-    return table.reset_index().rename_axis(columns=None)
-
-
-def _cell(row: Any) -> str:
-    if row.speedup is None or row.speedup != row.speedup:
-        return str(row.verdict)
-    return f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}] {row.verdict}"
-
-
-def _run_kernels(records: list[Record]) -> dict[tuple[str, str], str]:
+def run_kernels(records: list[Record]) -> dict[tuple[str, str], str]:
     """(run, layer) -> the kernel build(s) its pairs ran (kernel ids): what a kernel revision is here."""
     found: dict[tuple[str, str], set[str]] = {}
     for r in records:
@@ -249,7 +164,7 @@ def revision_notes(records: list[Record]) -> list[str]:
         listed = "; ".join(f"{model} on {', '.join(sorted(m))}" for model, m in sorted(models.items()))
         notes.append(f"{len(models)} model revisions in these logs ({listed}): their rows are kept apart")
     builds: dict[str, dict[str, set[str]]] = {}
-    for (run, layer), build in _run_kernels(records).items():
+    for (run, layer), build in run_kernels(records).items():
         machine = machines.get(run, {}).get("machine", UNKNOWN_HOST)
         builds.setdefault(layer, {}).setdefault(build, set()).add(machine)
     for layer, found in sorted(builds.items()):

@@ -9,24 +9,24 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import run_model
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.records import ModelAgreement, ModelDecode, ModelPrefill, ModelVerdict, Record
+from kernel_explorer.measure.kinds.model.records import ModelDecode, ModelPrefill, ModelVerdict
+from kernel_explorer.measure.kinds.outputs import ModelAgreement
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import StallWatch
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 
 if TYPE_CHECKING:
     import torch
-    from transformers import GenerationMixin
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 
 @contextlib.contextmanager
-def all_pytorch(board: Switchboard) -> Iterator[None]:
+def all_pytorch(board: Switches) -> Iterator[None]:
     """Every layer on PyTorch for the block; the switch state before comes back after."""
     with board.lock, board.holding(board.reset):
         yield
@@ -40,7 +40,7 @@ def token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
 
 
 def sides(
-    board: Switchboard, *, switch: bool = True
+    board: Switches, *, switch: bool = True
 ) -> dict[str, Callable[[], contextlib.AbstractContextManager[object]]]:
     """`interleaved_pair`'s contexts for a whole-model pair: each side under the model's lock, the
     PyTorch side (`a`) with every layer on PyTorch when `switch` (the kernel side runs as switched)."""
@@ -53,7 +53,7 @@ def sides(
     return {"a_side": pytorch_side, "b_side": lambda: board.lock}
 
 
-def kernels_on(board: Switchboard) -> tuple[str, ...]:
+def kernels_on(board: Switches) -> tuple[str, ...]:
     """The layers with a kernel on in at least one instance now (what a model measure ran with)."""
     return tuple(sorted({now.layer_name for now in board.running() if now.is_kernel}))
 
@@ -76,7 +76,7 @@ def model_verdict(
 
 
 def compare_prefill(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (128, 512),
@@ -124,26 +124,18 @@ def compare_prefill(
             yield Record(run_id, verdict)
 
 
-def _generate(board: Switchboard, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
+def _generate(board: Switches, kwargs: dict[str, Any], new_tokens: int) -> torch.Tensor:
     import torch
 
-    model = cast("GenerationMixin", board.model)  # decode is measured on Transformers' models only
     with board.lock, torch.no_grad():
-        # generate()'s self type (Transformers' GenerativePreTrainedModel protocol) wants attributes
-        # its own models do not declare (hf_quantizer, encoder): no model type-checks against it
-        tokens = model.generate(  # pyright: ignore[reportAttributeAccessIssue]
+        model: Any = board.model  # a Transformers model: generate is its own
+        return model.generate(
             **kwargs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
         )
-    if not isinstance(tokens, torch.Tensor):  # a generation config that asks for a dict
-        raise KernelExplorerError(
-            f"The model's generate() returned {type(tokens).__name__}, not token ids: "
-            "set its generation_config.return_dict_in_generate to False."
-        )
-    return tokens
 
 
 def compare_decode(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     run_id: str,
@@ -185,7 +177,7 @@ def compare_decode(
 
 
 def compare_outputs(
-    board: Switchboard, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
+    board: Switches, kwargs: dict[str, Any], *, run_id: str, new_tokens: int = 24
 ) -> Iterator[Record]:
     """Logits (max diff, KL, top-1 agreement) and greedy generation, kernels as switched vs all-PyTorch."""
     with board.lock:

@@ -27,6 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.measure.capture import first_tensor, run_model
+from kernel_explorer.measure.kinds.model.records import (
+    CompileTime,
+    ModelPair,
+    ModelVerdict,
+    TrainingAgreement,
+)
 from kernel_explorer.measure.layer_training import kernels_in_mode
 from kernel_explorer.measure.model_comparison import (
     agreement,
@@ -36,7 +42,7 @@ from kernel_explorer.measure.model_comparison import (
     sides,
     token_ids,
 )
-from kernel_explorer.measure.records import CompileTime, ModelPair, ModelVerdict, Record, TrainingAgreement
+from kernel_explorer.measure.records import Record
 from kernel_explorer.measure.stats import StallWatch
 from kernel_explorer.measure.timing import Clock, interleaved_pair
 
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 TRAINING_STEP = "training step"
 COMPILED_PREFILL = "compiled prefill"
@@ -68,15 +74,13 @@ def training_step(model: nn.Module, input_ids: torch.Tensor) -> tuple[float, lis
         logits = getattr(output, "logits", None)
         logits = first_tensor(output) if logits is None else logits
         if logits is None:
-            raise KernelExplorerError(
-                f"The model's output ({type(output).__name__}) holds no logits tensor: no loss to train on."
-            )
+            raise KernelExplorerError("The model's output has no logits to take a training step on.")
         loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten())
         grads = torch.autograd.grad(loss, params, allow_unused=True)
     return loss.item(), list(grads)
 
 
-def _switched(board: Switchboard, mode: str) -> contextlib.AbstractContextManager[None]:
+def _switched(board: Switches, mode: str) -> contextlib.AbstractContextManager[None]:
     """The instances on now, in `mode` for the block (re-switched with the same candidate if needed)."""
     return kernels_in_mode(board, mode, list(board.snapshot()), switch_off_ones=False)
 
@@ -114,7 +118,7 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
 
 def _pairs(
     clock: Clock,
-    board: Switchboard,
+    board: Switches,
     run_kernel: Callable[[], object],
     run_pytorch: Callable[[], object],
     *,
@@ -140,7 +144,7 @@ def _pairs(
 
 
 def _records(
-    board: Switchboard,
+    board: Switches,
     timed: Iterator[tuple[float, float, bool]],
     calibration_pairs: int,
     measure: str,
@@ -168,7 +172,7 @@ def _records(
 
 
 def compare_training_step(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (128,),
@@ -215,14 +219,14 @@ def compare_training_step(
             yield from _records(board, timed, calibration_pairs, TRAINING_STEP, length, run_id)
 
 
-def pytorch_copy(board: Switchboard) -> nn.Module:
+def pytorch_copy(board: Switches) -> nn.Module:
     """A deep copy of the model taken while every layer runs PyTorch: the reference side of a
     compiled comparison, which no later switch of the model reaches (a switch would recompile)."""
     with board.lock, all_pytorch(board):
         return copy.deepcopy(board.model)
 
 
-def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def compiled_sides(board: Switches) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(the model as switched, compiled; an all-PyTorch deep copy, compiled). Call it with the
     kernels in torch.compile mode (`_switched(board, "torch.compile")`)."""
     import torch
@@ -231,7 +235,7 @@ def compiled_sides(board: Switchboard) -> tuple[Callable[..., Any], Callable[...
 
 
 def compare_compiled(
-    board: Switchboard,
+    board: Switches,
     *,
     run_id: str,
     lengths: tuple[int, ...] = (512,),
@@ -267,7 +271,7 @@ def compare_compiled(
 
 def _against_references(
     clock: Clock,
-    board: Switchboard,
+    board: Switches,
     kernel: Callable[[], object],
     references: dict[str, Callable[[], object]],
     floors: dict[str, float],
@@ -299,7 +303,7 @@ def _against_references(
 
 
 def compare_compiled_inference(
-    board: Switchboard,
+    board: Switches,
     kwargs: dict[str, Any],
     *,
     run_id: str,

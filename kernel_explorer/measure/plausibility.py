@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.stats import IMPLAUSIBLE_SPEEDUP
+from kernel_explorer.measure.summary import format_number
 
 if TYPE_CHECKING:
     import torch
@@ -130,9 +131,9 @@ def plausibility_notes(
         of_medians = pytorch_s / kernel_s
         if max(of_medians / interval.median, interval.median / of_medians) > RATIO_DISAGREEMENT:
             notes.append(
-                f"the median of per-pair speedups ({interval.median:.2f}x) and the ratio of median times "
-                f"({of_medians:.2f}x) disagree: the pairs were taken while the machine changed state; "
-                "measure again when it is quiet"
+                f"the median of per-pair speedups ({format_number(interval.median, 'x')}) and the ratio of "
+                f"median times ({format_number(of_medians, 'x')}) disagree: the pairs were taken while the "
+                "machine changed state; measure again when it is quiet"
             )
     if interval is not None and interval.median > IMPLAUSIBLE_SPEEDUP:
         notes.append(

@@ -16,7 +16,7 @@ from kernel_explorer.measure.records import Provenance
 if TYPE_CHECKING:
     from torch import nn
 
-    from kernel_explorer.switching.board import Switchboard
+    from kernel_explorer.measure.switches import Switches
 
 #: the machine's name in every record; a sweep sets it per node (two nodes may share one host)
 HOST_VARIABLE = "KERNEL_EXPLORER_HOST"
@@ -92,7 +92,7 @@ def _machine() -> tuple[str, str, str]:
     return torch.__version__, kernels, cpu_model()
 
 
-def _machine_of(board: Switchboard) -> tuple[str, str, str]:
+def _machine_of(board: Switches) -> tuple[str, str, str]:
     """(torch version, kernels version, the CPU model and the accelerator where one is used)."""
     import torch
 
@@ -102,7 +102,7 @@ def _machine_of(board: Switchboard) -> tuple[str, str, str]:
     return torch_version, kernels_version, machine
 
 
-def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: dict[str, Any]) -> Provenance:
+def provenance(board: Switches, name: str, path: str, args: tuple, kwargs: dict[str, Any]) -> Provenance:
     """What `path` of layer `name` runs now, on which inputs and machine."""
     import torch
     from torch.utils import _pytree
@@ -127,7 +127,7 @@ def provenance(board: Switchboard, name: str, path: str, args: tuple, kwargs: di
     )
 
 
-def model_provenance(board: Switchboard) -> Provenance:
+def model_provenance(board: Switches) -> Provenance:
     """What a whole-model record (prefill, decode, agreement, throughput, time shares...) comes from:
     the model's dtype, threads, versions and machine. No single kernel or input shape: the switch
     state is the run's (its records say how many instances ran kernels), the lengths are in the values.

@@ -73,7 +73,9 @@ class Interval:
         return self.low <= value <= self.high
 
     def __str__(self) -> str:
-        return f"{self.median:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        from kernel_explorer.measure.summary import format_interval
+
+        return format_interval(self.median, self.low, self.high, "x")
 
 
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:

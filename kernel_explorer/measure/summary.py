@@ -2,33 +2,38 @@
 
 A kind of measurement (`measure/kinds/`) turns its records into one `Summary`: named columns and
 rows of cells. A cell that carries uncertainty is an `IntervalCell` (a median, its 95% interval and
-a unit) and writes its own text; a verdict is a `Verdict`. The magic, the CLI, the report, the
-dashboard and `to_pandas` all read the same `Summary`, so a number has one source and one text:
-nothing outside this module writes `Nx [lo, hi]`.
+a unit) and writes its own text; a verdict is a `Verdict` (or a `VerdictCell`, which also says why
+a comparison was not measurable). The magic, the CLI, the report, the dashboard and `to_pandas`
+all read the same `Summary`, in one of its forms: `text()` (a fixed-width table), `lines()` (one
+line per row), `html()` (the report's table) and `to_pandas()` (the data). So a number has one
+source and one text: nothing outside this module writes `Nx [lo, hi]`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from kernel_explorer.measure.verdict import Verdict
+from kernel_explorer.measure.verdict import Verdict, describe
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: how an interval's unit is written: a ratio ("x"), bytes (scaled to KB/MB/GB), seconds, or plain
-Unit = Literal["x", "bytes", "s", ""]
+#: how a number's unit is written: a ratio ("x"), bytes (scaled to KB/MB/GB), seconds, a share of
+#: a whole ("share": 0.031 reads 3.1%), or plain
+Unit = Literal["x", "bytes", "s", "share", ""]
 
 _BYTE_STEPS = ((1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1.0, "B"))
 
 
 def format_number(value: float | None, unit: Unit = "") -> str:
-    """One number as a reader sees it: `3.21x`, `12.4 MB`, `850 us`, `0.31`; "-" when there is none."""
+    """One number as a reader sees it: `3.21x`, `12.4 MB`, `850 us`, `3.1%`, `0.31`; "-" for none."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if unit == "share":
+        return f"{value:.1%}"
     if unit == "x":
         return f"{value:.2f}x"
     if unit == "bytes":
@@ -52,7 +57,14 @@ def format_interval(median: float, low: float, high: float, unit: Unit = "x") ->
         return f"{median / scale:.1f} {name} [{low / scale:.1f}, {high / scale:.1f}]"
     if unit == "x":
         return f"{median:.2f}x [{low:.2f}, {high:.2f}]"
-    return f"{format_number(median, unit)} [{format_number(low, unit)}, {format_number(high, unit)}]"
+    return f"{format_number(median, unit)} {format_range(low, high, unit)}"
+
+
+def format_range(low: float, high: float, unit: Unit = "x") -> str:
+    """Bounds alone, `[3.10, 3.35]`: what another run may give beside a run's own interval."""
+    if unit == "x":
+        return f"[{low:.2f}, {high:.2f}]"
+    return f"[{format_number(low, unit)}, {format_number(high, unit)}]"
 
 
 @runtime_checkable
@@ -73,15 +85,53 @@ class IntervalCell:
     high: float
     unit: Unit = "x"
     confidence: float = 0.95
+    samples: str = "pairs"  # what the interval is taken over, for its caveat ("repeats" for memory)
 
     def text(self) -> str:
-        shown = format_interval(self.median, self.low, self.high, self.unit)
-        if self.confidence < 0.95 - 1e-9:
-            shown += f" (only {self.confidence:.0%} sure: too few pairs)"
-        return shown
+        return self.bounds() + self.caveat()
+
+    def bounds(self) -> str:
+        """The median and its bounds alone (`format_interval`)."""
+        return format_interval(self.median, self.low, self.high, self.unit)
+
+    def caveat(self) -> str:
+        """The coverage note, ` (only 75% sure: too few pairs)`, below 95% coverage; else ""."""
+        if self.confidence >= 0.95 - 1e-9:
+            return ""
+        return f" (only {self.confidence:.0%} sure: too few {self.samples})"
 
     def number(self) -> float | None:
         return self.median
+
+
+@dataclass(frozen=True)
+class RangeCell:
+    """Bounds without a median of their own (a run's interval widened by the noise floor)."""
+
+    low: float
+    high: float
+    unit: Unit = "x"
+
+    def text(self) -> str:
+        return format_range(self.low, self.high, self.unit)
+
+    def number(self) -> float | None:
+        return None
+
+
+@dataclass(frozen=True)
+class VerdictCell:
+    """A verdict with the counts that explain it: "not measurable here" says how many pairs stalled."""
+
+    verdict: Verdict
+    stalled: int = 0
+    pairs: int = 0
+
+    def text(self) -> str:
+        return describe(self.verdict, stalled=self.stalled, pairs=self.pairs)
+
+    def number(self) -> float | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -98,16 +148,37 @@ class NumberCell:
         return self.value
 
 
-ColumnKind = Literal["text", "number", "interval", "verdict"]
+ColumnKind = Literal["text", "number", "interval", "range", "verdict"]
 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a summary: its key in the rows, the header a person reads, what its cells are."""
+    """One column of a summary: its key in the rows, the header a person reads, what its cells are.
+
+    `line` is how the cell reads in its row's one line (`lines()`): a template with `{}` for the
+    cell's text, or None to leave it to the tables. Parts are joined with "; ", except a template
+    that starts with a space or a comma, which continues the part before it (" over {} instances").
+    `what` marks the columns that name the row (layer, measure): its line starts with them.
+    `names` are the pandas columns the cell's values take (default: the key, and for an interval
+    `key_low`, `key_high`, `key_confidence`; for a range `key_low`, `key_high`).
+    """
 
     key: str
     title: str
     kind: ColumnKind = "text"
+    line: str | None = "{}"
+    what: bool = False
+    names: tuple[str, ...] = ()
+
+    def frame_names(self) -> tuple[str, ...]:
+        """The pandas columns of this column, in the order `flatten` gives its values."""
+        if self.names:
+            return self.names
+        if self.kind == "interval":
+            return (self.key, f"{self.key}_low", f"{self.key}_high", f"{self.key}_confidence")
+        if self.kind == "range":
+            return (f"{self.key}_low", f"{self.key}_high")
+        return (self.key,)
 
 
 @dataclass(frozen=True)
@@ -115,8 +186,9 @@ class Summary:
     """What one kind of measurement concluded: a titled table of cells, one row per thing measured.
 
     Rows map a column's key to a cell (`IntervalCell`, `NumberCell`, a `Verdict`, a str, a number or
-    None). `extra` holds per-row values that are data, not display (run ids, raw medians) and go to
-    `to_pandas` only.
+    None). `extra` holds per-row values that are data, not display (raw medians, counts, the
+    machine) and go to `to_pandas` only. `notes` are lines every form shows under the table (what
+    an interval means, a warning); `about` is a paragraph on what the columns mean, for the report.
     """
 
     kind: str
@@ -125,6 +197,7 @@ class Summary:
     rows: tuple[Mapping[str, object], ...] = ()
     notes: tuple[str, ...] = ()
     extra: tuple[Mapping[str, object], ...] = field(default=())
+    about: str = ""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -133,13 +206,19 @@ class Summary:
         """A cell as it is read: a cell's own text, a verdict's words, a number's short form, "-"."""
         return text_of(row.get(key))
 
+    def select(self, key: str, *values: object) -> Summary:
+        """The rows whose `key` holds one of `values` (a run's rows: `select("run_id", "run-3")`)."""
+        kept = [i for i, row in enumerate(self.rows) if row.get(key) in values]
+        extra = tuple(self.extra[i] for i in kept if i < len(self.extra))
+        return replace(self, rows=tuple(self.rows[i] for i in kept), extra=extra)
+
     def text(self) -> str:
-        """A fixed-width table (the CLI's and the magic's), headers first, numbers right-aligned."""
+        """A fixed-width table, headers first, numbers right-aligned, the notes under it."""
         if not self.rows:
             return f"{self.title}: nothing measured yet"
         cells = [[self.cell_text(row, c.key) for c in self.columns] for row in self.rows]
         widths = [max(len(c.title), *(len(r[i]) for r in cells)) for i, c in enumerate(self.columns)]
-        align = [c.kind in ("number", "interval") for c in self.columns]
+        align = [c.kind in ("number", "interval", "range") for c in self.columns]
 
         def line(values: Sequence[str]) -> str:
             return "  ".join(
@@ -151,20 +230,78 @@ class Summary:
         out += list(self.notes)
         return "\n".join(out)
 
+    def lines(self) -> list[tuple[str, str]]:
+        """Each row as (what it is, one line of what was found): `("SiLU", "1.10x [1.05, 1.15]
+        faster; bitwise equal; 14 pairs over 2 instances, noise floor 3.1%")`. What the CLI
+        prints and `%kernels` answers. An interval's caveat (too few pairs for 95%) closes the part
+        it starts, after the verdict that continues it."""
+        found = []
+        for row in self.rows:
+            what = "".join(_filled(c, self.cell_text(row, c.key)) for c in self.columns if c.what)
+            parts: list[list[str]] = []  # each part: its text, then an interval's caveat for its end
+            for column in self.columns:
+                value = row.get(column.key)
+                if column.what or column.line is None or value is None:
+                    continue
+                caveat = value.caveat() if isinstance(value, IntervalCell) else ""
+                shown = (
+                    value.bounds()
+                    if isinstance(value, IntervalCell) and caveat
+                    else self.cell_text(row, column.key)
+                )
+                text = _filled(column, shown)
+                if not text:
+                    continue
+                if column.line.startswith((" ", ",")) and parts:
+                    parts[-1][0] += text
+                    parts[-1][1] = parts[-1][1] or caveat  # one caveat for a part, said once
+                else:
+                    parts.append([text.lstrip(" ,"), caveat])
+            found.append((what.strip(), "; ".join(text + caveat for text, caveat in parts)))
+        return found
+
+    def html(self) -> str:
+        """The table as HTML (the report's): cells escaped, a verdict cell classed by its verdict
+        (`faster`, `slower`, else `unsure`) so a stylesheet colours it; the notes under it."""
+        import html
+
+        head = "".join(f"<th>{html.escape(c.title, quote=False)}</th>" for c in self.columns)
+        body = []
+        for row in self.rows:
+            cells = []
+            for column in self.columns:
+                value = row.get(column.key)
+                text = "" if value is None else self.cell_text(row, column.key)
+                css = f" class='{verdict_class(value)}'" if column.kind == "verdict" else ""
+                cells.append(f"<td{css}>{html.escape(text, quote=False)}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        notes = "".join(f"<p>{html.escape(note, quote=False)}</p>" for note in self.notes)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes}"
+
     def to_pandas(self) -> pd.DataFrame:
-        """One row per summary row: an interval cell becomes `key`, `key_low`, `key_high` and
-        `key_confidence`, a number cell its number, a verdict stays a `Verdict`; `extra` is joined."""
+        """One row per summary row, every column present: an interval cell becomes `key`,
+        `key_low`, `key_high` and `key_confidence` (or the column's `names`), a number cell its
+        number, a verdict stays a `Verdict`, a missing cell None; `extra` is joined."""
         import pandas as pd
 
+        names = [name for c in self.columns for name in c.frame_names()]
         records = []
         for index, row in enumerate(self.rows):
             flat: dict[str, object] = {}
-            for key, value in row.items():
-                flat.update(flatten(key, value))
+            for column in self.columns:
+                values = flatten(column, row.get(column.key))
+                flat.update(zip(column.frame_names(), values, strict=True))
             if index < len(self.extra):
                 flat.update({k: v for k, v in self.extra[index].items() if k not in flat})
             records.append(flat)
-        return pd.DataFrame.from_records(records, columns=None if records else [c.key for c in self.columns])
+        return pd.DataFrame.from_records(records, columns=None if records else names)
+
+
+def _filled(column: Column, text: str) -> str:
+    """A cell's text in its column's line template ("" for an empty cell)."""
+    if column.line is None or text in ("", "-"):
+        return ""
+    return column.line.format(text)
 
 
 def text_of(value: object) -> str:
@@ -175,20 +312,33 @@ def text_of(value: object) -> str:
         return value.value
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return format_number(value)
     return str(value)
 
 
-def flatten(key: str, value: object) -> Iterable[tuple[str, object]]:
-    """A cell as table columns (what `to_pandas` writes)."""
+def verdict_class(value: object) -> str:
+    """The CSS class of a verdict cell: its colour says faster, slower, or neither."""
+    verdict = value.verdict if isinstance(value, VerdictCell) else value
+    return verdict.value if isinstance(verdict, Verdict) and verdict.decided else "unsure"
+
+
+def flatten(column: Column, value: object) -> tuple[object, ...]:
+    """A cell as the values of its column's pandas columns (what `to_pandas` writes), None when empty."""
+    width = len(column.frame_names())
+    if value is None:
+        return (None,) * width
     if isinstance(value, IntervalCell):
-        return [
-            (key, value.median),
-            (f"{key}_low", value.low),
-            (f"{key}_high", value.high),
-            (f"{key}_confidence", value.confidence),
-        ]
-    if isinstance(value, Cell):
-        return [(key, value.number())]
-    return [(key, value)]
+        return (value.median, value.low, value.high, value.confidence)[:width]
+    if isinstance(value, RangeCell):
+        return (value.low, value.high)[:width]
+    if isinstance(value, VerdictCell):
+        found: tuple[object, ...] = (value.verdict,)
+    elif isinstance(value, Cell):
+        found = (value.number(),)
+    else:
+        found = (value,)
+    # a single number in an interval's column (a count with nothing to spread) leaves its bounds empty
+    return found + (None,) * (width - len(found))

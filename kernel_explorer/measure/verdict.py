@@ -1,4 +1,5 @@
-"""What a comparison concluded about speed, as a value: code compares members, people read the text.
+"""What a comparison concluded (about speed, or memory), as a value: code compares members, people
+read the text.
 
 Every record, summary table, plot and report carries one `Verdict`. It is a `str` enum, so a
 record written to JSONL stores its plain text and a table shows it as a word, while code decides
@@ -13,10 +14,13 @@ from enum import Enum
 
 
 class Verdict(str, Enum):
-    """Faster, slower, no difference, not measurable, or the kernel was off (PyTorch against itself)."""
+    """Faster, slower (time), smaller, larger (memory), no difference, not measurable, or the kernel
+    was off (PyTorch against itself)."""
 
     FASTER = "faster"
     SLOWER = "slower"
+    SMALLER = "smaller"  # memory: the kernel's peak is below PyTorch's (measure/kinds/memory.py)
+    LARGER = "larger"
     NO_DIFFERENCE = "no difference we can detect here"
     NOT_MEASURABLE = "not measurable here"
     KERNEL_OFF = "PyTorch against PyTorch (kernel off)"
@@ -31,8 +35,8 @@ class Verdict(str, Enum):
 
     @property
     def decided(self) -> bool:
-        """Whether the verdict is a difference (faster or slower)."""
-        return self in (Verdict.FASTER, Verdict.SLOWER)
+        """Whether the verdict is a difference (faster, slower, smaller or larger)."""
+        return self in (Verdict.FASTER, Verdict.SLOWER, Verdict.SMALLER, Verdict.LARGER)
 
     @classmethod
     def parse(cls, text: str | Verdict) -> Verdict:

@@ -8,7 +8,10 @@
   a rerun skipping what is done. The only module that imports Ray (an optional extra:
   `pip install kernel-explorer[ray]`).
 
-`sweep()` is the Python door, `kernel-explorer sweep` the command line's.
+`sweep()` is the Python door (`kernel_explorer.machine.sweep`), `kernel-explorer sweep` the
+command line's.
+
+May import: errors, measure
 """
 
 from __future__ import annotations

@@ -14,11 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_explorer.errors import KernelExplorerError
-
-
-class SweepTaskError(KernelExplorerError):
-    """The compare on a node failed; the message is its own last line."""
+from kernel_explorer.errors import SweepTaskError
 
 
 def compare_on_node(arguments: list[str], host: str) -> dict[str, Any]:

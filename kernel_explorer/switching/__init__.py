@@ -1,7 +1,7 @@
 """Switching kernels on and off in a live model: the board, and one door per way a kernel enters.
 
 - `board.Switchboard`: what every door shares: the selection, the lock, snapshot/restore, events.
-- `door.Door`: the protocol every door answers; `door_classes.door_class` says which door serves a group.
+- `door.Door`: the protocol every door answers; `door_classes.DOORS` lists every door class.
 - `module_door.ModuleDoor`: a class the model marks; `kernelize` replaces each instance's forward.
 - `module_door.ExtensionDoor`: a class the model does not mark, named by `Explorer.extend`
   (`extension`: the marked subclass and its candidates).
@@ -15,11 +15,13 @@
 - `isolation`: a stranger's candidate tried first in a worker process (a crash or a hang there is
   the row's reason, never the notebook's end).
 - `events`, `model_state`: every explorer of one model hears of each switch and shares one state.
+- `exported`: what a door says it runs now, as data for the export (`Door.export()`);
+  `trial_inputs`: the capture's inputs and the longer ones a trial runs on.
 
 A new door goes in a module here: subclass `Door` (or `InstanceDoor` for a per-instance forward),
-and say in `door_classes.door_class` which layer groups it serves. The board needs nothing more.
+say which rows it serves (`discover`) and what it exports (`export`), and add it to
+`door_classes.DOORS`. The board needs nothing more. A trial's values are judged by
+`numerics.divergence`.
 
-May import `_backend`, `build`, `catalog`, `inspect` and `errors`, and `measure.divergence` (the pure
-numbers a trial's values are judged by: it imports nothing of the package); never the rest of
-`measure`, nor `views`.
+May import: _backend, build, catalog, errors, inspect, numerics
 """

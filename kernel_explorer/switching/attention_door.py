@@ -33,7 +33,7 @@ import contextlib
 import copy
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -44,18 +44,13 @@ from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import attention_trial, isolation
-from kernel_explorer.switching.code_paths import (
-    RunningPath,
-    check_path,
-    model_dtype,
-    pin,
-    running_path,
-    unpin,
-)
+from kernel_explorer.switching.code_paths import check_path, pin, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
-from kernel_explorer.switching.forwards import RunningNow
+from kernel_explorer.switching.exported import AttentionPlan, DoorExport
 from kernel_explorer.switching.probe import ProbeVerdict, explain, settled
 from kernel_explorer.switching.registry_guard import SwitchedModules
 
@@ -127,6 +122,38 @@ class AttentionDoor(AttentionChoices, Door):
             if type(module).__name__.endswith("Attention") and hasattr(module, "config")
         )
         return cls(host, paths) if paths else None
+
+    @classmethod
+    def discover(cls, host: DoorHost, groups: Sequence[LayerGroup], known: Mapping[str, Door]) -> list[Door]:
+        """The model's attention row (kept once found: it knows the switches it made)."""
+        door = known.get(ATTENTION)
+        if isinstance(door, cls):
+            return [door]
+        found = cls.find(host)
+        return [found] if found is not None else []
+
+    def export(self) -> DoorExport:
+        """The implementation the model runs now; a local repository's folder said in a note."""
+        now = self.switched()
+        if now is None or getattr(now, "pytorch", False):
+            return DoorExport(attention=AttentionPlan(attention_interface.implementation(self.model)))
+        folder = getattr(now, "folder", None)
+        ref = getattr(now, "hub", None)
+        plan = AttentionPlan(
+            now.implementation if folder is None else "",
+            folder=None if folder is None else str(folder),
+            code_path=now.path,
+            label=now.label,
+            allow_all_kernels=ref is not None and ref.trusts(self.catalog.trust_remote_code),
+        )
+        if plan.folder is None:
+            return DoorExport(attention=plan)
+        note = (
+            f"attention runs a local repository ({plan.folder}): the export maps a Hub-shaped name to "
+            "that folder through kernels' LOCAL_KERNELS variable; on another machine, build it there and "
+            "change the folder"
+        )
+        return DoorExport(attention=plan, notes=(note,))
 
     # -- switching ---------------------------------------------------------------------------------
 

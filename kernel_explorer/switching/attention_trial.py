@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend import attention_interface
-from kernel_explorer.measure.divergence import float64_reference
+from kernel_explorer.numerics.divergence import float64_reference
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
     OK,

@@ -27,13 +27,13 @@ from kernel_explorer._backend.layer_forwards import model_device
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import events
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
-from kernel_explorer.switching.door_classes import door_class
+from kernel_explorer.switching.door_classes import DOORS
 from kernel_explorer.switching.experts_door import EXPERTS, ExpertsDoor
 from kernel_explorer.switching.fair_lock import HandingRLock
-from kernel_explorer.switching.forwards import RunningNow
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -93,29 +93,33 @@ class Switchboard:
         self.tokens: Callable[[], int | None] | None = None
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self.doors: dict[str, Door] = {}
-        self.attention = AttentionDoor.find(self)  # model-wide; None: no attention interface
-        self.experts = ExpertsDoor.find(self)  # model-wide; None: no MoE experts interface
         self.rescan()
 
     def rescan(self) -> None:
         """Find the kernel layers again (after `extension.extend` or `retract` renamed some).
 
-        A row that is still there keeps its door (and what that door knows of its switches)."""
+        Every door class finds its own rows (`Door.discover`); a row that is still there keeps its
+        door (and what that door knows of its switches). Rows come in the model's order, the
+        model-wide ones (attention, experts) after."""
         with self.lock:
             self._modules = dict(self.model.named_modules())
-            doors: dict[str, Door] = {}
-            for group in find_kernel_layers(self.model):
-                known = self.doors.get(group.name)
-                if known is not None and type(known) is door_class(group):
-                    known.group = group
-                    doors[group.name] = known
-                else:
-                    doors[group.name] = door_class(group)(self, group)
-            if self.attention is not None:
-                doors[ATTENTION] = self.attention
-            if self.experts is not None:
-                doors[EXPERTS] = self.experts
-            self.doors = doors
+            groups = find_kernel_layers(self.model)
+            found = [door for cls in DOORS for door in cls.discover(self, groups, self.doors)]
+            order = {group.name: i for i, group in enumerate(groups)}
+            found.sort(key=lambda door: order.get(door.name, len(order)))  # stable: model-wide last
+            self.doors = {door.name: door for door in found}
+
+    @property
+    def attention(self) -> AttentionDoor | None:
+        """The model's attention row (Transformers' attention interface), or None."""
+        door = self.doors.get(ATTENTION)
+        return door if isinstance(door, AttentionDoor) else None
+
+    @property
+    def experts(self) -> ExpertsDoor | None:
+        """The model's MoE experts row (Transformers' experts interface), or None."""
+        door = self.doors.get(EXPERTS)
+        return door if isinstance(door, ExpertsDoor) else None
 
     @property
     def groups(self) -> dict[str, LayerGroup]:

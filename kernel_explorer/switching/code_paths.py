@@ -21,7 +21,6 @@ explorer without switching anything off, and a pin that outlived them would repo
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import warnings
 import weakref
@@ -30,6 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_explorer.errors import KernelSwitchError
+from kernel_explorer.inspect.kernel_paths import (
+    RunningPath,
+    code_paths,
+    first_line,
+    reported_path,
+)
 
 
 @dataclass
@@ -56,23 +61,6 @@ def _let_go_of_the_collected() -> None:
     while _gone:
         for holder in _owned.pop(_gone.pop(), ()):
             _release(holder)
-
-
-def _line(error: BaseException) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]
-
-
-def code_paths(module: Any) -> tuple[str, ...]:
-    """The code paths `module` runs on this CPU, widest first; () for a kernel that names none (or
-    whose `isa_paths()` raises)."""
-    paths = getattr(module, "isa_paths", None)
-    if not callable(paths):
-        return ()
-    try:
-        named: Any = paths()  # the kernel's own answer, untyped (what is not a sequence raises here)
-        return tuple(str(p) for p in named)
-    except Exception:
-        return ()
 
 
 def check_path(module: Any, path: str) -> None:
@@ -118,7 +106,7 @@ def pin(module: Any, path: str, holder: Hashable, label: str, owner: Any = None)
             try:
                 module.set_isa(path)
             except Exception as error:  # a stranger's code: one line, and nothing pinned
-                raise KernelSwitchError(f"set_isa({path!r}) failed: {_line(error)}") from error
+                raise KernelSwitchError(f"set_isa({path!r}) failed: {first_line(error)}") from error
             current = _pins[id(module)] = _Pin(module, path, before)
         _release(holder, keep=id(module))
         current.holders[holder] = label
@@ -150,7 +138,7 @@ def _release(holder: Hashable, keep: int | None = None) -> None:
         except Exception as error:
             warnings.warn(
                 f"the kernel stays on code path {current.path}: giving back its own choice failed "
-                f"({_line(error)})",
+                f"({first_line(error)})",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -178,74 +166,15 @@ def pinned(module: Any, path: str | None, holder: Hashable, label: str) -> Itera
         unpin(holder)
 
 
-@dataclass(frozen=True)
-class RunningPath:
-    """The code path a kernel runs now, why, and whether a `@path` candidate pins it."""
-
-    path: str = ""  # "" for a kernel that names no paths (or PyTorch)
-    why: str = ""
-    pinned: bool = False
-
-
-def model_dtype(model: Any) -> str:
-    """ "float32" for a model whose floating-point weights are float32: the dtype its ops run at."""
-    dtypes = (p.dtype for p in model.parameters() if p.is_floating_point())
-    return str(next(dtypes, "")).removeprefix("torch.")
-
-
-def _words(name: str) -> frozenset[str]:
-    """`NewGELU` -> {new, gelu}; `rms_norm` -> {rms, norm}: an op's name and a layer's, comparable."""
-    return frozenset(w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name))
-
-
-def _op_path(module: Any, layer: str, dtype: str) -> RunningPath | None:
-    """The path the op(s) serving `layer` at `dtype` run, from `isa_choices()` where the kernel
-    chooses op by op ("silu float32: avx512: ..."): its `isa()` is only the path most ops run.
-    Matched by name (`Silu` ~ silu, `NewGELU` ~ gelu_new, attention ~ its prefill and decode ops)."""
-    choices = getattr(module, "isa_choices", None)
-    if not (layer and dtype and callable(choices)):
-        return None
-    try:
-        answer: Any = choices()  # the kernel's own answer, untyped (what is not a sequence raises here)
-        lines = [str(line) for line in answer]
-    except Exception:
-        return None
-    mine = _words(layer)
-    found: list[tuple[frozenset[str], str, str]] = []  # (op words, path, line)
-    for line in lines:
-        head, _, rest = line.partition(": ")
-        *op, last = head.split() or [""]
-        if last == dtype and op and rest:
-            found.append((_words("_".join(op)), rest.split()[0].rstrip(":"), line))
-    same = [f for f in found if f[0] == mine] or [f for f in found if f[0] <= mine or mine <= f[0]]
-    if not same:
-        return None
-    paths = list(dict.fromkeys(path for _, path, _ in same))
-    return RunningPath(paths[0] if len(paths) == 1 else "/".join(paths), "; ".join(line for *_, line in same))
-
-
-def running_path(module: Any, layer: str = "", dtype: str = "") -> RunningPath:
-    """What `module` runs now for `layer` at `dtype` (the op's own choice where the kernel chooses op
-    by op, else `isa()`); an empty `RunningPath` for a kernel that names no paths."""
-    isa = getattr(module, "isa", None)
-    if not callable(isa):
-        return RunningPath()
-    try:
-        path = str(isa())
-    except Exception as error:  # a forced path this CPU lacks: the repository's one line
-        return RunningPath("?", _line(error))
+def holders(module: Any) -> list[str]:
+    """The labels of the candidates that pin `module`'s code path now ([] when none does)."""
     with _lock:
         _let_go_of_the_collected()
         current = _pins.get(id(module))
-        holders = sorted(set(current.holders.values())) if current is not None else []
-    if holders:
-        return RunningPath(path, f"{path}: pinned while {', '.join(holders)} is on", pinned=True)
-    own = _op_path(module, layer, dtype)
-    if own is not None:
-        return own
-    reason = getattr(module, "isa_reason", None)
-    try:
-        why = str(reason()) if callable(reason) else ""
-    except Exception as error:
-        why = f"{path}: its reason could not be read ({_line(error)})"
-    return RunningPath(path, why)
+        return sorted(set(current.holders.values())) if current is not None else []
+
+
+def running_path(module: Any, layer: str = "", dtype: str = "") -> RunningPath:
+    """What `module` runs now for `layer` at `dtype`, a pin included (`inspect.kernel_paths` reads
+    the kernel; this says who pins it)."""
+    return reported_path(module, layer, dtype, holders=holders)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from kernel_explorer.catalog.availability import Availability
     from kernel_explorer.catalog.candidates import Candidate, Catalog
     from kernel_explorer.inspect.layer_groups import LayerGroup
-    from kernel_explorer.switching.forwards import RunningNow
+    from kernel_explorer.inspect.running import RunningNow
+    from kernel_explorer.switching.exported import DoorExport
 
 #: the switches that are on: (layer name, instance path) -> (candidate, mode)
 SwitchState = dict[tuple[str, str], tuple[Any, Any]]
@@ -58,7 +59,7 @@ class DoorHost(Protocol):
         """One real call of instance `path` of layer `name` for a probe's trial, or None."""
 
     def long_sample(self, name: str, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """The same call at the longer trial length (`measure/trial_inputs.py`), or None."""
+        """The same call at the longer trial length (`switching/trial_inputs.py`), or None."""
 
     def model_inputs(self) -> dict[str, Any] | None:
         """The capture's model call (keywords), for a trial of the whole model, or None."""
@@ -97,6 +98,15 @@ class Door(ABC):
     @property
     def name(self) -> str:
         return self.group.name
+
+    # -- finding ------------------------------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def discover(cls, host: DoorHost, groups: Sequence[LayerGroup], known: Mapping[str, Door]) -> list[Door]:
+        """The doors of this class on the host's model: one per layer group of `groups` it serves, or
+        its model-wide one. A door of this class in `known` for the same row is kept (with what it
+        knows of its switches), its group brought up to date."""
 
     # -- switching ---------------------------------------------------------------------------------
 
@@ -152,3 +162,10 @@ class Door(ABC):
     def covered_paths(self) -> set[str]:
         """Module paths whose whole forward this door can replace (the inventory counts the rest)."""
         return set()
+
+    # -- exporting ---------------------------------------------------------------------------------
+
+    @abstractmethod
+    def export(self) -> DoorExport:
+        """What this door runs now, as data an exported module is written from (`switching/exported.py`),
+        with what a `kernels` mapping cannot say about it. Read under the board's lock."""

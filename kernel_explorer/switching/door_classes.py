@@ -1,19 +1,20 @@
-"""Which door serves a layer group found in the model (attention is found by its own door)."""
+"""Every door the switchboard asks to find its rows in a model, in the order their rows are listed.
+
+Each door class says which rows it serves (`Door.discover`): a layer group the model's marks make
+(a marked class, a class `extend` named, a function layer) or its model-wide row (attention, MoE
+experts). A new door is one more class here; the board needs nothing more.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernel_explorer.switching.attention_door import AttentionDoor
+from kernel_explorer.switching.experts_door import ExpertsDoor
 from kernel_explorer.switching.function_door import FunctionDoor
 from kernel_explorer.switching.module_door import ExtensionDoor, ModuleDoor
 
 if TYPE_CHECKING:
-    from kernel_explorer.inspect.layer_groups import LayerGroup
     from kernel_explorer.switching.door import Door
 
-
-def door_class(group: LayerGroup) -> type[Door]:
-    """The door class for `group`: a function layer, a class the user named, or a marked class."""
-    if group.kind == "function":
-        return FunctionDoor
-    return ExtensionDoor if group.added else ModuleDoor
+DOORS: tuple[type[Door], ...] = (ModuleDoor, ExtensionDoor, FunctionDoor, AttentionDoor, ExpertsDoor)

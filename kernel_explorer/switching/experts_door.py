@@ -28,7 +28,7 @@ import functools
 import inspect
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer._backend import experts
@@ -37,9 +37,10 @@ from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.experts_candidates import ExpertsCandidate
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.layer_groups import EXPERTS, LayerGroup
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.door import Door, DoorHost, Keep, SwitchState, hooks_for_the_block
-from kernel_explorer.switching.forwards import RunningNow
+from kernel_explorer.switching.exported import DoorExport, ExpertsPlan
 from kernel_explorer.switching.probe import (
     CANNOT_RUN,
     OK,
@@ -72,7 +73,7 @@ def _call_class() -> type:
     import torch
     from torch import nn
 
-    from kernel_explorer.measure.divergence import float64_shadow
+    from kernel_explorer.numerics.divergence import float64_shadow
 
     class ExpertsCall(nn.Module):
         """One experts module's call of one implementation: what a measurement times.
@@ -136,6 +137,21 @@ class ExpertsDoor(Door):
         modules = experts.experts_modules(host.model)
         return cls(host, modules) if modules else None
 
+    @classmethod
+    def discover(cls, host: DoorHost, groups: Sequence[LayerGroup], known: Mapping[str, Door]) -> list[Door]:
+        """The model's experts row (kept once found: it knows the switch it made)."""
+        door = known.get(EXPERTS)
+        if isinstance(door, cls):
+            return [door]
+        found = cls.find(host)
+        return [found] if found is not None else []
+
+    def export(self) -> DoorExport:
+        """The experts implementation the model runs now, and whether the explorer chose it."""
+        switched = self.switched()
+        repository = switched.repo if switched is not None else ""
+        return DoorExport(experts=ExpertsPlan(self.implementation(), switched is not None, repository))
+
     # -- candidates ----------------------------------------------------------------------------------
 
     def baseline(self, module: nn.Module) -> str:
@@ -153,9 +169,6 @@ class ExpertsDoor(Door):
     def matching(self, word: str) -> list[Candidate]:
         """The candidates a word names: an implementation ("batched_mm"), its label, or the source
         "transformers" (all of them)."""
-        return list(self._named(word))
-
-    def _named(self, word: str) -> list[ExpertsCandidate]:
         return [c for c in self._typed() if word in (c.implementation, c.label, c.source, str(c))]
 
     def _typed(self) -> list[ExpertsCandidate]:
@@ -185,8 +198,9 @@ class ExpertsDoor(Door):
                 "implementations switch by name: on('experts', candidate='batched_mm')"
             )
         name = str(candidate).strip()
-        for option in self._named(name):
-            return option
+        for option in self.matching(name):
+            if isinstance(option, ExpertsCandidate):
+                return option
         if name in self._known():  # a name a user registered in the interface
             return experts_candidates.candidate(name, self.host.device)
         raise KernelExplorerError(
@@ -317,7 +331,7 @@ class ExpertsDoor(Door):
     def _try_call(self, path: str, sample: tuple[tuple[Any, ...], dict[str, Any]], name: str) -> ProbeVerdict:
         import torch
 
-        from kernel_explorer.measure.divergence import float64_reference
+        from kernel_explorer.numerics.divergence import float64_reference
 
         args, kwargs = sample
         try:

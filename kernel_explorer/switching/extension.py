@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend.layer_forwards import check_layer_fits, mark_layer_class
 from kernel_explorer._backend.mappings import iter_mapping
 from kernel_explorer._backend.repositories import local_path
-from kernel_explorer.catalog.bundled import extension_mappings
+from kernel_explorer.build.bundled import extension_mappings
 from kernel_explorer.catalog.hub_access import local_availability
 from kernel_explorer.catalog.probe_verdict import ProbeVerdict
 from kernel_explorer.errors import KernelExplorerError

@@ -1,45 +1,17 @@
 """What an instance's forward runs: the kernel forward that falls back to PyTorch on its first error,
 and how to read the running kernel back from a module (its id, variant and repository), so every
-view reports what the model really runs rather than what was asked for."""
+view reports what the model really runs rather than what was asked for (`RunningNow`, defined in
+`inspect.running`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.layer_forwards import bound_function, installed_forward, kernel_origin
-from kernel_explorer.switching.code_paths import RunningPath
 
 if TYPE_CHECKING:
     from torch import nn
-
-
-@dataclass(frozen=True)
-class RunningNow:
-    """What one instance's forward runs at this moment."""
-
-    layer_name: str
-    instance: str  # module path (for function layers: the module that calls the function)
-    kernel_id: str | None = None  # metadata id of the loaded kernel module; None means PyTorch
-    variant: str | None = None
-    repository: str | None = None
-    reason: str = ""  # why PyTorch runs although a kernel was asked for
-    name: str = ""  # a person's name for what runs, when the door knows it (attention: the implementation)
-    note: str = ""  # what the kernel did to its module ("changes its module on first use ...")
-    layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
-    code_path: RunningPath = field(default_factory=RunningPath)  # "avx2" and why, of a multi-ISA kernel
-    candidate: str = ""  # the label of the candidate switched on, when the door knows it
-    through: str = ""  # how the model reaches the kernel, when the door knows it (attention: direct or glue)
-
-    @property
-    def is_kernel(self) -> bool:
-        return self.kernel_id is not None
-
-    def __str__(self) -> str:
-        if not self.is_kernel:
-            return "PyTorch" + (f" ({self.reason})" if self.reason else "")
-        return f"{self.repository} [{self.variant}] {self.kernel_id}"
 
 
 class KernelForward:

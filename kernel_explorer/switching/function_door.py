@@ -16,17 +16,34 @@ from kernel_explorer._backend.layer_forwards import class_forward, installed_for
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.switching import routes
 from kernel_explorer.switching.door import Keep, hooks_for_the_block
+from kernel_explorer.switching.exported import LayerPlan, some
 from kernel_explorer.switching.forwards import describe_forward
 from kernel_explorer.switching.instance_door import InstanceDoor
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+
 
 class FunctionDoor(InstanceDoor):
     """Per-holder switching of a process-wide kernel function."""
 
     kind: ClassVar[str] = "function"
+
+    @classmethod
+    def serves(cls, group: LayerGroup) -> bool:
+        return group.kind == "function"
+
+    def export_notes(self, plan: LayerPlan) -> tuple[str, ...]:
+        """Transformers keeps one function object per process: a mapping cannot choose holders."""
+        ran = sum(len(c.instances) for c in plan.choices)
+        return (
+            f"{plan.layer}: the explorer ran {plan.main.label} for {ran}"
+            f" of {plan.total} holders ({some(plan.main.instances)}); Transformers keeps one function "
+            f"object per process, so a mapping cannot choose holders: the export runs "
+            f"{plan.main.label} for all {plan.total}",
+        )
 
     def key(self, holder: nn.Module) -> str:
         found = function_key(holder, self.name)

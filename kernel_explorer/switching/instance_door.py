@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import warnings
 from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +29,14 @@ from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
 from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
+from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import isolation, model_trial
-from kernel_explorer.switching.code_paths import RunningPath, model_dtype, pin, pinned, running_path, unpin
+from kernel_explorer.switching.code_paths import pin, pinned, running_path, unpin
 from kernel_explorer.switching.door import Door, DoorHost, SwitchState
+from kernel_explorer.switching.exported import DoorExport, LayerPlan, layer_plan, some
 from kernel_explorer.switching.forwards import (
     KernelForward,
-    RunningNow,
     describe_forward,
     kernel_class,
     kernel_forward,
@@ -73,6 +76,25 @@ class InstanceDoor(Door):
         self._pytorch: dict[str, Any] = {}  # PyTorch's forward on the original state, for changed modules
 
     # -- what each door says for itself ---------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def serves(cls, group: LayerGroup) -> bool:
+        """Whether this class is the door of `group` (a layer group the model's marks make)."""
+
+    @classmethod
+    def discover(cls, host: DoorHost, groups: Sequence[LayerGroup], known: Mapping[str, Door]) -> list[Door]:
+        found: list[Door] = []
+        for group in groups:
+            if not cls.serves(group):
+                continue
+            door = known.get(group.name)
+            if isinstance(door, cls) and type(door) is cls:
+                door.group = group
+            else:
+                door = cls(host, group)
+            found.append(door)
+        return found
 
     @abstractmethod
     def target(self, path: str, *, for_switching: bool) -> nn.Module:
@@ -134,7 +156,7 @@ class InstanceDoor(Door):
         changes the model's answers (top-1 94%; ...)" when they move more than in bfloat16."""
         paths = self.model_paths()
         kwargs = self.host.model_inputs() if paths and "training" not in mode_name(mode) else None
-        if not paths or kwargs is None or compiles(mode):
+        if paths is None or kwargs is None or compiles(mode):
             return verdict
         model = self.host.model
         try:  # the references run the model on PyTorch; what fails there is not the candidate's
@@ -377,6 +399,33 @@ class InstanceDoor(Door):
                 )
             )
         return found
+
+    def export(self) -> DoorExport:
+        instances = tuple(self.group.instances)
+        plan = layer_plan(self.name, self.kind, instances, self.snapshot(), self.running(list(instances)))
+        if plan is None:
+            return DoorExport()
+        return DoorExport(layers=(plan,), notes=() if plan.whole else self.export_notes(plan))
+
+    def export_notes(self, plan: LayerPlan) -> tuple[str, ...]:
+        """What a mapping cannot say about `plan` (some instances on PyTorch, a second choice), and
+        what the export does instead."""
+        notes = []
+        if plan.pytorch:
+            notes.append(
+                f"{plan.layer}: {plan.total - len(plan.pytorch)} of {plan.total} instances ran a kernel; a "
+                f"mapping names a layer, not instances, so the export kernelizes the model and then puts "
+                f"PyTorch back on the {len(plan.pytorch)} others ({some(plan.pytorch)}) by kernelizing each "
+                "of them with an empty mapping"
+            )
+        for other in plan.choices[1:]:
+            notes.append(
+                f"{plan.layer}: {len(other.instances)} instances ran {other.label} in mode {other.mode} "
+                f"({some(other.instances)}), beside {plan.main.label} on the rest; a mapping holds one "
+                "repository per layer and mode, so the export kernelizes those instances one by one with "
+                "a mapping of their own"
+            )
+        return tuple(notes)
 
     def forwards(self, path: str) -> tuple[Any, Any, bool]:
         target = self.target(path, for_switching=False)

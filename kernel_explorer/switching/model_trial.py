@@ -1,6 +1,6 @@
 """A candidate judged where its values matter: the model's answers, with it on every instance.
 
-The per-call bound (`measure/divergence.wrong_bound`, 8 units of bfloat16's resolution at the
+The per-call bound (`numerics/divergence.wrong_bound`, 8 units of bfloat16's resolution at the
 output's scale) lets through a SiLU computed as x*sigmoid(1.05x): each call is within it, yet over
 30 layers the logits move 16 times more than a legitimate bfloat16 SiLU moves them (0.42 against
 0.027 of their spread; top-1 agreement falls to 94% at 100 tokens). So once a candidate passes its

@@ -5,21 +5,29 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kernel_explorer._backend.layer_forwards import remove_forward
 from kernel_explorer.switching.door import Keep, hooks_for_the_block
+from kernel_explorer.switching.exported import DoorExport, Extension
 from kernel_explorer.switching.instance_door import InstanceDoor
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from kernel_explorer.inspect.layer_groups import LayerGroup
+
 
 class ModuleDoor(InstanceDoor):
     """A layer class marked with `use_kernel_forward_from_hub`: the instance's forward is replaced."""
 
     kind: ClassVar[str] = "module"
+
+    @classmethod
+    def serves(cls, group: LayerGroup) -> bool:
+        return group.kind == "module" and not group.added
 
     def target(self, path: str, *, for_switching: bool) -> nn.Module:
         return self.host.module(path)
@@ -54,8 +62,18 @@ class ExtensionDoor(ModuleDoor):
     right away, and weights a kernel packs on first use are packed outside any timed call.
     """
 
+    @classmethod
+    def serves(cls, group: LayerGroup) -> bool:
+        return group.kind == "module" and group.added
+
     def after_switch(self, paths: list[str]) -> None:
         trial_call([self.host.module(path) for path in paths])
+
+    def export(self) -> DoorExport:
+        """The layer's plan, and the class `extend` marked (the export marks it again, whatever runs)."""
+        module, _, qualname = self.group.original.rpartition(".")
+        extension = Extension(self.name, module, qualname, tuple(self.group.instances))
+        return replace(super().export(), extensions=(extension,))
 
     def trial_inputs(self, path: str) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         found = super().trial_inputs(path)

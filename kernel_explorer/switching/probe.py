@@ -26,7 +26,7 @@ from kernel_explorer.catalog.probe_verdict import (
     WRONG,
     ProbeVerdict,
 )
-from kernel_explorer.measure.divergence import divergence, float64_reference, wrong_bound
+from kernel_explorer.numerics.divergence import divergence, float64_reference, wrong_bound
 
 if TYPE_CHECKING:
     from kernels import Mode
@@ -95,7 +95,7 @@ def try_layer(
 ) -> ProbeVerdict:
     """The trial of one layer candidate: `entry` loaded onto `trial` (a copy of the instance) by
     kernelize's own step, called on each of `samples` (the capture's length, then a longer one:
-    `measure/trial_inputs.py`) with the checks of `trial_checks` around each call, judged against
+    `switching/trial_inputs.py`) with the checks of `trial_checks` around each call, judged against
     `original`'s PyTorch forward and its float64 run. The one trial function: the door runs it here,
     the worker (`switching/isolation.py`) runs it in its own process first for a stranger's
     candidate. A kernel that only raises past the capture's length stays usable (the fallback
@@ -117,7 +117,7 @@ def try_layer(
         return ProbeVerdict(CANNOT_RUN, explain(error))
     loaded = [f"{found} when loaded" for found in at_load]
     forward = installed_forward(trial)
-    if forward is None or runs_class_forward(trial, forward):  # kernelize keeps PyTorch in this mode
+    if forward is None or runs_class_forward(trial):  # kernelize keeps PyTorch in this mode: nothing to try
         return ProbeVerdict(SIDE_EFFECTS, "; ".join(loaded)) if loaded else ProbeVerdict(OK)
     if not samples or samples[0] is None:
         return ProbeVerdict(UNVERIFIED, "no inputs of this layer to try it on (capture() first)")
@@ -161,7 +161,7 @@ def kernel_package(forward: Any) -> Any | None:
 def verdict_key(host: DoorHost) -> tuple[Any, ...]:
     """What a verdict holds for: the model's `signature` and the capture's length bucket (a longer
     `capture()`, or the model converted to another dtype, tries every candidate again)."""
-    from kernel_explorer.measure.trial_inputs import length_bucket
+    from kernel_explorer.switching.trial_inputs import length_bucket
 
     tokens = getattr(host, "trial_tokens", None)
     return (signature(host.model), length_bucket(tokens() if tokens is not None else None))

@@ -2,7 +2,11 @@
 
 Notebook widgets (dashboard, layer table, live plots, breakdown panel), the plots' shared style,
 the HTML report, the `%kernels` magic and the `kernel-explorer` command. They talk to an `Explorer`
-and render `results`; nothing below the explorer imports this package.
+and render `results`, and import only the face (`kernel_explorer.explorer`, `.records`,
+`.machine`, `.loading`, `.errors`); only the package's own door (`%load_ext`, `python -m`) imports
+this package.
+
+May import: errors, explorer, loading, machine, records
 
 `Dashboard` is resolved on first use, so the command line and the magic do not pay for ipywidgets
 and plotly until a widget is shown.

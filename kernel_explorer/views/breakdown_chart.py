@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.breakdown import EMBEDDING, LINEAR, REST
+from kernel_explorer.records import EMBEDDING, LINEAR, REST, format_number
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 #: what no kernel layer covers, in greys from dark to light (the order they stack in)
 UNCOVERED_COLOURS: dict[str, str] = {
@@ -36,22 +36,10 @@ def _phase_label(phase: str, tokens: int) -> str:
 
 def covered_line(log: ResultLog, phase: str = "prefill") -> str:
     """One sentence: how much of `phase` the kernel layers cover, and the model speedup predicted
-    from their measured speedups (or the ceiling if none is measured yet). Empty before a breakdown."""
-    shares = log.latest_shares(phase)
-    if not shares:
-        return ""
-    covered = sum(share for name, share in shares.items() if name not in UNCOVERED_COLOURS)
-    ceiling = 1.0 / (1.0 - covered) if covered < 1 else float("inf")
-    line = (
-        f"Kernel layers take {covered:.0%} of the {phase} on PyTorch: even at zero cost they could make "
-        f"the model at most {ceiling:.2f}x faster."
-    )
-    summary = log.breakdown_summary(phase)
-    total = summary[summary["category"] == "every measured kernel on"] if not summary.empty else summary
-    if not total.empty:
-        predicted = total.iloc[0]["model_speedup_predicted"]
-        line += f" With the measured kernel speedups, Amdahl predicts {predicted:.2f}x."
-    return line
+    (the breakdown kind's note, shown under the chart). Empty before a breakdown."""
+    from kernel_explorer.records import covered_line as line
+
+    return line(log, phase)
 
 
 def legend_name(name: str, kernels: list[str], layers: list[str] | None = None) -> str:
@@ -132,13 +120,13 @@ def _hover(name: str, row: Any) -> str:
     if row is None:
         return f"{name}: not seen in this phase"
     text = (
-        f"<b>{name}</b>: {row['share']:.1%} ({row['ms']:.2f} ms)"
-        f"<br>if it cost nothing: model {row['model_speedup_if_free']:.2f}x"
+        f"<b>{name}</b>: {format_number(row['share'], 'share')} ({format_number(row['ms'] / 1e3, 's')})"
+        f"<br>if it cost nothing: model {format_number(row['model_speedup_if_free'], 'x')}"
     )
     speedup = row.get("kernel_speedup")
     predicted = row.get("model_speedup_predicted")
     if speedup is not None and speedup == speedup and predicted == predicted:  # NaN-safe
-        text += f"<br>measured kernel {speedup:.2f}x: model {predicted:.2f}x"
+        text += f"<br>measured kernel {format_number(speedup, 'x')}: model {format_number(predicted, 'x')}"
     elif name not in UNCOVERED_COLOURS:
         text += "<br>kernel not measured yet (compare it)"
     return text

@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.measure.records import RunEvent
+from kernel_explorer.records import RunEvent
 from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
 
 if TYPE_CHECKING:
-    from kernel_explorer.explorer import Explorer
-    from kernel_explorer.measure.records import Record
-    from kernel_explorer.measure.runner import RunHandle
+    from kernel_explorer.explorer import Explorer, RunHandle
+    from kernel_explorer.records import Record
     from kernel_explorer.views.live_plot import LivePlot
 
 _EMPTY_NOTE = (

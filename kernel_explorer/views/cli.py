@@ -18,10 +18,6 @@ from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.views.headless import DTYPES
 
 DEMO_QUESTION = "What is the capital of France?"
-RUN_TO_RUN = (
-    "  [95% interval] is this run's; 'across runs' widens it by the noise floor: what another run here "
-    "may give, and what a verdict must clear 1x with."
-)
 
 
 def interactive() -> bool:
@@ -30,7 +26,7 @@ def interactive() -> bool:
 
 
 def _cmd_hardware(args: argparse.Namespace) -> int:
-    from kernel_explorer.inspect.hardware import detect_hardware
+    from kernel_explorer.machine import detect_hardware
 
     snapshot = detect_hardware()
     print(snapshot.to_json() if args.json else snapshot)
@@ -39,9 +35,8 @@ def _cmd_hardware(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The headless main job: hardware, the default model (load timed), its kernelizable layers."""
-    from kernel_explorer.inspect.hardware import detect_hardware
-    from kernel_explorer.inspect.versions import require_compatible
     from kernel_explorer.loading import generate_answer, load_default_model
+    from kernel_explorer.machine import detect_hardware, require_compatible
 
     snapshot = detect_hardware()
     print(snapshot)
@@ -65,9 +60,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _demo_explorer(model: Any, tokenizer: Any) -> None:
     """The inventory, every layer on the bundled CPU kernels, then a short measurement of each."""
-    from kernel_explorer.build.builder import build_hub
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.loading import generate_answer
+    from kernel_explorer.machine import build_hub
 
     start = time.perf_counter()
     build_hub(progress=interactive())
@@ -97,39 +92,34 @@ def _demo_explorer(model: Any, tokenizer: Any) -> None:
 
 
 def _measure(
-    explorer: Any, layers: Sequence[str], *, pairs: int | None, precision: float, budget_s: float
+    explorer: Any,
+    layers: Sequence[str],
+    *,
+    pairs: int | None,
+    precision: float,
+    budget_s: float,
+    measure: str = "time",
 ) -> None:
-    """Compare `layers` and print each verdict: speedup [95% interval], why it stopped, the floor."""
+    """Compare `layers` in one kind of measurement and print its summary of the run: a line per
+    layer (the lines `%kernels compare` answers with), then its notes (what the intervals mean, a
+    noisy machine)."""
     import warnings
 
-    from kernel_explorer.measure.stats import NoisyMachineWarning, noise_warning
+    from kernel_explorer.records import NoisyMachineWarning
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NoisyMachineWarning)  # printed below, once, as a line
-        handle = explorer.compare(*layers, pairs=pairs, precision=precision, budget_s=budget_s)
+        warnings.simplefilter("ignore", NoisyMachineWarning)  # the summary's notes say it, once
+        handle = explorer.compare(
+            *layers, measure=measure, pairs=pairs, precision=precision, budget_s=budget_s
+        )
     if handle.error is not None:
         raise handle.error
-    verdicts = explorer.results.records("layer_verdict", handle.run_id)
-    width = max((len(r.layer or "") for r in verdicts), default=5)
-    print(f"  {'layer':<{width}}  speedup [95% interval] verdict")
-    for record in verdicts:
-        v = record.values
-        print(f"  {record.layer:<{width}}  {v.summary}")
-        low, high = v.across_runs
-        across = f"across runs [{low:.2f}, {high:.2f}]; " if v.measurable and low is not None else ""
-        why = ", ".join(filter(None, (v.stopped_by, v.stalled_note)))
-        print(
-            f"  {'':<{width}}    {across}"
-            f"{v.pairs} pairs ({why}), noise floor {v.noise_floor:.1%}, "
-            f"PyTorch {v.pytorch_s * 1e6:.1f} us, kernel {v.kernel_s * 1e6:.1f} us; {v.accuracy}"
-        )
-        for note in v.notes:
-            print(f"  {'':<{width}}    look twice: {note}")
-    if verdicts:
-        print(RUN_TO_RUN)
-    warning = noise_warning(max((r.values.noise_floor for r in verdicts), default=0.0))
-    if warning:
-        print(warning)
+    summary = explorer.results.summary(measure).select("run_id", handle.run_id)
+    print(f"  {summary.title}")
+    for what, rest in summary.lines():
+        print(f"  {what}: {rest}")
+    for note in summary.notes:
+        print(f"  {note}")
 
 
 def _job(args: argparse.Namespace) -> Any:
@@ -155,7 +145,14 @@ def _compared_explorer(args: argparse.Namespace) -> Any:
     from kernel_explorer.views.headless import headless_compare
 
     def measure(explorer: Any, layers: Sequence[str]) -> None:
-        _measure(explorer, layers, pairs=args.pairs, precision=args.precision, budget_s=args.budget)
+        _measure(
+            explorer,
+            layers,
+            pairs=args.pairs,
+            precision=args.precision,
+            budget_s=args.budget,
+            measure=args.measure,
+        )
 
     return headless_compare(_job(args), measure=measure, progress=interactive())
 
@@ -168,17 +165,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """`compare`, then every record of it in one self-contained HTML file."""
-    from kernel_explorer.views.report import report_path
+    from kernel_explorer.views.report import explorer_report, report_path
 
     target = report_path(args.path)  # before minutes of loading and measuring
-    written = _compared_explorer(args).report(str(target))
+    written = explorer_report(_compared_explorer(args), target)
     print(f"Report written to {written}")
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """The compare of each model on every node of a Ray cluster; the machines side by side."""
-    from kernel_explorer.sweep import sweep
+    from kernel_explorer.machine import sweep
 
     result = sweep(
         args.address,
@@ -196,7 +193,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     table = result.log.machine_table(wide=True)
     if not table.empty:
         print(table.to_string(index=False))
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
     for note in revision_notes(result.log.records()):
         print(f"note: {note}")
@@ -204,7 +201,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_hub(args: argparse.Namespace) -> int:
-    from kernel_explorer.build.builder import build_hub
+    from kernel_explorer.machine import build_hub
 
     for built in build_hub(force=args.force, progress=not args.quiet):
         how = "cached" if built.reused else "built"
@@ -213,7 +210,7 @@ def _cmd_build_hub(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from kernel_explorer.build.builder import build_path
+    from kernel_explorer.machine import build_path
 
     built = build_path(args.path, force=args.force, progress=not args.quiet)
     for note in built.notes if built.reused or args.quiet else ():
@@ -226,6 +223,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kernel_explorer.records import measured_by_compare
+
+    measures = measured_by_compare()  # every kind of measurement compare starts: a new one is here too
     parser = argparse.ArgumentParser(
         prog="kernel-explorer", description="See, switch and measure Hugging Face Hub kernels."
     )
@@ -273,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         command.add_argument(
             "--budget", type=float, default=10.0, help="most seconds of pairs per layer (10)"
+        )
+        command.add_argument(
+            "--measure",
+            default="time",
+            choices=measures,
+            help="what to measure (time: speed, with intervals)",
         )
     sweep = sub.add_parser(
         "sweep", help="compare each model on every node of a Ray cluster (pip install kernel-explorer[ray])"

@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from kernel_explorer.measure.records import LayerVerdict, RunEvent
-from kernel_explorer.measure.stats import noise_warning
+from kernel_explorer.records import LayerVerdict, RunEvent, noise_warning
 from kernel_explorer.views.breakdown_panel import BreakdownPanel
 from kernel_explorer.views.layer_table import LayerTable
 from kernel_explorer.views.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
-    from kernel_explorer.explorer import Explorer
-    from kernel_explorer.measure.records import Record
-    from kernel_explorer.measure.runner import RunHandle
+    from kernel_explorer.explorer import Explorer, RunHandle
+    from kernel_explorer.records import Record
 
 
 # Two plots side by side while there is room, one under the other when there is not (no overflow
@@ -200,7 +198,8 @@ class Dashboard:
         if end.event == "failed":
             self.show_error(end.detail or "the run failed")
         else:
-            pairs = len(self.explorer.results.records("layer_latency", run_id))  # not the plots': drawn later
+            # counted in the log's columns (not the plots': drawn later), no record made per pair
+            pairs = len(self.explorer.results.columns("layer_latency", run_id)["seq"])
             self.status.value = f"Run {run_id} {end.event}; {pairs} pairs timed."
         self.table.refresh()
         self.refresh_snapshot()

@@ -67,9 +67,9 @@ def open_explorer(job: CompareJob, *, progress: bool = False) -> tuple[Any, str]
     """(the explorer of the job's model, a line naming the model), the bundled kernels built."""
     import torch
 
-    from kernel_explorer.build.builder import build_hub
     from kernel_explorer.explorer import Explorer
     from kernel_explorer.loading import load_default_model, load_model
+    from kernel_explorer.machine import build_hub
 
     if job.dtype not in DTYPES:
         raise KernelExplorerError(f"dtype {job.dtype!r} is not one of {', '.join(DTYPES)}")
@@ -102,8 +102,8 @@ def headless_compare(
     `job.host` names this machine in every record (a sweep's node), through the environment
     variable the provenance reads, restored after.
     """
-    from kernel_explorer.measure.provenance import HOST_VARIABLE
-    from kernel_explorer.measure.stats import check_sampling
+    from kernel_explorer.explorer import check_sampling
+    from kernel_explorer.machine import HOST_VARIABLE
 
     check_sampling(job.pairs, job.precision, job.budget_s)
     out = log_path(job.out)  # before minutes of loading and measuring

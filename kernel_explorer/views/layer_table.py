@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from kernel_explorer.catalog.availability import State
+from kernel_explorer.explorer import State
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer.views.plot_style import SPEEDUP_AXIS, one_x_line, verdict_colour
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.records import ResultLog
 
 
 def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> Any:
@@ -25,9 +25,9 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
     import plotly.graph_objects as go
 
     from kernel_explorer.errors import KernelExplorerError
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
-    table = log.machine_table()
+    table: Any = log.machine_table()  # pandas: its stubs cannot follow a frame's columns
     if table.empty or layer not in set(table["layer"]):
         measured = ", ".join(sorted(set(table["layer"]))) if not table.empty else "none"
         raise KernelExplorerError(f"no machine measured {layer!r}; measured layers: {measured}")
@@ -74,20 +74,19 @@ def machine_figure(log: ResultLog, layer: str, *, kernel: str | None = None) -> 
 
 def machines_in(log: ResultLog) -> list[str]:
     """The machines (labels) the log's runs were measured on, in order of first appearance."""
-    from kernel_explorer.measure.merge import run_machines
+    from kernel_explorer.records import run_machines
 
     return list(dict.fromkeys(entry["machine"] for entry in run_machines(log.records()).values()))
 
 
 def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
-    """The report's "Machines" section (HTML parts) and its figures, for a log of several machines or
-    with `kernels benchmark` records; nothing for one machine's log."""
+    """The report's "Machines" section (HTML parts) and its figures, for a log of several machines;
+    nothing for one machine's log (a `kernels benchmark` file has its kind's own section)."""
     import html
 
-    from kernel_explorer.measure.merge import revision_notes
+    from kernel_explorer.records import revision_notes
 
-    benchmarks = log.to_pandas("kernels_benchmark")
-    if len(machines_in(log)) < 2 and benchmarks.empty:
+    if len(machines_in(log)) < 2:
         return [], []
     parts = [
         "<h2>Machines</h2>",
@@ -99,14 +98,6 @@ def machine_section(log: ResultLog) -> tuple[list[str], list[Any]]:
     table = log.machine_table(wide=True)
     if not table.empty:
         parts.append(table.to_html(index=False, na_rep=""))
-    if not benchmarks.empty:
-        shown = benchmarks[["hardware", "instance", "mean_s", "std_s", "iterations", "kernel_id", "protocol"]]
-        parts += [
-            "<h3>kernels benchmark files (that tool's protocol, not comparable to the pairs above)</h3>",
-            shown.rename(columns={"instance": "workload"}).to_html(
-                index=False, float_format=lambda v: f"{v:.4g}"
-            ),
-        ]
     machine_rows = log.machine_table()
     layers = [] if machine_rows.empty else list(dict.fromkeys(machine_rows["layer"]))
     return parts, [machine_figure(log, layer) for layer in layers]

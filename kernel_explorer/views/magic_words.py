@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import MagicUsageError
+from kernel_explorer.records import measured_by_compare
+
+#: what `compare --measure` takes: every kind of measurement `Explorer.compare` starts
+MEASURES = measured_by_compare()
 
 # command -> (its arguments, what it does): the one table the usage lines are made from
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,9 +35,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "retract": ("LAYER [--instances PATH ...]", "undo extend: PyTorch and the instances' own class again"),
     "compare": (
-        "LAYER... [--pairs N | --precision P] [--candidates W...] [--background]",
+        "LAYER... [--measure M] [--pairs N|--precision P] [--candidates W...] [--background]",
         "kernel against PyTorch, with intervals (7 pairs; --precision P, --budget S: until +-P or S seconds);"
-        " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path)",
+        " W: a row per kernel a word names (bundled, peer, a label; bundled@avx2: its AVX2 code path);"
+        f" M: what to measure, one of {', '.join(MEASURES)} (default time)",
     ),
     "bench": (
         "[--compiled] [--background]",
@@ -75,10 +80,6 @@ def command_usage(name: str) -> str:
     return f"%kernels {name} {COMMANDS[name][0]}".rstrip()
 
 
-class MagicUsageError(KernelExplorerError):
-    """Bad input to `%kernels`: shown as one line, with the usage of the command it was for."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse would print and sys.exit
         name = self.prog.split()[-1]
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands["compare"].add_argument("--precision", type=float)
     commands["compare"].add_argument("--budget", type=float)
     commands["compare"].add_argument("--candidates", nargs="+")
+    commands["compare"].add_argument("--measure", default="time", choices=MEASURES)
     for name in ("compare", "bench"):
         commands[name].add_argument("--background", action="store_true")
     commands["bench"].add_argument("--compiled", action="store_true")

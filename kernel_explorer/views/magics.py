@@ -178,7 +178,7 @@ class KernelsMagic:
         return self.explorer
 
     def _do_hardware(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer.inspect.hardware import detect_hardware
+        from kernel_explorer.machine import detect_hardware
 
         return detect_hardware()
 
@@ -220,8 +220,8 @@ class KernelsMagic:
         return model, tokenizer
 
     def _do_explore(self, args: argparse.Namespace) -> Any:
-        from kernel_explorer.build.builder import build_hub
         from kernel_explorer.explorer import Explorer
+        from kernel_explorer.machine import build_hub
         from kernel_explorer.views.dashboard import Dashboard
         from kernel_explorer.views.progress import cell_progress
 
@@ -306,18 +306,19 @@ class KernelsMagic:
         self._need_explorer().retract(args.layer, args.instances)
         return self.explorer.inventory()
 
-    def _started(self, handle: Any, background: bool) -> None:
+    def _started(self, handle: Any, background: bool, measures: list[str] | None = None) -> None:
         self.handle = handle
         if background:
-            self._announce(handle)
+            self._announce(handle, measures)
 
-    def _announce(self, handle: Any) -> None:
+    def _announce(self, handle: Any, measures: list[str] | None) -> None:
         """A background run's line in its cell, replaced by how it ended when it ends: the cell
         said "measures in the background" forever, and `%kernels stop` then said "nothing to stop"
         with no word that the run had finished."""
         from IPython.display import display
 
-        from kernel_explorer.measure.records import LayerVerdict, RunEvent
+        from kernel_explorer.records import RunEvent
+        from kernel_explorer.views.answers import answer, run_answer
 
         results = self.explorer.results
         going = (
@@ -339,11 +340,12 @@ class KernelsMagic:
                 return
             told.append(True)
             unsubscribe()
-            verdicts = [
-                f"{r.layer}: {r.values.summary}"
-                for r in results.records("layer_verdict", handle.run_id)
-                if isinstance(r.values, LayerVerdict)
-            ]
+            found = (
+                run_answer(results, handle.run_id)
+                if not measures
+                else answer(results, handle.run_id, measures)
+            )
+            verdicts = [f"{what}: {rest}" for what, rest in found.rows]
             when = time.strftime("%H:%M:%S", time.localtime(record.time))
             line = f"run {handle.run_id} {values.event} at {when}" + (
                 f": {'; '.join(verdicts)}" if verdicts else ""
@@ -377,18 +379,17 @@ class KernelsMagic:
         cell_progress(explorer.results).expect(len(args.layer) * len(args.candidates or [None]), "layers")
         handle = explorer.compare(
             *args.layer,
+            measure=args.measure,
             pairs=pairs,
             background=args.background,
             **{key: value for key, value in sampling.items() if value is not None},
         )
-        self._started(handle, args.background)
+        self._started(handle, args.background, [args.measure])
         if args.background:
             return None
-        from kernel_explorer.views.answers import layer_answer
+        from kernel_explorer.views.answers import answer
 
-        summary = explorer.results.layer_summary()
-        frame = summary[(summary.run_id == handle.run_id) & summary.layer.isin(args.layer)]
-        return layer_answer(frame.reset_index(drop=True), handle.run_id)
+        return answer(explorer.results, handle.run_id, [args.measure])
 
     def _do_bench(self, args: argparse.Namespace) -> Any:
         from kernel_explorer.views.progress import cell_progress
@@ -407,11 +408,9 @@ class KernelsMagic:
         self._started(handle, args.background)
         if args.background:
             return None
-        from kernel_explorer.views.answers import model_answer
+        from kernel_explorer.views.answers import run_answer
 
-        summary = explorer.results.model_summary()
-        frame = summary[summary.run_id == handle.run_id].reset_index(drop=True)
-        return model_answer(frame, handle.run_id, explorer.results)
+        return run_answer(explorer.results, handle.run_id)
 
     def _do_stop(self, args: argparse.Namespace) -> None:
         """Cancel what %kernels started and what its dashboards run; wait until the model is restored."""
@@ -437,9 +436,9 @@ class KernelsMagic:
 
     def _do_report(self, args: argparse.Namespace) -> Any:
         explorer = self._need_explorer()
-        from kernel_explorer.views.report import report_path
+        from kernel_explorer.views.report import explorer_report, report_path
 
-        path = explorer.report(str(report_path(args.path)))
+        path = explorer_report(explorer, report_path(args.path))
         print(f"report written to {path}")
         return None
 

@@ -91,8 +91,7 @@ def one_x_line() -> dict[str, Any]:
 def verdict_colour(low: float, high: float, floor: float = 0.0) -> str:
     """Green when the interval clears 1x (and the floor), red when it lies below, grey otherwise:
     the colour of `stats.speed_verdict`'s answer (the one place a verdict is decided)."""
-    from kernel_explorer.measure.stats import Interval, speed_verdict
-    from kernel_explorer.measure.verdict import Verdict
+    from kernel_explorer.records import Interval, Verdict, speed_verdict
 
     verdict = speed_verdict(Interval((low * high) ** 0.5, low, high, 0, 0.0), floor)
     return {Verdict.FASTER: FASTER_COLOUR, Verdict.SLOWER: SLOWER_COLOUR}.get(verdict, UNSURE_COLOUR)

@@ -22,20 +22,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
-from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.log import ResultLog
-from kernel_explorer.measure.records import (
+from kernel_explorer.records import (
     INFERENCE,
+    MIN_PAIRS,
+    Comparison,
     LayerDivergence,
     LayerLatency,
     LayerVerdict,
     ModelThroughput,
     Record,
+    ResultLog,
     RunEvent,
+    format_interval,
+    format_number,
 )
-from kernel_explorer.measure.stats import MIN_PAIRS
 from kernel_explorer.views.live_figures import (
     BOTTOM_MARGIN,
     HEIGHT,
@@ -62,11 +65,60 @@ def kernel_off_name(layer: str) -> str:
     return f"{layer} (kernel off)"
 
 
-def latest_drawn_run(log: ResultLog) -> list[Record]:
-    """The records of the latest run the plots would draw (with its start), oldest first."""
-    records = log.records()
-    run = next((r.run_id for r in reversed(records) if isinstance(r.values, _DRAWN)), None)
-    return [r for r in records if r.run_id == run] if run is not None else []
+def latest_drawn_run(log: ResultLog) -> str | None:
+    """The latest run the plots would draw: that of the last record of a drawn kind (read from the
+    log's columns: no record is made)."""
+    last: tuple[int, str] | None = None
+    for drawn in _DRAWN:
+        columns = log.columns(drawn.kind)
+        if len(columns["seq"]) and (last is None or columns["seq"][-1] > last[0]):
+            last = int(columns["seq"][-1]), str(columns["run_id"][-1])
+    return None if last is None else last[1]
+
+
+#: one latency pair as `LivePlots._draw_pair` takes it: (run id, time, layer, speedup, kernel on,
+#: stalled, mode)
+_Pair = tuple[str, float, "str | None", float, bool, bool, str]
+_PAIR_COLUMNS = ("run_id", "time", "layer", "speedup", "kernel_on", "stalled", "mode")
+
+
+def _replayed(log: ResultLog, run: str) -> tuple[int, int, Iterator[Record | _Pair]]:
+    """The records of `run` in the order appended: (how many, how many inference pairs with a layer
+    among them, the records). Its latency pairs come as tuples read from the log's columns a stretch
+    at a time, so a long Run's pairs are never all made into objects; the rest as records."""
+    import numpy as np
+    import pandas as pd
+
+    pairs = log.columns(LayerLatency.kind, run)
+    others: list[tuple[int, Record]] = []
+    for kind in log.kinds():
+        if kind != LayerLatency.kind:
+            seqs = log.columns(kind, run)["seq"].tolist()
+            others += zip(seqs, log.records(kind, run)[: len(seqs)], strict=True)
+    others.sort(key=lambda entry: entry[0])
+    cuts = np.searchsorted(pairs["seq"], [seq for seq, _ in others]).tolist()
+    columns = [pairs[name] for name in _PAIR_COLUMNS]
+    counted = int(np.count_nonzero(pd.notna(pairs["layer"]) & (pairs["mode"] == INFERENCE)))
+
+    def stretch(start: int, stop: int) -> Iterator[_Pair]:
+        return zip(*(column[start:stop].tolist() for column in columns), strict=True)
+
+    def entries() -> Iterator[Record | _Pair]:
+        done = 0
+        for (_, record), cut in zip(others, cuts, strict=True):
+            yield from stretch(done, cut)
+            yield record
+            done = cut
+        yield from stretch(done, len(pairs["seq"]))
+
+    return len(pairs["seq"]) + len(others), counted, entries()
+
+
+def _key(entry: Record | _Pair) -> tuple[object, ...]:
+    """What tells a record apart from every other (its time is its own, to the microsecond)."""
+    if isinstance(entry, Record):
+        return (entry.kind, entry.run_id, entry.layer, entry.time)
+    return (LayerLatency.kind, entry[0], entry[2], entry[1])
 
 
 class LivePlots:
@@ -100,21 +152,41 @@ class LivePlots:
         self._receiving: str | None = None
         self.seconds_drawing = 0.0  # CPU seconds the redraws took (what the view costs the kernel)
         self._unsubscribe = log.subscribe(self._on_record)
-        earlier = latest_drawn_run(log)  # the model's earlier measurements, from the first draw
-        with self._lock:
-            waiting = {id(r) for r in self._pending}
-            self._pending[:0] = [r for r in earlier if id(r) not in waiting]
-            for record in earlier:
-                self._count(record)
-        self.flush()
+        run = latest_drawn_run(log)  # the model's earlier measurements, from the first draw
+        if run is None:
+            self.flush()
+            return
+        with self._drawing:
+            total, counted, earlier = _replayed(log, run)
+            with self._lock:
+                # records appended since subscribing are waiting already: at most the last of `earlier`
+                waiting = {_key(r) for r in self._pending}
+                if counted and self._receiving != run:
+                    self._receiving, self._received = run, 0
+            for index, entry in enumerate(earlier):
+                if index >= total - len(waiting) and _key(entry) in waiting:
+                    if not isinstance(entry, Record) and entry[2] and entry[6] == INFERENCE:
+                        counted -= 1  # counted when it arrived
+                    continue
+                if isinstance(entry, Record):
+                    self._draw(entry)
+                else:
+                    self._draw_pair(*entry)
+            with self._lock:
+                self._received += counted
+            self._flush(drawn=total > 0)
 
     def close(self) -> None:
         self._unsubscribe()
 
     def _count(self, record: Record) -> None:
-        if isinstance(record.values, LayerLatency) and record.layer and record.values.mode == INFERENCE:
-            if record.run_id != self._receiving:
-                self._receiving, self._received = record.run_id, 0
+        if isinstance(record.values, LayerLatency):
+            self._count_pair(record.run_id, record.layer, record.values.mode)
+
+    def _count_pair(self, run_id: str, layer: str | None, mode: str) -> None:
+        if layer and mode == INFERENCE:
+            if run_id != self._receiving:
+                self._receiving, self._received = run_id, 0
             self._received += 1
 
     def _on_record(self, record: Record) -> None:
@@ -142,12 +214,16 @@ class LivePlots:
 
     def flush(self) -> None:
         """Draw the buffered records now; returns once every record received so far is sent."""
+        self._flush()
+
+    def _flush(self, *, drawn: bool = False) -> None:
+        """`flush`; `drawn`: records were drawn already (the log's earlier ones), send them too."""
         with self._drawing:
             self._last_drawn = time.monotonic()
             with self._lock:
                 batch, self._pending = self._pending, []
                 marks, self._marks = self._marks, []
-            if not batch and not marks:
+            if not batch and not marks and not drawn:
                 return
             began = time.thread_time()
             try:
@@ -190,23 +266,24 @@ class LivePlots:
             if values.event == "started":
                 self._starts[record.run_id] = record.time
             return
+        if isinstance(values, LayerLatency):
+            self._draw_pair(
+                record.run_id,
+                record.time,
+                record.layer,
+                values.speedup,
+                values.kernel_on,
+                values.stalled,
+                values.mode,
+            )
+            return
         if not isinstance(values, _DRAWN):
             return
-        if record.run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
-            self._reset(record.run_id, self._starts.pop(record.run_id, record.time))
+        self._start_drawing(record.run_id, record.time)
         seconds = record.time - (record.time if self._start is None else self._start)
         if getattr(values, "mode", INFERENCE) != INFERENCE:
-            return  # training pairs: training_summary() and the report
-        if isinstance(values, LayerLatency) and record.layer:
-            name = record.layer if values.kernel_on else kernel_off_name(record.layer)
-            if name not in self._series:
-                self._series[name] = Series()
-                self._index[name] = self.latency.add_trace(self._pair_trace(name, values.kernel_on))
-            self._series[name].add(seconds, values.speedup)
-            if values.kernel_on and not values.stalled:  # a stalled pair measured the machine
-                self._samples[record.layer].append(values.speedup)
-                self._bars_changed = True
-        elif isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
+            return  # training pairs: the time kind's summary and the report
+        if isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
             self._verdicts[record.layer] = values
             self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
             self._bars_changed = True
@@ -225,6 +302,34 @@ class LivePlots:
                 if value is not None:
                     worst[key] = max(worst.get(key, 0.0), float(value))
             self._errors_changed = True
+
+    def _start_drawing(self, run_id: str, when: float) -> None:
+        if run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
+            self._reset(run_id, self._starts.pop(run_id, when))
+
+    def _draw_pair(
+        self,
+        run_id: str,
+        when: float,
+        layer: str | None,
+        speedup: float,
+        kernel_on: bool,
+        stalled: bool,
+        mode: str,
+    ) -> None:
+        """One latency pair: a point of its layer's trace, and a sample of its layer's marker."""
+        self._start_drawing(run_id, when)
+        if mode != INFERENCE or not layer:
+            return  # training pairs: the time kind's summary and the report
+        seconds = when - (when if self._start is None else self._start)
+        name = layer if kernel_on else kernel_off_name(layer)
+        if name not in self._series:
+            self._series[name] = Series()
+            self._index[name] = self.latency.add_trace(self._pair_trace(name, kernel_on))
+        self._series[name].add(seconds, speedup)
+        if kernel_on and not stalled:  # a stalled pair measured the machine
+            self._samples[layer].append(speedup)
+            self._bars_changed = True
 
     @staticmethod
     def _pair_trace(name: str, kernel_on: bool) -> dict[str, Any]:
@@ -327,7 +432,8 @@ class LivePlots:
             elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
                 shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
             elif verdict is not None:
-                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {verdict.noise_floor:.0%})"
+                floor = format_number(verdict.noise_floor, "share")
+                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {floor})"
                 shown.append(
                     (
                         name,
@@ -350,8 +456,8 @@ class LivePlots:
                 "error_y.arrayminus": [s[1] - s[2] for s in shown],
                 "marker.color": [verdict_colour(s[2], s[3], s[4]) for s in shown],
             },
-            text=["not measurable" if s[0] in unmeasured else f"{s[1]:.2f}x" for s in shown],
-            customdata=[f"95% interval {s[2]:.2f}x to {s[3]:.2f}x, {s[5]}" for s in shown],
+            text=["not measurable" if s[0] in unmeasured else format_number(s[1], "x") for s in shown],
+            customdata=[f"95% interval {format_interval(s[1], s[2], s[3])}, {s[5]}" for s in shown],
         )
         self._ranges[id(self.speedup)] = (min(s[2] for s in shown), max(s[3] for s in shown))
 

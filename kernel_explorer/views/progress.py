@@ -16,18 +16,17 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.records import RunEvent
+from kernel_explorer.records import RunEvent, kinds
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
-    from kernel_explorer.measure.records import Record
+    from kernel_explorer.records import Record, ResultLog
 
 #: the label is redrawn at most this often between conclusions (a pair can take microseconds)
 REDRAW_S = 0.5
-#: records that conclude one step (a layer, a measure at a length, a phase of a breakdown)
-_CONCLUSIONS = frozenset({"layer_verdict", "training_verdict", "model_verdict", "time_share"})
-#: records of one timed pair
-_PAIRS = frozenset({"layer_latency", "training_latency", "model_prefill", "model_decode", "model_pair"})
+#: records that conclude one step (a layer, a measure at a length, a phase of a breakdown), and
+#: records of one timed pair: what each kind of measurement declares
+_CONCLUSIONS = frozenset(cls.kind for found in kinds().values() for cls in found.concludes)
+_PAIRS = frozenset(cls.kind for found in kinds().values() for cls in found.samples)
 
 
 def progress_text(what: str, done: int, total: int | None, unit: str, pairs: int, elapsed: float) -> str:

@@ -1,10 +1,12 @@
 """A `ResultLog` as one self-contained HTML file: what was measured, on what, and how sure it is.
 
 The report names the model, the machine (the hardware snapshot, versions), the date and the switch
-state, then the verdicts in a styled table and the plots, with the dashboard's conventions: log
-speedup axes with a 1x line, 95% intervals as error bars, units on every axis. plotly.js is
-inlined once, so the file opens offline. It renders results (it sits beside the UI, above the
-core), so nothing in the core imports plotly.
+state, then a section per kind of measurement that has records (`measure/kinds/`), each its
+summary's table (`Summary.html()`: the same cells the CLI and `%kernels` print), the machines side
+by side, and the plots, with the dashboard's conventions: log speedup axes with a 1x line, 95%
+intervals as error bars, units on every axis. plotly.js is inlined once, so the file opens
+offline. It renders results (it sits beside the UI, above the core), so nothing in the core
+imports plotly.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.errors import KernelExplorerError
-from kernel_explorer.measure.stats import noise_warning
-from kernel_explorer.measure.verdict import Verdict
-from kernel_explorer.views.breakdown_chart import breakdown_figure, covered_line
+from kernel_explorer.records import Verdict, format_interval, format_number
+from kernel_explorer.views.breakdown_chart import breakdown_figure
 from kernel_explorer.views.plot_style import CATEGORY_AXIS, ERROR_AXIS, ERROR_HOVER, SPEEDUP_AXIS
 
 if TYPE_CHECKING:
-    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.explorer import Explorer
+    from kernel_explorer.records import ResultLog
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #1f2328; }
@@ -31,7 +33,7 @@ th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid #d0
   overflow-wrap: anywhere; }
 th { border-bottom: 2px solid #8c959f; }
 tbody tr:nth-child(even) { background: #f6f8fa; }
-.faster { color: #1a7f37; font-weight: 600; } .slower { color: #cf222e; font-weight: 600; }
+.faster, .smaller { color: #1a7f37; font-weight: 600; } .slower, .larger { color: #cf222e; font-weight: 600; }
 .unsure { color: #6e7781; } .warning { color: #9a6700; font-weight: 600; }
 """
 
@@ -70,12 +72,17 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
                     frame["speedup_low"], frame["speedup_high"], frame["noise_floor"], strict=True
                 )
             ],
-            text=[f"{v:.2f}x" for v in frame["speedup"]],
+            text=[format_number(v, "x") for v in frame["speedup"]],
             textposition="middle right",
             customdata=[  # the spread and n on hover, as on the dashboard's bars
-                f"95% interval {lo:.2f}x to {hi:.2f}x, {n} pairs, {verdict}"
-                for lo, hi, n, verdict in zip(
-                    frame["speedup_low"], frame["speedup_high"], frame["pairs"], frame["verdict"], strict=True
+                f"95% interval {format_interval(m, lo, hi)}, {n} pairs, {verdict}"
+                for m, lo, hi, n, verdict in zip(
+                    frame["speedup"],
+                    frame["speedup_low"],
+                    frame["speedup_high"],
+                    frame["pairs"],
+                    frame["verdict"],
+                    strict=True,
                 )
             ],
             hovertemplate="%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
@@ -91,7 +98,7 @@ def figures(log: ResultLog) -> list[Any]:
     import plotly.graph_objects as go
 
     found = []
-    summary = log.layer_summary()
+    summary: Any = log.layer_summary()  # pandas: its stubs cannot follow a frame's columns
     if "speedup" in summary.columns:
         on = summary[summary["verdict"] != Verdict.KERNEL_OFF].dropna(subset=["speedup"])
         if not on.empty:
@@ -101,7 +108,7 @@ def figures(log: ResultLog) -> list[Any]:
             found.append(
                 _speedup_bars(frame, "label", "Median speedup per layer and run, with its 95% interval")
             )
-    latency = log.to_pandas("layer_latency")
+    latency: Any = log.to_pandas("layer_latency")
     if not latency.empty:
         latency = latency[latency["mode"] == "inference"]  # training pairs: training_summary()
     if not latency.empty:
@@ -156,69 +163,6 @@ def _table(rows: list[tuple[str, ...]], head: tuple[str, ...]) -> str:
     return f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _verdict_class(verdict: object) -> str:
-    """The CSS class of a verdict cell: its colour says faster, slower, or neither."""
-    decided = isinstance(verdict, str) and verdict in (Verdict.FASTER, Verdict.SLOWER)
-    return Verdict.parse(verdict).value if decided else "unsure"
-
-
-def _number(value: object) -> float | None:
-    return value if isinstance(value, float) and value == value else None  # NaN: a missing cell
-
-
-def _speedup_cell(record: dict[str, Any]) -> str:
-    median, low, high = (_number(record.get(k)) for k in ("speedup", "speedup_low", "speedup_high"))
-    if median is None or low is None or high is None:
-        return ""
-    text = f"{median:.2f}x [{low:.2f}, {high:.2f}]"
-    confidence = _number(record.get("confidence"))
-    if confidence is not None and confidence < 0.95 - 1e-9:
-        text += f" (only {confidence:.0%} sure)"
-    return text
-
-
-def _layer_cell(record: dict[str, Any]) -> str:
-    kernel = record.get("kernel")
-    return str(record.get("layer", "")) + (f" ({kernel})" if isinstance(kernel, str) else "")
-
-
-def _pair(record: dict[str, Any], first: str, second: str, form: str) -> str:
-    a, b = _number(record.get(first)), _number(record.get(second))
-    return "" if a is None or b is None else form.format(a, b)
-
-
-# (header, cell): a speedup and its interval in one cell, so the table fits a 1280 px page
-_SUMMARY_CELLS: tuple[tuple[str, Any], ...] = (
-    ("run", lambda r: str(r.get("run_id", ""))),
-    ("layer", _layer_cell),
-    ("speedup [95% interval]", _speedup_cell),
-    ("across runs", lambda r: _pair(r, "across_low", "across_high", "[{:.2f}, {:.2f}]")),
-    ("verdict", lambda r: str(r.get("verdict") or "")),
-    ("noise floor", lambda r: "" if _number(r.get("noise_floor")) is None else f"{r['noise_floor']:.0%}"),
-    ("pairs", lambda r: str(r.get("pairs", ""))),
-    ("instances", lambda r: str(r.get("instances", ""))),
-    ("stopped by", lambda r: str(r.get("stopped_by") or "")),
-    ("accuracy", lambda r: str(r.get("accuracy") or "")),
-    ("runs agree", lambda r: "" if r.get("runs_agree") is None else str(r.get("runs_agree"))),
-    ("us PyTorch / kernel", lambda r: _pair(r, "pytorch_us_median", "kernel_us_median", "{:.1f} / {:.1f}")),
-    ("notes", lambda r: str(r.get("notes") or "")),
-)
-
-
-def _summary_table(summary: Any) -> str:
-    """The layer verdicts, one row per run and layer, the verdict coloured; every column of the
-    summary is in `explorer.results.layer_summary()`."""
-    head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in _SUMMARY_CELLS)
-    rows = []
-    for record in summary.to_dict("records"):
-        cells = []
-        for name, cell in _SUMMARY_CELLS:
-            css = f" class='{_verdict_class(record.get('verdict'))}'" if name == "verdict" else ""
-            cells.append(f"<td{css}>{html.escape(cell(record))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
 def report_path(path: str | Path) -> Path:
     """`path` as a file a report can go to, or one line saying why not: checked before any work."""
     target = Path(path).expanduser()
@@ -229,6 +173,35 @@ def report_path(path: str | Path) -> Path:
             f"cannot write {path}: folder {target.parent} does not exist; create it first"
         )
     return target
+
+
+def kind_sections(log: ResultLog) -> list[str]:
+    """A section per kind of measurement with records in `log`, in the registry's order: its title,
+    what its columns mean, and its summary's table with the notes under it."""
+    from kernel_explorer.records import kinds
+
+    parts = []
+    for found in kinds().values():
+        summary = log.summary(found.name)
+        if not len(summary):
+            continue
+        parts.append(f"<h2>{html.escape(found.title, quote=False)}</h2>")
+        if summary.about:
+            parts.append(f"<p>{html.escape(summary.about, quote=False)}</p>")
+        parts.append(summary.html())
+    return parts
+
+
+def kind_figures(log: ResultLog) -> list[Any]:
+    """The figure of each kind that draws one (`Kind.figure`) and has records in `log`."""
+    from kernel_explorer.records import kinds
+
+    found = []
+    for kind in kinds().values():
+        summary = log.summary(kind.name) if kind.figure is not None else None
+        if kind.figure is not None and summary is not None and len(summary):
+            found.append(kind.figure(summary))
+    return found
 
 
 def write_report(log: ResultLog, path: Path, *, title: str, context: ReportContext | None = None) -> Path:
@@ -249,44 +222,10 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             "<h2>Switch state when the report was written</h2>",
             _table(list(context.switches), ("layer", "runs now", "last measured speedup [95% interval]")),
         ]
-    summary = log.layer_summary()
-    if "speedup" in summary.columns:
-        parts += [
-            "<h2>Layers</h2>",
-            "<p>speedup_low and speedup_high bound the 95% interval of the median speedup; noise_floor is "
-            "how far PyTorch against itself moved (A/A): a verdict needs the interval to clear it. "
-            "runs_agree is false where another run's interval does not overlap this one: each interval "
-            "is its run's, and separate runs can move by up to the noise floor when the machine changes "
-            "state between them, so across_low and across_high widen it by the floor (what another "
-            "run here may give), and a verdict needs that wider interval to clear 1x. confidence is "
-            "the interval's real coverage (below 0.95: too few pairs); stopped_by says what ended the "
-            "pairs: pairs (the count asked for), precision (the interval was narrow enough) or budget "
-            "(the time ran out first).</p>",
-        ]
-        warning = noise_warning(float(summary["noise_floor"].max()))
-        if warning:
-            parts.append(f"<p class='warning'>{html.escape(warning)}</p>")
-        parts.append(_summary_table(summary))
+    parts += kind_sections(log)
     machine_parts, machine_figures = machine_section(log)  # logs of several machines (views/machines.py)
     parts += machine_parts
-    models = log.model_summary()
-    if not models.empty:
-        parts += ["<h2>Model</h2>", models.to_html(index=False, float_format=lambda v: f"{v:.4g}")]
-    for phase in ("prefill", "decode"):
-        breakdown = log.breakdown_summary(phase)
-        if not breakdown.empty:
-            parts += [
-                f"<h2>Where the model's time goes ({phase}, on PyTorch)</h2>",
-                f"<p><b>{html.escape(covered_line(log, phase))}</b></p>",
-                "<p>share: of the forward's time, exclusive; model_speedup_if_free: Amdahl's ceiling if "
-                "that part cost nothing; model_speedup_predicted: with its last measured kernel speedup.</p>",
-                breakdown.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep=""),
-            ]
-    agreement = log.to_pandas("model_agreement")
-    if not agreement.empty:
-        shown = agreement.drop(columns=["kind", "layer", "instance", "time"])
-        parts += ["<h2>Model outputs against all-PyTorch</h2>", shown.to_html(index=False)]
-    for index, fig in enumerate([*figures(log), *machine_figures]):
+    for index, fig in enumerate([*figures(log), *kind_figures(log), *machine_figures]):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = "\n".join(parts)
     try:
@@ -299,3 +238,18 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             f"cannot write {path}: {error.strerror or error}; choose a path you can write"
         ) from None
     return path
+
+
+def explorer_report(explorer: Explorer, path: str | Path) -> str:
+    """Write every result of `explorer` so far, with the model, machine, date and switch state, to
+    one self-contained HTML file; returns its path. A path that cannot be written: one line."""
+    model = explorer.model
+    parameters = sum(p.numel() for p in model.parameters()) / 1e6
+    context = ReportContext(
+        model=f"{type(model).__name__} ({parameters:.1f}M parameters, {explorer.device})",
+        hardware=tuple(explorer.hardware.rows()),
+        switches=tuple(
+            (row.group.name, row.running_summary, row.measured_summary) for row in explorer.inventory().rows
+        ),
+    )
+    return str(write_report(explorer.results, Path(path), title="kernel_explorer report", context=context))

@@ -44,7 +44,7 @@ constexpr int64_t kVecF = VecF::size();
 // std::vector: its members are instantiated once per shared object whichever unit asks, and the
 // linker keeps one copy, so the avx512 unit's fill (zmm stores) ran on the avx2 path and an
 // AVX2-only CPU died of SIGILL in the int8 GEMM. A template in this per-ISA namespace is
-// instantiated per path; tests/test_hub_isa_symbols.py checks the built objects for the rest.
+// instantiated per path; tests/hub/test_isa_symbols.py checks the built objects for the rest.
 //
 // The buffer starts on a cache line: `new T[n]` aligns to 16 bytes only, so where a heap happened
 // to place it a kernel's every 64-byte load and store into it crossed two lines, and the same call

@@ -6,7 +6,7 @@
 //   Q4_1: the smallest w is m (q = 0), the largest is 15 d + m (q = 15), so (max - min) / 15
 //         rounds to d in float16, and (w - min) / d is q within far less than the 0.5 that rounding
 //         tolerates.
-// tests/test_hub_quantized_linear.py checks it on every Linear of the default model.
+// tests/hub/test_quantized_linear.py checks it on every Linear of the default model.
 #include "qlinear_pack.h"
 
 #include "kx_limits.h"
