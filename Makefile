@@ -16,6 +16,8 @@ OLDEST_STAMP := $(OLDEST_VENV)/.kernel-explorer-setup
 
 # Material for MkDocs prints a banner about its successor on every build; the docs need no reminder.
 export NO_MKDOCS_2_WARNING := 1
+# pyright is pinned (pyproject.toml): no look-up of its latest release, and no banner, on every run.
+export PYRIGHT_PYTHON_IGNORE_WARNINGS := 1
 
 # The kernel hub build is cached by source hash: after the first build this takes ~2 s.
 setup: $(STAMP)
@@ -50,6 +52,7 @@ browser:
 	  else echo "The browser tests need chromium: sudo apt-get install -y chromium"; exit 1; fi; }
 
 # The strict docs build fails on a broken link, a missing page or a docstring griffe cannot read.
+# pyright reads its settings from pyproject.toml ([tool.pyright]: basic mode over kernel_explorer/).
 test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/pyright

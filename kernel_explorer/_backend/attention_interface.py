@@ -30,12 +30,13 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from types import ModuleType
 
     from torch import nn
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 #: the implementations Transformers always has on a CPU (PyTorch's), in the order a row lists them
 BUILTIN: tuple[str, ...] = ("eager", "sdpa")
@@ -68,19 +69,24 @@ def has_attention_interface(model: nn.Module) -> bool:
 
 def implementation(model: nn.Module) -> str:
     """What the model's attention runs now (`eager`, `sdpa`, a Hub string...)."""
-    config: Any = model.config  # a Transformers config: its attributes are dynamic
-    return str(config._attn_implementation)
+    return str(_config(model)._attn_implementation)
+
+
+def _config(module: nn.Module) -> PreTrainedConfig:
+    """The Transformers config a model or one of its modules carries (`nn.Module` types every
+    attribute it does not know as `Tensor | Module`)."""
+    return cast("PreTrainedConfig", module.config)
 
 
 def set_implementation(model: nn.Module, name: str, *, allow_all_kernels: bool = False) -> None:
     """Transformers' own switch; on any error the model's implementation is what it was."""
     before = implementation(model)
-    found: Any = model  # a PreTrainedModel: the switch is its method
+    transformers_model = cast("PreTrainedModel", model)  # has_attention_interface(model) holds
     try:
-        found.set_attn_implementation(name, allow_all_kernels=allow_all_kernels)
+        transformers_model.set_attn_implementation(name, allow_all_kernels=allow_all_kernels)
     except BaseException:
         if implementation(model) != before:
-            found.set_attn_implementation(before)
+            transformers_model.set_attn_implementation(before)
         raise
 
 
@@ -338,5 +344,4 @@ def load_and_register(name: str, *, allow_all_kernels: bool = False) -> None:
 def set_module_implementation(module: nn.Module, name: str) -> None:
     """Make `module`'s config name `name`: Transformers' flash glue finds the kernel again, at every
     call, by the implementation its module's config names (a copy's, in the trial worker)."""
-    config: Any = module.config
-    config._attn_implementation = name
+    _config(module)._attn_implementation = name

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kernel_explorer._backend.internals import internal
 
 if TYPE_CHECKING:
     from torch import nn
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 #: Transformers' PyTorch implementations: always there, no kernel to load
 BUILTIN: tuple[str, ...] = ("grouped_mm", "batched_mm", "eager")
@@ -55,10 +56,10 @@ def _closure(cls: type) -> dict[str, Any] | None:
     """The decorator's closure of `cls.forward` ({"experts_interface", "original_forward"}), or None
     when `cls` does not dispatch through the experts interface."""
     forward = getattr(cls, "forward", None)
-    if getattr(forward, "__code__", None) is not _dispatching_code():
+    if forward is None or getattr(forward, "__code__", None) is not _dispatching_code():
         return None
-    cells = forward.__closure__ or ()  # type: ignore[union-attr]
-    return {name: cell.cell_contents for name, cell in zip(forward.__code__.co_freevars, cells, strict=True)}  # type: ignore[union-attr]
+    cells = forward.__closure__ or ()
+    return {name: cell.cell_contents for name, cell in zip(forward.__code__.co_freevars, cells, strict=True)}
 
 
 def is_experts_module(module: nn.Module) -> bool:
@@ -72,18 +73,18 @@ def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def model_implementation(model: nn.Module) -> dict[str, str | None]:
     """The model's implementation per (sub)config, as `set_experts_implementation` takes it back."""
-    return dict(model.get_experts_implementation())  # type: ignore[operator]
+    return dict(cast("PreTrainedModel", model).get_experts_implementation())
 
 
 def set_implementation(model: nn.Module, implementation: str | dict[str, str | None]) -> None:
     """Switch every experts module of the model (a dict: per sub-config, as read by
     `model_implementation`). Raises Transformers' own error for a name it refuses."""
-    model.set_experts_implementation(implementation)  # type: ignore[operator]
+    cast("PreTrainedModel", model).set_experts_implementation(implementation)
 
 
 def module_implementation(module: nn.Module) -> str:
     """What the experts module dispatches to now (its config's `_experts_implementation`)."""
-    return str(module.config._experts_implementation)  # type: ignore[union-attr]
+    return str(cast("PreTrainedConfig", module.config)._experts_implementation)
 
 
 def valid_names(module: nn.Module) -> list[str]:

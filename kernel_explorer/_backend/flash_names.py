@@ -60,8 +60,8 @@ def _package_available(name: str) -> bool:
 
 def flash_names() -> list[FlashName]:
     """Every flash-attention name Transformers maps to a Hub repository, with its facts here."""
-    fallback = internal(_UTILS, "FLASH_ATTN_KERNEL_FALLBACK")
-    devices = internal(_UTILS, "FLASH_ATTN_KERNEL_DEVICES")
+    fallback: dict[str, str] = internal(_UTILS, "FLASH_ATTN_KERNEL_FALLBACK")
+    devices: dict[str, tuple[str, ...]] = internal(_UTILS, "FLASH_ATTN_KERNEL_DEVICES")
     version_of = internal("transformers.integrations.hub_kernels", "get_attn_kernel_version")
     return [
         FlashName(

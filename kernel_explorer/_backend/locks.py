@@ -7,15 +7,16 @@ inventory shows the pins, so a user sees which revision a project would run and 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_explorer.errors import KernelExplorerError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,10 @@ def candidate_variants(torch_version: str, backend: str, cpu: str, os_name: str)
     decides which it accepts and in which order, so the preference order is the loader's own.
     """
     major, minor = torch_version.split(".")[:2]
-    minor = re.match(r"\d+", minor).group(0)  # type: ignore[union-attr]
-    tv = f"torch{major}{minor}"
+    minor_digits = re.match(r"\d+", minor)
+    if minor_digits is None:
+        raise ValueError(f"torch {torch_version!r} has no minor version number to name its builds by")
+    tv = f"torch{major}{minor_digits.group(0)}"
     backends = [backend]
     cuda = re.fullmatch(r"cu(\d+?)(\d)", backend)
     if cuda:  # a CUDA x.y runtime accepts builds for x.0 .. x.y

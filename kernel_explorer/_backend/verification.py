@@ -21,6 +21,7 @@ import importlib.util
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kernel_explorer._backend.internals import internal, module_for
 
@@ -194,10 +195,12 @@ _FAILURES = {
 
 def signing_workflow(variant_path: Path) -> str:
     """The GitHub Actions workflow named in the bundle's signing certificate ("" when it names none)."""
-    from cryptography import x509  # pyright: ignore[reportMissingImports] (the `signatures` extra)
-    from sigstore.models import Bundle  # pyright: ignore[reportMissingImports] (the `signatures` extra)
+    # the [signatures] extra (sigstore, and cryptography with it): absent from other installs, so
+    # a type checker cannot resolve them and their values enter here untyped
+    x509: Any = importlib.import_module("cryptography.x509")
+    sigstore_models: Any = importlib.import_module("sigstore.models")
 
-    bundle = Bundle.from_json((Path(variant_path) / "metadata.json.sigstore").read_bytes())
+    bundle = sigstore_models.Bundle.from_json((Path(variant_path) / "metadata.json.sigstore").read_bytes())
     try:
         extension = bundle.signing_certificate.extensions.get_extension_for_oid(
             x509.ObjectIdentifier(_BUILD_SIGNER_URI)

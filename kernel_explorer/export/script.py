@@ -84,10 +84,16 @@ def _paths(paths: tuple[str, ...], indent: str) -> str:
 
 
 def _loader(repo: Repository) -> str:
-    if repo.hub_id is not None:
-        where = f"version={repo.version}" if repo.version is not None else f"revision={_q(repo.revision)}"
-        return f"get_kernel({_q(repo.hub_id)}, {where})"
-    return f"get_local_kernel(Path({_q(repo.folder)}))"
+    if repo.hub_id is not None and repo.version is not None:
+        return f"get_kernel({_q(repo.hub_id)}, version={repo.version})"
+    if repo.hub_id is not None and repo.revision is not None:  # kernels takes a version or a revision
+        return f"get_kernel({_q(repo.hub_id)}, revision={_q(repo.revision)})"
+    if repo.hub_id is None and repo.folder is not None:
+        return f"get_local_kernel(Path({_q(repo.folder)}))"
+    raise ValueError(
+        f"{repo.layer_class} ({repo.source}) names neither a Hub version or revision nor a local folder: "
+        "export a candidate from the Hub or from a folder."
+    )
 
 
 def _attention_lines(attention: AttentionPlan | None) -> list[str]:

@@ -283,7 +283,7 @@ def _trust_columns(found: Availability) -> dict[str, str | None]:
     """A candidate's trust cells; None where the repository object names no build to check."""
     if found.trust is None:
         return dict.fromkeys(TRUST_COLUMNS)
-    return {name: value for name, value in found.trust.columns().items()}
+    return dict(found.trust.columns())
 
 
 def build_inventory(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +106,9 @@ def check_runnable(model: nn.Module) -> None:
             )
 
 
-def run_model(model: nn.Module, kwargs: dict[str, Any], *, grad: bool = False) -> Any:
+def run_model(model: Callable[..., Any], kwargs: dict[str, Any], *, grad: bool = False) -> Any:
     """`model(**kwargs)` without gradients (with, when `grad`), with a clear error when the model
-    rejects the inputs."""
+    rejects the inputs. `model`: a module, or the function `torch.compile` makes of one."""
     import torch
 
     try:

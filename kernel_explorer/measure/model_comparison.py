@@ -39,7 +39,9 @@ def token_ids(vocab_size: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab_size, (1, length), generator=generator)
 
 
-def sides(board: Switches, *, switch: bool = True) -> dict[str, Callable[[], Any]]:
+def sides(
+    board: Switches, *, switch: bool = True
+) -> dict[str, Callable[[], contextlib.AbstractContextManager[object]]]:
     """`interleaved_pair`'s contexts for a whole-model pair: each side under the model's lock, the
     PyTorch side (`a`) with every layer on PyTorch when `switch` (the kernel side runs as switched)."""
 

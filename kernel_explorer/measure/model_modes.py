@@ -119,8 +119,8 @@ def gradient_agreement(names: list[str], kernel: list[Any], pytorch: list[Any]) 
 def _pairs(
     clock: Clock,
     board: Switches,
-    run_kernel: Callable[[], Any],
-    run_pytorch: Callable[[], Any],
+    run_kernel: Callable[[], object],
+    run_pytorch: Callable[[], object],
     *,
     calibration_pairs: int,
     pairs: int,
@@ -254,10 +254,10 @@ def compare_compiled(
             kwargs = {"input_ids": token_ids(vocab_size, length)}
 
             def kernel(kwargs: dict[str, Any] = kwargs) -> None:
-                run_model(compiled_kernel, kwargs)  # type: ignore[arg-type]
+                run_model(compiled_kernel, kwargs)
 
             def pytorch(kwargs: dict[str, Any] = kwargs) -> None:
-                run_model(compiled_pytorch, kwargs)  # type: ignore[arg-type]
+                run_model(compiled_pytorch, kwargs)
 
             with board.lock:
                 for _ in range(warmup):  # the first call per shape compiles
@@ -272,8 +272,8 @@ def compare_compiled(
 def _against_references(
     clock: Clock,
     board: Switches,
-    kernel: Callable[[], Any],
-    references: dict[str, Callable[[], Any]],
+    kernel: Callable[[], object],
+    references: dict[str, Callable[[], object]],
     floors: dict[str, float],
     *,
     measure: str,

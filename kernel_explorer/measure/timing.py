@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
 
 MIN_BLOCK_SECONDS = 2e-4  # a timed block lasts at least this long (perf_counter resolution ~50 ns)
 MAX_REPEAT = 10_000
@@ -25,14 +24,14 @@ class Clock:
     def __init__(self, device: str = "cpu") -> None:
         self.cuda = device in ("cuda", "rocm")
 
-    def per_call(self, fn: Callable[[], Any], repeat: int) -> float:
+    def per_call(self, fn: Callable[[], object], repeat: int) -> float:
         """Seconds per call, without autograd (inference is what is compared)."""
         import torch
 
         with torch.no_grad():
             return self._per_call(fn, repeat)
 
-    def _per_call(self, fn: Callable[[], Any], repeat: int) -> float:
+    def _per_call(self, fn: Callable[[], object], repeat: int) -> float:
         if self.cuda:
             import torch
 
@@ -49,7 +48,7 @@ class Clock:
             fn()
         return (time.perf_counter() - begin) / repeat
 
-    def calibrate(self, fn: Callable[[], Any], min_seconds: float | None = None) -> int:
+    def calibrate(self, fn: Callable[[], object], min_seconds: float | None = None) -> int:
         """Repeats per block so one block lasts at least `min_seconds` (after one warm-up call)."""
         min_seconds = MIN_BLOCK_SECONDS if min_seconds is None else min_seconds
         fn()
@@ -59,13 +58,13 @@ class Clock:
 
 def interleaved_pair(
     clock: Clock,
-    a: Callable[[], Any],
-    b: Callable[[], Any],
+    a: Callable[[], object],
+    b: Callable[[], object],
     repeat: int,
     b_first: bool,
     *,
-    a_side: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    b_side: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    a_side: Callable[[], AbstractContextManager[object]] = nullcontext,
+    b_side: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> tuple[float, float]:
     """Seconds per call of `a` and of `b`, timed back to back in the order given: the one A/B, B/A
     alternation every comparison times with (layers, training, model prefill and decode, a training

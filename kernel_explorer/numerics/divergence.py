@@ -121,16 +121,20 @@ def accuracy_verdict(found: Sequence[Judged]) -> str:
         return "not measured"
     if all(d.bitwise_equal == 1.0 for d in found):
         return BITWISE_EQUAL
-    measured = [d for d in found if d.kernel_err64 is not None and d.pytorch_err64 is not None]
+    measured = [
+        (d, d.kernel_err64, d.pytorch_err64)
+        for d in found
+        if d.kernel_err64 is not None and d.pytorch_err64 is not None
+    ]
     if not measured:
         return "differs from PyTorch (no float64 reference to judge accuracy)"
     kernel_worst = pytorch_worst = one_ulp = 0.0
-    for d in measured:
+    for d, kernel_err64, pytorch_err64 in measured:
         dtype = getattr(torch, d.dtype or "", None)
         eps = torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) and dtype.is_floating_point else 0.0
         scale = d.reference_max_abs or 1.0  # an all-zero reference: the errors as they are
-        kernel_worst = max(kernel_worst, d.kernel_err64 / scale)  # type: ignore[operator]
-        pytorch_worst = max(pytorch_worst, d.pytorch_err64 / scale)  # type: ignore[operator]
+        kernel_worst = max(kernel_worst, kernel_err64 / scale)
+        pytorch_worst = max(pytorch_worst, pytorch_err64 / scale)
         one_ulp = max(one_ulp, eps if d.reference_max_abs else 0.0)
     if kernel_worst <= pytorch_worst + one_ulp:
         return AS_ACCURATE

@@ -251,9 +251,10 @@ class Switchboard:
             now = self.snapshot()
             for (name, path), (chosen, mode) in state.items():
                 door = self.doors.get(name)
-                known = door is not None and (door.model_wide or path in door.group.instances)
-                if (name, path) not in now and known:  # (a retracted one is gone)
-                    self.on(name, None if door.model_wide else [path], mode=mode, candidate=chosen)  # type: ignore[union-attr]
+                if door is None or (name, path) in now:  # (a retracted one is gone)
+                    continue
+                if door.model_wide or path in door.group.instances:
+                    self.on(name, None if door.model_wide else [path], mode=mode, candidate=chosen)
 
     @contextlib.contextmanager
     def holding(

@@ -60,8 +60,8 @@ def marked_class(base: type[nn.Module], layer_name: str) -> type[nn.Module]:
         "__doc__": f"{base.__qualname__} marked as kernel layer {layer_name!r} by kernel_explorer.",
         "kernel_explorer_base": base,
     }
-    metaclass: Any = type(base)
-    marked = metaclass(base.__name__, (base,), namespace)  # same __name__: the model's repr is unchanged
+    metaclass: type = type(base)  # the class's own metaclass, as a class statement would use
+    marked: type[nn.Module] = metaclass(base.__name__, (base,), namespace)  # same __name__: same repr
     mark_layer_class(marked, layer_name)
     globals()[qualname] = marked
     _MARKED[(base, layer_name)] = marked
@@ -207,12 +207,13 @@ def extend(
     modules = dict(board.model.named_modules())
     paths = select_instances(board.model, cls, instances)
     for path in paths:
-        own: Any = type(modules[path])  # a marked class names its layer in an attribute
-        if getattr(own, "kernel_layer_name", name) != name:
+        own = type(modules[path])
+        marked_as = getattr(own, "kernel_layer_name", name)  # kernels' class attribute, when marked
+        if marked_as != name:
             what = "you named it" if "kernel_explorer_base" in own.__dict__ else "the model marks it as"
             raise KernelExplorerError(
-                f"{path} is a kernel layer already ({what} {own.kernel_layer_name!r}): "
-                f"use that row, or retract({own.kernel_layer_name!r}) first."
+                f"{path} is a kernel layer already ({what} {marked_as!r}): "
+                f"use that row, or retract({marked_as!r}) first."
             )
     mapping = _per_device(name, candidates)
     for entry in iter_mapping(mapping):

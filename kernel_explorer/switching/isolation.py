@@ -322,10 +322,10 @@ def _marked_again(base: type, layer_name: str) -> type:
     found = _MARKED.get((base, layer_name))
     if found is None:
         namespace = {"__module__": __name__, "__qualname__": base.__qualname__, "kernel_explorer_base": base}
-        metaclass: Any = type(base)
-        found = metaclass(base.__name__, (base,), namespace)
-        mark_layer_class(found, layer_name)
-        _MARKED[(base, layer_name)] = found
+        metaclass: type = type(base)  # the class's own metaclass, as a class statement would use
+        made: type[nn.Module] = metaclass(base.__name__, (base,), namespace)
+        mark_layer_class(made, layer_name)
+        _MARKED[(base, layer_name)] = found = made
     return found
 
 

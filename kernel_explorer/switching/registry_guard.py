@@ -63,10 +63,10 @@ class SwitchedModules:
             except Exception as error:
                 found = self.modules.get(module)
                 door = found[0]() if found is not None else None
-                if door is None or door._trial:  # not an explorer's, or a trial: the error is the verdict
-                    raise
-                door.host.kernel_raised(self.layer, "*", found[1], error)  # type: ignore[index]
+                if found is None or door is None or door._trial:  # not an explorer's, or a trial:
+                    raise  # the error is the verdict
+                door.host.kernel_raised(self.layer, "*", found[1], error)
                 return self.original(door, module)(module, *args, **kwargs)
 
-        guarded.kernel_explorer_guarded = True  # type: ignore[attr-defined]
+        guarded.__dict__["kernel_explorer_guarded"] = True  # a function's own attribute
         return guarded

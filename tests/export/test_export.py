@@ -239,3 +239,15 @@ def test_the_experts_implementation_chosen_is_exported(tmp_path: Path, hub: dict
     assert 'EXPERTS = "grouped_mm"' in plain and "(its own)" in plain
     no_experts = Explorer(tiny_llama(), include_transformers=False).export(tmp_path / "dense.py")
     assert "EXPERTS = None" in no_experts.read_text()
+
+
+def test_a_repository_that_names_no_revision_or_folder_is_refused_not_written_as_null() -> None:
+    from kernel_explorer.export.script import _loader
+    from kernel_explorer.switching.exported import Repository
+
+    assert _loader(Repository("RMSNorm", "user", hub_id="org/repo", revision="main")) == (
+        'get_kernel("org/repo", revision="main")'
+    )
+    for nowhere in (Repository("RMSNorm", "user", hub_id="org/repo"), Repository("RMSNorm", "user")):
+        with pytest.raises(ValueError, match=r"^RMSNorm \(user\) names neither a Hub version or revision"):
+            _loader(nowhere)
