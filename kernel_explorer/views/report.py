@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ tbody tr:nth-child(even) { background: var(--stripe); }
 .slower, .larger { color: var(--slower); font-weight: 600; }
 .unsure { color: var(--unsure); } .warning { color: var(--warning); font-weight: 600; }
 p { max-width: 60em; line-height: 1.4; }
+.w { white-space: nowrap; }
 .plotly-graph-div { margin: 0.5em 0 1.5em; }
 """
 
@@ -183,6 +185,22 @@ def figures(log: ResultLog) -> list[Any]:
     return found
 
 
+#: a word a browser would break inside: after a hyphen or a slash ("AVX-512-BF16", a path)
+_BREAKABLE_WORD = re.compile(r"[^\s<>]*[-/][^\s<>]+")
+_PROSE_CELL = re.compile(r"(<t[dh] class='prose'>)(.*?)(</t[dh]>)", re.DOTALL)
+
+
+def keep_words_whole(page: str) -> str:
+    """Prose cells wrap between words only: each word with a hyphen or a slash in a nowrap span
+    (a browser breaks a line after them: "AVX-512-" / "BF16", and no CSS property forbids it)."""
+
+    def cell(match: re.Match[str]) -> str:
+        text = _BREAKABLE_WORD.sub(lambda word: f"<span class='w'>{word.group(0)}</span>", match.group(2))
+        return match.group(1) + text + match.group(3)
+
+    return _PROSE_CELL.sub(cell, page)
+
+
 def scrolling(table: str) -> str:
     """A table in its own horizontal scroller: wider than the page, it scrolls; the page does not."""
     return f"<div class='table-scroll'>{table}</div>"
@@ -292,7 +310,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     plotted = [*([breakdown] if breakdown is not None else []), *kind_figures(log), *machine_figures]
     for index, fig in enumerate(plotted):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
-    body = "\n".join(parts)
+    body = keep_words_whole("\n".join(parts))
     try:
         path.write_text(
             "<!doctype html><html><head><meta charset='utf-8'>"
