@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from conftest import screenshot
@@ -75,7 +76,9 @@ def report_file(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.mark.parametrize("width", [900, 1280])
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_the_report_reads_at_its_width(browser: Browser, report_file: Path, width: int, scheme: str) -> None:
+def test_the_report_reads_at_its_width(
+    browser: Browser, report_file: Path, width: int, scheme: Literal["light", "dark"]
+) -> None:
     context = browser.new_context(viewport={"width": width, "height": 1000}, color_scheme=scheme)
     page = context.new_page()
     try:

@@ -158,12 +158,13 @@ def test_each_chart_and_interval_says_what_it_covers(session: Explorer, tmp_path
 
 def test_the_error_chart_leaves_kernel_off_periods_out_of_the_kernels_error(session: Explorer) -> None:
     from kernel_explorer.views.report_charts import error_chart
+    from kernel_explorer.views.svg_chart import Point
 
     chart = error_chart(session.results)
     assert chart is not None
     divergences = session.results.records("layer_divergence")
     for row in chart.rows:
-        kernel = [m.value for m in row.marks if m.css == "kx-kernel"]
+        kernel = [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
         on = [d.values.kernel_err64 for d in divergences if d.layer == row.label and d.values.kernel_on]
         assert kernel == ([max(on)] if on else [])  # no kernel mark for a layer whose kernel never ran
     assert any(not d.values.kernel_on for d in divergences if d.layer == "SiLU")  # there was an off period
