@@ -251,12 +251,12 @@ def render(chart: Chart, width: int = WIDTH) -> str:
             else [(i - (len(row.marks) - 1) / 2) * 14 for i in range(len(row.marks))]
         )
         for mark, offset in zip(row.marks, offsets, strict=True):
-            out.append(_mark(mark, middle + offset, x))
+            out.append(_mark(mark, middle + offset, x, left, width))
     out.append("</svg>")
     return "".join(out)
 
 
-def _mark(mark: Point | Box, y: float, x: Callable[[float], float]) -> str:
+def _mark(mark: Point | Box, y: float, x: Callable[[float], float], left: float, width: float) -> str:
     """One mark at height `y`, wrapped in a group whose `<title>` is its hover text."""
     value = mark.median if isinstance(mark, Box) else mark.value
     parts = [f"<g class='kx-mark {mark.css}' data-value='{value:g}'>"]
@@ -291,8 +291,19 @@ def _mark(mark: Point | Box, y: float, x: Callable[[float], float]) -> str:
             parts.append(f"<path class='kx-dot{fill}' d='M{centre:.1f},{y - 6:.1f} l6,6 l-6,6 l-6,-6 z'/>")
         else:
             parts.append(f"<circle class='kx-dot{fill}' cx='{centre:.1f}' cy='{y:.1f}' r='4.5'/>")
-    if mark.label:
-        parts.append(f"<text class='kx-value' x='{end + 6:.1f}' y='{y + 4:.1f}'>{_esc(mark.label)}</text>")
+    if mark.label:  # right of the mark, or left of it where the chart's edge would cut it
+        lowest = mark.low
+        start = (
+            x(lowest) - 6
+            if lowest is not None
+            else x(mark.median if isinstance(mark, Box) else mark.value) - 11
+        )
+        size = _text_px(mark.label)
+        if end + 6 + size > width and start - size >= left:
+            place = f"x='{start:.1f}' text-anchor='end'"
+        else:
+            place = f"x='{end + 6:.1f}'"
+        parts.append(f"<text class='kx-value' {place} y='{y + 4:.1f}'>{_esc(mark.label)}</text>")
     parts.append("</g>")
     return "".join(parts)
 
