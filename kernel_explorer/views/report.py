@@ -187,15 +187,19 @@ def figures(log: ResultLog) -> list[Any]:
 
 #: a word a browser would break inside: after a hyphen or a slash ("AVX-512-BF16", a path)
 _BREAKABLE_WORD = re.compile(r"[^\s<>]*[-/][^\s<>]+")
+#: an interval in running text, "1.00x [0.98, 1.02]": one unit, never split over two lines
+_INTERVAL = re.compile(r"[\d.]+(?:x| [KMG]?B|%)? \[[\d., ]+\]")
 _PROSE_CELL = re.compile(r"(<t[dh] class='prose'>)(.*?)(</t[dh]>)", re.DOTALL)
 
 
 def keep_words_whole(page: str) -> str:
     """Prose cells wrap between words only: each word with a hyphen or a slash in a nowrap span
-    (a browser breaks a line after them: "AVX-512-" / "BF16", and no CSS property forbids it)."""
+    (a browser breaks a line after them: "AVX-512-" / "BF16", and no CSS property forbids it), and
+    each interval ("1.00x [0.98, 1.02]") too."""
 
     def cell(match: re.Match[str]) -> str:
         text = _BREAKABLE_WORD.sub(lambda word: f"<span class='w'>{word.group(0)}</span>", match.group(2))
+        text = _INTERVAL.sub(lambda found: f"<span class='w'>{found.group(0)}</span>", text)
         return match.group(1) + text + match.group(3)
 
     return _PROSE_CELL.sub(cell, page)
@@ -211,10 +215,21 @@ def _table(rows: list[tuple[str, ...]], head: tuple[str, ...], css: tuple[str, .
     classes = [f" class='{c}'" if c else "" for c in css] or [""] * len(head)
     header = "".join(f"<th{k}>{html.escape(h)}</th>" for h, k in zip(head, classes, strict=True))
     body = "".join(
-        "<tr>" + "".join(f"<td{k}>{html.escape(c)}</td>" for c, k in zip(row, classes, strict=True)) + "</tr>"
+        "<tr>" + "".join(f"<td{k}>{_lines(c)}</td>" for c, k in zip(row, classes, strict=True)) + "</tr>"
         for row in rows
     )
     return scrolling(f"<table><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>")
+
+
+#: a cell longer than this that lists items ("a; b; c") shows an item per line
+_LIST_CHARS = 160
+
+
+def _lines(text: str) -> str:
+    """A cell's text, escaped; a long list of "; "-separated items one item per line."""
+    if len(text) > _LIST_CHARS and "; " in text:
+        return "<br>".join(html.escape(item) for item in text.split("; "))
+    return html.escape(text)
 
 
 def _facts(rows: list[tuple[str, str]]) -> str:

@@ -175,6 +175,11 @@ def _box(values: Any) -> tuple[float, float, float, float, float, int]:
     return (10**q1, 10**q2, 10**q3, 10**low, 10**high, beyond)
 
 
+def _ratio(value: float) -> str:
+    """0.0289x, 3.61x, 2280x: three digits, never an exponent."""
+    return f"{value:.3g}x" if value < 1000 else f"{value:.0f}x"
+
+
 def pair_chart(log: ResultLog) -> Chart | None:
     """Each run's per-pair speedups of each layer as a box (kernel-off pairs their own row)."""
     import numpy as np
@@ -244,7 +249,8 @@ def pair_chart(log: ResultLog) -> Chart | None:
         extras=(
             (
                 f"{beyond_total} of {int(keep.sum())} pairs lie beyond the whiskers and are not drawn "
-                f"(from {extremes.min():.3g}x to {extremes.max():.3g}x): a machine that stalled one side.",
+                f"(from {_ratio(extremes.min())} to {_ratio(extremes.max())}): a machine that stalled "
+                "one side.",
             )
             if beyond_total
             else ()

@@ -180,3 +180,21 @@ def test_every_charts_ticks_bracket_its_marks(session: Explorer) -> None:
         assert MIN_TICKS <= len(axis.ticks) <= MAX_TICKS, chart.name
         assert axis.ticks[0][0] <= low and axis.ticks[-1][0] >= high, chart.name
         assert axis.low <= axis.ticks[0][0] and axis.ticks[-1][0] <= axis.high
+
+
+def test_prose_cells_keep_hyphenated_words_and_intervals_on_one_line() -> None:
+    from kernel_explorer.views.report import keep_words_whole
+
+    page = keep_words_whole("<td class='prose'>silu 1.00x [0.98, 1.02] on AVX-512-BF16</td><td>AVX-512</td>")
+    assert "<span class='w'>1.00x [0.98, 1.02]</span>" in page  # a browser would break after "[0.98,"
+    assert "<span class='w'>AVX-512-BF16</span>" in page  # ... and after each hyphen
+    assert page.endswith("<td>AVX-512</td>")  # a cell that never wraps needs no span
+
+
+def test_a_long_list_in_a_fact_reads_an_item_a_line(tmp_path: Path) -> None:
+    from kernel_explorer.views.report import ReportContext
+
+    paths = "; ".join(f"kernel{i}: avx512 runs {i} of 21 ops" for i in range(8))
+    context = ReportContext(hardware=(("Bundled kernel paths", paths),))
+    text = write_report(_log(), tmp_path / "r.html", title="r", context=context).read_text()
+    assert "kernel0: avx512 runs 0 of 21 ops<br>kernel1: avx512" in text
