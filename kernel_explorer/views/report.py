@@ -315,14 +315,14 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
             _table(found_runs, ("run", "started", "took", "cycles"), ("", "num", "num", "")),
         ]
     parts += kind_sections(log)
-    machine_parts, machine_figures = machine_section(log)  # logs of several machines (views/machines.py)
+    machine_parts, _ = machine_section(log)  # logs of several machines: their charts are `charts`' SVG
     parts += [scrolling(part) if part.startswith("<table") else part for part in machine_parts]
     drawn = charts(log)
     if drawn:
         parts.append("<h2>Charts</h2>")
         parts += [figure_html(chart) for chart in drawn]
     breakdown = breakdown_figure(log)
-    plotted = [*([breakdown] if breakdown is not None else []), *kind_figures(log), *machine_figures]
+    plotted = [*([breakdown] if breakdown is not None else []), *kind_figures(log)]
     for index, fig in enumerate(plotted):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = keep_words_whole("\n".join(parts))

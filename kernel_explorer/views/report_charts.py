@@ -345,7 +345,57 @@ def model_chart(log: ResultLog) -> Chart | None:
     )
 
 
+def machine_charts(log: ResultLog) -> list[Chart]:
+    """Per layer, each machine's latest run: its median speedup with its 95% interval (a log of
+    several machines: `ResultLog.load`, a sweep); builds or model revisions apart in the row."""
+    from kernel_explorer.views.machines import machines_in
+
+    if len(machines_in(log)) < 2:
+        return []
+    table: Any = log.machine_table()  # pandas: its stubs cannot follow a frame's columns
+    if table.empty:
+        return []
+    found = []
+    for layer, rows in table.dropna(subset=["speedup"]).groupby("layer", sort=False):
+        revisions = len(rows[["kernel_build", "model"]].drop_duplicates())
+        marks = []
+        for row in rows.itertuples():
+            label = str(row.machine) + (f" · {row.model} / {row.kernel_build}" if revisions > 1 else "")
+            label += f" · {row.kernel}" if row.kernel else ""
+            interval = format_interval(row.speedup, row.speedup_low, row.speedup_high)
+            marks.append(
+                Row(
+                    label,
+                    (
+                        Point(
+                            float(row.speedup),
+                            float(row.speedup_low),
+                            float(row.speedup_high),
+                            verdict_css(row.verdict),
+                            label=format_number(row.speedup, "x"),
+                            hover=f"{label}: {interval} {row.verdict}, {row.run_id}",
+                        ),
+                    ),
+                )
+            )
+        found.append(
+            Chart(
+                f"{layer}: speedup per machine, with its 95% interval",
+                "Each row is one machine's latest run of the layer, whole (runs are never pooled).",
+                "speedup: PyTorch's time / the kernel's (log scale)",
+                tuple(marks),
+                legend=(
+                    ("kx-faster", "● faster"),
+                    ("kx-slower", "● slower"),
+                    ("kx-unsure", "● no difference"),
+                ),
+                name=f"machines-{layer}",
+            )
+        )
+    return found
+
+
 def charts(log: ResultLog) -> list[Chart]:
     """The report's charts of `log`, those with something to draw."""
     found = [make(log) for make in (speed_chart, pair_chart, error_chart, model_chart)]
-    return [chart for chart in found if chart is not None]
+    return [chart for chart in found if chart is not None] + machine_charts(log)
