@@ -61,6 +61,9 @@ tbody tr:nth-child(even) { background: var(--stripe); }
 p { max-width: 60em; line-height: 1.4; }
 .w { white-space: nowrap; }
 .plotly-graph-div { margin: 0.5em 0 1.5em; }
+@media (prefers-color-scheme: dark) {  /* plotly's figures keep their light paper: its text is dark */
+  .plotly-graph-div { background: #ffffff; border-radius: 6px; }
+}
 """
 
 
@@ -283,9 +286,9 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     """Write the report; works offline (SVG charts; plotly.js embedded once, only for the figures
     that need it). Bad paths: one line, no file."""
     from kernel_explorer.views.machines import machine_section
-    from kernel_explorer.views.report_charts import charts, runs
+    from kernel_explorer.views.report_charts import breakdown_chart, charts, runs
     from kernel_explorer.views.svg_chart import CSS as CHART_CSS
-    from kernel_explorer.views.svg_chart import figure_html
+    from kernel_explorer.views.svg_chart import figure_html, shares_html
 
     path = report_path(path)
     context = context or ReportContext()
@@ -321,8 +324,10 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
     if drawn:
         parts.append("<h2>Charts</h2>")
         parts += [figure_html(chart) for chart in drawn]
-    breakdown = breakdown_figure(log)
-    plotted = [*([breakdown] if breakdown is not None else []), *kind_figures(log)]
+    shares = breakdown_chart(log)
+    if shares is not None:
+        parts += [*([] if drawn else ["<h2>Charts</h2>"]), shares_html(shares)]
+    plotted = kind_figures(log)  # a kind's own figure (memory): plotly, plotly.js once
     for index, fig in enumerate(plotted):
         parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if index == 0 else False))
     body = keep_words_whole("\n".join(parts))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.records import IntervalCell, Verdict, format_interval, format_number
-from kernel_explorer.views.svg_chart import Box, Chart, Point, Row
+from kernel_explorer.views.svg_chart import Box, Chart, Point, Row, Share, SharesChart
 
 if TYPE_CHECKING:
     from kernel_explorer.records import ResultLog
@@ -67,7 +67,11 @@ def runs(log: ResultLog) -> list[tuple[str, str, str, str]]:
         what = (
             f"{count} cycles (a Run)"
             if count > 1
-            else ("1 cycle (a compare, or a Run stopped in its first)" if count else "no layer timed")
+            else (
+                "1 cycle (a compare, or a Run stopped in its first)"
+                if count
+                else "no layer timed (a breakdown, a model measure)"
+            )
         )
         rows.append((run, when, took, what))
     return rows
@@ -393,6 +397,56 @@ def machine_charts(log: ResultLog) -> list[Chart]:
             )
         )
     return found
+
+
+def breakdown_chart(log: ResultLog) -> SharesChart | None:
+    """Where the model's time goes, per phase (the last breakdown): a bar of 100% split into the
+    kernel layers (in colour) and what no kernel covers (greys), the dashboard's chart as SVG."""
+    from kernel_explorer.views.breakdown_chart import (
+        KERNEL_COLOURS,
+        PHASE_LABELS,
+        TITLE,
+        UNCOVERED_COLOURS,
+        legend_name,
+    )
+
+    phases = [phase for phase in ("prefill", "decode") if log.latest_shares(phase)]
+    if not phases:
+        return None
+    tokens = {r.values.phase: r.values.tokens for r in log.records("time_share")}
+    categories = list(dict.fromkeys(name for phase in phases for name in log.latest_shares(phase)))
+    kernels = [name for name in categories if name not in UNCOVERED_COLOURS]
+    ordered = kernels + [name for name in UNCOVERED_COLOURS if name in categories]
+    colours = {
+        name: UNCOVERED_COLOURS.get(name) or KERNEL_COLOURS[index % len(KERNEL_COLOURS)]
+        for index, name in enumerate(ordered)
+    }
+    rows = []
+    for phase in phases:
+        frame: Any = log.breakdown_summary(phase).set_index("category")  # pandas, by its columns
+        frame = frame[~frame.index.duplicated(keep="last")]  # a log merged from copies repeats them
+        count = tokens.get(phase, 1)
+        label = f"{PHASE_LABELS.get(phase, phase)} ({count} token{'s' if count != 1 else ''})"
+        shares = []
+        for name in ordered:
+            if name not in frame.index:
+                continue
+            row = frame.loc[name]
+            share = float(row["share"])
+            hover = (
+                f"{name}: {format_number(share, 'share')} of the {label} "
+                f"({format_number(float(row['ms']) / 1e3, 's')}); if it cost nothing, the model "
+                f"{format_number(float(row['model_speedup_if_free']), 'x')}"
+            )
+            shares.append(Share(share * 100, colours[name], legend_name(name, kernels), hover))
+        rows.append((label, tuple(shares)))
+    return SharesChart(
+        TITLE,
+        "The last time breakdown of each phase, all on PyTorch.",
+        "share of the forward (%)",
+        tuple(rows),
+        name="breakdown",
+    )
 
 
 def charts(log: ResultLog) -> list[Chart]:

@@ -332,6 +332,8 @@ CSS = """
 .kx-legend .kx-faster { color: var(--faster); } .kx-legend .kx-slower { color: var(--slower); }
 .kx-legend .kx-unsure { color: var(--unsure); } .kx-legend .kx-kernel { color: var(--kernel); }
 .kx-legend .kx-pytorch { color: var(--pytorch); }
+.kx-swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; border-radius: 2px; }
+.kx-chart .kx-share-text { font-size: 11px; }
 """
 
 
@@ -344,5 +346,102 @@ def figure_html(chart: Chart) -> str:
         + (f"<p class='kx-legend'>{legend}</p>" if legend else "")
         + render(chart)
         + "".join(f"<p class='kx-scope'>{_esc(line)}</p>" for line in chart.extras)
+        + "</figure>"
+    )
+
+
+@dataclass(frozen=True)
+class Share:
+    """One part of a whole: its percent, colour (a CSS colour), name and hover text."""
+
+    percent: float
+    colour: str
+    name: str
+    hover: str = ""
+
+
+@dataclass(frozen=True)
+class SharesChart:
+    """Rows that are each a whole (100%) split into its parts, on a linear 0-100% axis."""
+
+    title: str
+    scope: str
+    axis_title: str
+    rows: tuple[tuple[str, tuple[Share, ...]], ...]
+    name: str = ""
+
+
+def render_shares(chart: SharesChart, width: int = WIDTH) -> str:
+    """The chart as an `<svg>`: a stacked bar per row, a part's percent written inside it where it
+    fits, ticks every 20%."""
+    row_h, top = 44, 10
+    left = max((_text_px(label) for label, _ in chart.rows), default=40) + 16
+    plot_w = width - left - 24
+    plot_h = row_h * len(chart.rows)
+    height = top + plot_h + 44
+    out = [
+        f"<svg class='kx-chart' data-chart='{_esc(chart.name)}' viewBox='0 0 {width} {height}' "
+        f"width='100%' style='max-width:{width}px' role='img' aria-label='{_esc(chart.title)}' "
+        f"xmlns='http://www.w3.org/2000/svg'>",
+        f"<rect class='kx-plot-area' x='{left:.1f}' y='{top}' width='{plot_w:.1f}' height='{plot_h}'/>",
+    ]
+    for percent in range(0, 101, 20):
+        px = left + plot_w * percent / 100
+        out.append(f"<line class='kx-grid' x1='{px:.1f}' x2='{px:.1f}' y1='{top}' y2='{top + plot_h}'/>")
+        out.append(
+            f"<text class='kx-tick' x='{px:.1f}' y='{top + plot_h + 16}' text-anchor='middle' "
+            f"data-value='{percent}'>{percent}%</text>"
+        )
+    out.append(
+        f"<text class='kx-axis-title' x='{left + plot_w / 2:.1f}' y='{height - 6}' "
+        f"text-anchor='middle'>{_esc(chart.axis_title)}</text>"
+    )
+    for index, (label, shares) in enumerate(chart.rows):
+        y = top + row_h * index + 8
+        out.append(
+            f"<text class='kx-row' x='{left - 8:.1f}' y='{y + 18:.1f}' text-anchor='end'>{_esc(label)}</text>"
+        )
+        start = 0.0
+        for share in shares:
+            x0, w = left + plot_w * start / 100, plot_w * share.percent / 100
+            start += share.percent
+            if w <= 0:
+                continue
+            out.append(
+                f"<g class='kx-mark kx-share' data-value='{share.percent:.3g}'>"
+                f"<title>{_esc(share.hover)}</title>"
+                f"<rect class='kx-box-share' x='{x0:.1f}' y='{y:.1f}' width='{w:.1f}' height='{row_h - 16}' "
+                f"style='fill:{_esc(share.colour)}'/>"
+            )
+            text = f"{share.percent:.0f}%"
+            if w >= _text_px(text) + 6:
+                out.append(
+                    f"<text class='kx-share-text' x='{x0 + w / 2:.1f}' y='{y + 18:.1f}' "
+                    f"text-anchor='middle' style='fill:{_ink(share.colour)}'>{text}</text>"
+                )
+            out.append("</g>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _ink(colour: str) -> str:
+    """Dark text on a light `colour` (#rrggbb), white on a dark one."""
+    if not (colour.startswith("#") and len(colour) == 7):
+        return "#ffffff"
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "#1f2328" if 0.299 * red + 0.587 * green + 0.114 * blue > 150 else "#ffffff"
+
+
+def shares_html(chart: SharesChart) -> str:
+    """The shares chart with its title, scope and a legend of its parts' colours."""
+    parts = dict.fromkeys((s.name, s.colour) for _, shares in chart.rows for s in shares)
+    legend = "".join(
+        f"<span><i class='kx-swatch' style='background:{_esc(colour)}'></i>{_esc(name)}</span>"
+        for name, colour in parts
+    )
+    return (
+        f"<figure class='kx-figure' id='{_esc(chart.name)}'><h3>{_esc(chart.title)}</h3>"
+        f"<p class='kx-scope'>{_esc(chart.scope)}</p><p class='kx-legend'>{legend}</p>"
+        + render_shares(chart)
         + "</figure>"
     )

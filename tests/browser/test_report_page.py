@@ -1,7 +1,7 @@
 """The HTML report as a reader sees it: opened in Chromium at 900 and 1280 px, light and dark.
 
 A real session's report (`report_session`: a Run of three cycles, a cycle after a switch, a
-compare, on the tiny Llama with the bundled kernels), read from the rendered page, not its source:
+compare, a breakdown, on the tiny Llama with the bundled kernels), read from the rendered page:
 no table cell breaks inside a word or a number (each word's glyphs on one line), number cells stay
 on one line, the page itself never scrolls sideways (a wide table scrolls in its own box), each
 chart's tick labels keep apart (their boxes do not overlap) with 3-6 of them, and every mark lies
@@ -56,7 +56,7 @@ _CHARTS = """() => [...document.querySelectorAll('svg.kx-chart')].map(svg => {
     ticks: [...svg.querySelectorAll('text.kx-tick')].map(t => ({text: t.textContent, ...box(t)})),
     area: box(svg.querySelector('rect.kx-plot-area')),
     marks: [...svg.querySelectorAll('.kx-mark .kx-dot, .kx-mark .kx-box, .kx-mark .kx-whisker,'
-                                    + ' .kx-mark .kx-interval')].map(box),
+                                    + ' .kx-mark .kx-interval, .kx-mark .kx-box-share')].map(box),
   };
 })"""
 
@@ -89,7 +89,7 @@ def test_the_report_reads_at_its_width(
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert (background == "rgb(255, 255, 255)") == (scheme == "light")  # the reader's scheme
         charts = page.evaluate(_CHARTS)
-        assert {chart["name"] for chart in charts} >= {"speed", "pairs", "errors"}
+        assert {chart["name"] for chart in charts} >= {"speed", "pairs", "errors", "breakdown"}
         for chart in charts:
             ticks = chart["ticks"]
             assert 3 <= len(ticks) <= 6, (chart["name"], [t["text"] for t in ticks])

@@ -1,5 +1,6 @@
 """A session as a person runs it, on the tiny Llama with the bundled kernels: a Run of three cycles
-with SiLU and RMSNorm on, a Run's cycle after SiLU was switched off, then a compare of RMSNorm.
+with SiLU and RMSNorm on, a Run's cycle after SiLU was switched off, a compare of RMSNorm, then
+where the time goes (a breakdown).
 Shared by the report's unit tests and its browser test (one measured log, reused)."""
 
 from __future__ import annotations
@@ -25,4 +26,5 @@ def measured_session() -> Explorer:
         explorer.off("SiLU")
         explorer.run_live(cycles=1, budget_s=0.3).wait(300)
         explorer.compare("RMSNorm", pairs=20)
+        explorer.breakdown(tokens=16, repeats=1)
     return explorer

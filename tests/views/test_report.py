@@ -92,9 +92,11 @@ def test_a_sessions_report_is_small_and_does_not_grow_with_its_pairs(
     size = first.stat().st_size
     pairs = len(session.results.columns("layer_latency")["speedup"])
     print(f"report of {len(session.results)} records ({pairs} pairs): {size / 1e3:.1f} KB")
-    assert size < 1_500_000 and "Plotly.newPlot" not in first.read_text()  # no plotly.js to carry
-    # the same records four times over (four times the pairs): the page stays as large
-    grown = ResultLog(session.results.records() * 4)
+    text = first.read_text()
+    assert size < 1_500_000 and "Plotly.newPlot" not in text  # no plotly.js to carry
+    assert "data-chart='breakdown'" in text  # where the time goes, drawn as SVG too
+    # four times the pairs (each timed pair again, three times): the page stays as large
+    grown = ResultLog(session.results.records() + session.results.records("layer_latency") * 3)
     again = write_report(grown, tmp_path / "grown.html", title="kernel_explorer report")
     assert (
         again.stat().st_size
@@ -142,7 +144,7 @@ def test_each_chart_and_interval_says_what_it_covers(session: Explorer, tmp_path
     assert set(found) >= {"speed", "pairs", "errors"}
     assert all(chart.scope for chart in found.values())
     assert "one run whole" in found["speed"].scope and "last cycle" in found["speed"].scope
-    (run, _, _, cycles), (after, *_), (compared, *_) = runs(
+    (run, _, _, cycles), (after, *_), (compared, *_), *_ = runs(
         session.results
     )  # the Run, its sequel, the compare
     assert cycles == f"{RUN_CYCLES} cycles (a Run)"
