@@ -262,18 +262,33 @@ class Summary:
 
     def html(self) -> str:
         """The table as HTML (the report's): cells escaped, a verdict cell classed by its verdict
-        (`faster`, `slower`, else `unsure`) so a stylesheet colours it; the notes under it."""
+        (`faster`, `slower`, else `unsure`) so a stylesheet colours it; numbers (intervals, ranges,
+        counts) classed `num` (right-aligned, never wrapped), text columns with a long cell classed
+        `prose` (wrapped between words only); the notes under it."""
         import html
 
-        head = "".join(f"<th>{html.escape(c.title, quote=False)}</th>" for c in self.columns)
+        texts = [
+            ["" if row.get(c.key) is None else self.cell_text(row, c.key) for c in self.columns]
+            for row in self.rows
+        ]
+        kinds = [
+            "num"
+            if c.kind in ("number", "interval", "range")
+            else "prose"
+            if c.kind == "text" and any(len(r[i]) > PROSE_CHARS for r in texts)
+            else ""
+            for i, c in enumerate(self.columns)
+        ]
+        head = "".join(
+            f"<th{_css(kind)}>{html.escape(c.title, quote=False)}</th>"
+            for c, kind in zip(self.columns, kinds, strict=True)
+        )
         body = []
-        for row in self.rows:
+        for row, shown in zip(self.rows, texts, strict=True):
             cells = []
-            for column in self.columns:
-                value = row.get(column.key)
-                text = "" if value is None else self.cell_text(row, column.key)
-                css = f" class='{verdict_class(value)}'" if column.kind == "verdict" else ""
-                cells.append(f"<td{css}>{html.escape(text, quote=False)}</td>")
+            for column, kind, text in zip(self.columns, kinds, shown, strict=True):
+                css = verdict_class(row.get(column.key)) if column.kind == "verdict" else kind
+                cells.append(f"<td{_css(css)}>{html.escape(text, quote=False)}</td>")
             body.append("<tr>" + "".join(cells) + "</tr>")
         notes = "".join(f"<p>{html.escape(note, quote=False)}</p>" for note in self.notes)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes}"
@@ -295,6 +310,15 @@ class Summary:
                 flat.update({k: v for k, v in self.extra[index].items() if k not in flat})
             records.append(flat)
         return pd.DataFrame.from_records(records, columns=None if records else names)
+
+
+#: a text column with a cell longer than this wraps (between words) in the report's table
+PROSE_CHARS = 40
+
+
+def _css(name: str) -> str:
+    """` class='name'`, or nothing for no class."""
+    return f" class='{name}'" if name else ""
 
 
 def _filled(column: Column, text: str) -> str:

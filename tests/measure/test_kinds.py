@@ -192,7 +192,7 @@ def test_the_cli_the_magic_and_the_report_write_one_runs_interval_alike(
     assert interval in line and f"  {line}" in printed.splitlines()  # one line, the same in both
     assert interval in magic._repr_html_()
     report = write_report(explorer.results, tmp_path / "r.html", title="r").read_text()
-    assert f"<td>{cell.text() if cell is not None else ''}</td>" in report
+    assert f"<td class='num'>{cell.text() if cell is not None else ''}</td>" in report
     assert row["verdict"].text() in line and row["verdict"].text() in report
     explorer.reset()
 

@@ -84,6 +84,7 @@ def test_machine_plot_and_report_show_each_machine(tmp_path: Path) -> None:
         machine_figure(merged, "SiLU")
     text = write_report(merged, tmp_path / "r.html", title="t").read_text()
     assert "<h2>Machines</h2>" in text and "box-b: " + ZEN3 in text
+    assert "data-chart='machines-RMSNorm'" in text and "Plotly.newPlot" not in text  # drawn as SVG
 
 
 def test_kernels_benchmark_json_loads_as_that_tools_protocol(tmp_path: Path) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from test_log import _log
 
+from kernel_explorer.explorer import Explorer
 from kernel_explorer.views.report import write_report
 
 
@@ -13,12 +17,13 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     path = write_report(_log(), tmp_path / "report.html", title="Report <test>")
     text = path.read_text()
     assert "<title>Report &lt;test&gt;</title>" in text
-    assert "<th>speedup [95% interval]</th>" in text
-    assert "Median speedup per layer and run, with its 95% interval" in text
+    assert "<th class='num'>speedup [95% interval]</th>" in text  # a number: right-aligned, unbroken
+    assert "Median speedup per layer, with its 95% interval" in text
     assert "<style>" in text and "class='faster'" in text  # a styled table, the verdict coloured
-    assert "<th>pairs</th><th>instances</th>" in text  # counted apart: 305 pairs are 5 rounds of 61
-    assert 'src="https://cdn.plot.ly' not in text and "Plotly.newPlot" in text  # plotly.js inlined
-    assert len(text) > 1_000_000
+    # counted apart: 305 pairs are 5 rounds of 61
+    assert "<th class='num'>pairs</th><th class='num'>instances</th>" in text
+    assert "<svg class='kx-chart'" in text and "<script" not in text  # charts drawn without a script
+    assert 'src="https://' not in text and len(text) < 100_000
 
 
 def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: dict) -> None:
@@ -36,7 +41,7 @@ def test_report_names_model_machine_date_and_switch_state(tmp_path: Path, hub: d
     # what stopped the pairs and the interval's real coverage are in the layer table
     assert "each interval is its run's" in text  # not the machine's: runs move by up to the floor
     assert "<th>stopped by</th>" in text and "<td>pairs</td>" in text
-    assert "<th>speedup [95% interval]</th>" in text
+    assert "<th class='num'>speedup [95% interval]</th>" in text
     explorer.reset()
 
 
@@ -61,3 +66,137 @@ def test_error_bars_and_speedup_bars_say_their_units_spread_and_n_on_hover() -> 
     (bars,) = found["Median speedup per layer and run, with its 95% interval"].data
     (hover,) = bars.customdata
     assert hover.startswith("95% interval ") and " 3 pairs, " in hover  # the spread and n
+
+
+@pytest.fixture(scope="module")
+def session(hub: dict) -> Iterator[Explorer]:
+    """A Run of three cycles, one more after SiLU went off, then a compare (`report_session`)."""
+    from report_session import measured_session
+
+    explorer = measured_session()
+    yield explorer
+    explorer.reset()
+
+
+def _cells(text: str, tag: str) -> list[str]:
+    return re.findall(rf"<{tag}(?: class='([^']*)')?>", text)
+
+
+def test_a_sessions_report_is_small_and_does_not_grow_with_its_pairs(
+    session: Explorer, tmp_path: Path
+) -> None:
+    from kernel_explorer import report
+    from kernel_explorer.records import ResultLog
+
+    first = Path(report(session, tmp_path / "r.html"))
+    size = first.stat().st_size
+    pairs = len(session.results.columns("layer_latency")["speedup"])
+    print(f"report of {len(session.results)} records ({pairs} pairs): {size / 1e3:.1f} KB")
+    text = first.read_text()
+    assert size < 1_500_000 and "Plotly.newPlot" not in text  # no plotly.js to carry
+    assert "data-chart='breakdown'" in text  # where the time goes, drawn as SVG too
+    # four times the pairs (each timed pair again, three times): the page stays as large
+    grown = ResultLog(session.results.records() + session.results.records("layer_latency") * 3)
+    again = write_report(grown, tmp_path / "grown.html", title="kernel_explorer report")
+    assert (
+        again.stat().st_size
+        < write_report(session.results, tmp_path / "once.html", title="kernel_explorer report").stat().st_size
+        * 1.05
+    )
+
+
+def test_tables_keep_numbers_and_words_whole(session: Explorer, tmp_path: Path) -> None:
+    from kernel_explorer import report
+
+    text = Path(report(session, tmp_path / "r.html")).read_text()
+    style = text[text.index("<style>") : text.index("</style>")]
+    assert "overflow-wrap: anywhere" not in style and "white-space: nowrap" in style
+    assert (
+        re.search(r"td\.num \{[^}]*text-align: right", style) or "th.num, td.num { text-align: right" in style
+    )
+    assert "prefers-color-scheme: dark" in style  # the reader's scheme, both ways
+    tables = text.count("<table")
+    assert tables >= 5 and text.count("<div class='table-scroll'><table") == tables  # each scrolls alone
+    # every count and interval cell of the layer table is a number cell (right-aligned, nowrap)
+    speed = text[text.index("<h2>Layer speed") :]
+    speed = speed[: speed.index("</table>")]
+    head = re.findall(r"<th(?: class='([^']*)')?>([^<]*)</th>", speed)
+    numeric = {
+        "speedup [95% interval]",
+        "pairs",
+        "instances",
+        "noise floor",
+        "across runs",
+        "PyTorch per call",
+    }
+    assert {title for css, title in head if css == "num"} >= numeric
+    assert ("prose", "notes") in head or ("", "notes") in head
+
+
+def test_each_chart_and_interval_says_what_it_covers(session: Explorer, tmp_path: Path) -> None:
+    from report_session import RUN_CYCLES
+
+    from kernel_explorer import report
+    from kernel_explorer.views.report_charts import charts, runs
+
+    text = Path(report(session, tmp_path / "r.html")).read_text()
+    found = {chart.name: chart for chart in charts(session.results)}
+    assert set(found) >= {"speed", "pairs", "errors"}
+    assert all(chart.scope for chart in found.values())
+    assert "one run whole" in found["speed"].scope and "last cycle" in found["speed"].scope
+    (run, _, _, cycles), (after, *_), (compared, *_), *_ = runs(
+        session.results
+    )  # the Run, its sequel, the compare
+    assert cycles == f"{RUN_CYCLES} cycles (a Run)"
+    runs_with_two_marks = [row.label for row in found["speed"].rows if len(row.marks) == 2]
+    assert runs_with_two_marks and all(label.endswith(run) for label in runs_with_two_marks)
+    # the switch table names where its number comes from: SiLU's last cycle of the first Run,
+    # RMSNorm's whole compare
+    assert f"<td>{run}, its last cycle (of {RUN_CYCLES})</td>" in text
+    assert f"<td>{compared} (whole run, 1 cycle)</td>" in text and after != compared
+    # kernel-off pairs are their own row, never a kernel's
+    assert any("kernel off" in row.label for row in found["pairs"].rows)
+
+
+def test_the_error_chart_leaves_kernel_off_periods_out_of_the_kernels_error(session: Explorer) -> None:
+    from kernel_explorer.views.report_charts import error_chart
+    from kernel_explorer.views.svg_chart import Point
+
+    chart = error_chart(session.results)
+    assert chart is not None
+    divergences = session.results.records("layer_divergence")
+    for row in chart.rows:
+        kernel = [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
+        on = [d.values.kernel_err64 for d in divergences if d.layer == row.label and d.values.kernel_on]
+        assert kernel == ([max(on)] if on else [])  # no kernel mark for a layer whose kernel never ran
+    assert any(not d.values.kernel_on for d in divergences if d.layer == "SiLU")  # there was an off period
+
+
+def test_every_charts_ticks_bracket_its_marks(session: Explorer) -> None:
+    from kernel_explorer.views.report_charts import charts
+    from kernel_explorer.views.svg_chart import MAX_TICKS, MIN_TICKS, log_axis
+
+    for chart in charts(session.results):
+        low, high = chart.extent()
+        axis = log_axis(low, high, chart.unit)
+        assert MIN_TICKS <= len(axis.ticks) <= MAX_TICKS, chart.name
+        assert axis.ticks[0][0] <= low and axis.ticks[-1][0] >= high, chart.name
+        assert axis.low <= axis.ticks[0][0] and axis.ticks[-1][0] <= axis.high
+
+
+def test_prose_cells_keep_hyphenated_words_and_intervals_on_one_line() -> None:
+    from kernel_explorer.views.report import keep_words_whole
+
+    page = keep_words_whole("<td class='prose'>silu 1.00x [0.98, 1.02] on AVX-512-BF16</td><td>AVX-512</td>")
+    assert "<span class='w'>1.00x [0.98, 1.02]</span>" in page  # a browser would break after "[0.98,"
+    assert "<span class='w'>AVX-512-BF16</span>" in page  # ... and after each hyphen
+    assert page.endswith("<td>AVX-512</td>")  # a cell that never wraps needs no span
+
+
+def test_a_long_list_in_a_fact_reads_an_item_a_line(tmp_path: Path) -> None:
+    from kernel_explorer.views.report import ReportContext
+
+    paths = "; ".join(f"kernel{i}: avx512 runs {i} of 21 ops" for i in range(8))
+    context = ReportContext(hardware=(("Bundled kernel paths", paths),))
+    text = write_report(_log(), tmp_path / "r.html", title="r", context=context).read_text()
+    assert "kernel0: avx512 runs 0 of 21 ops<br>kernel1: avx512" in text

@@ -1,0 +1,455 @@
+"""The report's charts of a log: what each one draws, and what its numbers cover.
+
+Every chart says its scope under its title: a row of the speed chart is one run whole (all its
+cycles' pairs pooled, as the layer table's row), its hollow mark the run's last cycle alone (what
+the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
+as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
+the error chart takes the worst instance over every run with the kernel on, kernel-off periods
+apart. Drawn by `views/svg_chart.py`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kernel_explorer.records import IntervalCell, Verdict, format_interval, format_number
+from kernel_explorer.views.svg_chart import Box, Chart, Point, Row, Share, SharesChart
+
+if TYPE_CHECKING:
+    from kernel_explorer.records import ResultLog
+
+#: whiskers reach the furthest pair within this many interquartile ranges (in log space)
+WHISKER_IQR = 1.5
+
+
+def verdict_css(verdict: object) -> str:
+    """The mark's colour class: the same answer as the table's verdict cell."""
+    found = getattr(verdict, "verdict", verdict)  # a VerdictCell carries its Verdict
+    if found == Verdict.FASTER:
+        return "kx-faster"
+    if found == Verdict.SLOWER:
+        return "kx-slower"
+    return "kx-unsure"
+
+
+def cycles_per_run(log: ResultLog) -> dict[str, int]:
+    """How many cycles each run measured: its most verdicts for one layer (a compare gives one per
+    layer, a Run one per layer and cycle)."""
+    counts: dict[tuple[str, object, object], int] = {}
+    for record in log.records("layer_verdict"):
+        key = (record.run_id, record.layer, record.values.mode)
+        counts[key] = counts.get(key, 0) + 1
+    found: dict[str, int] = {}
+    for (run, _, _), count in counts.items():
+        found[run] = max(found.get(run, 0), count)
+    return found
+
+
+def runs(log: ResultLog) -> list[tuple[str, str, str, str]]:
+    """(run, started, seconds, what it measured) per run of the log, in order: the rows' key."""
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    for record in log.records("run"):
+        if record.values.event == "started":
+            started.setdefault(record.run_id, record.time)
+        else:
+            ended[record.run_id] = record.time
+    cycles = cycles_per_run(log)
+    rows = []
+    for run in dict.fromkeys([*started, *cycles]):
+        begin = started.get(run)
+        when = datetime.datetime.fromtimestamp(begin).strftime("%H:%M:%S") if begin else "-"
+        took = f"{ended[run] - begin:.0f} s" if begin and run in ended else "-"
+        count = cycles.get(run, 0)
+        what = (
+            f"{count} cycles (a Run)"
+            if count > 1
+            else (
+                "1 cycle (a compare, or a Run stopped in its first)"
+                if count
+                else "no layer timed (a breakdown, a model measure)"
+            )
+        )
+        rows.append((run, when, took, what))
+    return rows
+
+
+def measured_in(log: ResultLog) -> dict[str, str]:
+    """Per layer, where its last measured speedup (`latest_verdicts`, the switch table's) comes
+    from: "run-1, its last cycle (of 3)" for a Run, "run-2 (whole run, 1 cycle)" for a compare."""
+    cycles = cycles_per_run(log)
+    found = {}
+    for record in log.records("layer_verdict"):
+        if record.layer and record.values.kernel_on and record.values.mode == "inference":
+            count = cycles.get(record.run_id, 1)
+            found[record.layer] = (
+                f"{record.run_id}, its last cycle (of {count})"
+                if count > 1
+                else f"{record.run_id} (whole run, 1 cycle)"
+            )
+    return found
+
+
+def _last_cycles(log: ResultLog) -> dict[tuple[str, object, object], Any]:
+    """The last verdict of each (run, layer, mode) that measured more than one cycle."""
+    found: dict[tuple[str, object, object], list[Any]] = {}
+    for record in log.records("layer_verdict"):
+        found.setdefault((record.run_id, record.layer, record.values.mode), []).append(record.values)
+    return {key: verdicts[-1] for key, verdicts in found.items() if len(verdicts) > 1}
+
+
+def _row_label(row: Mapping[str, object]) -> str:
+    parts = [str(row.get("layer")), str(row.get("run_id"))]
+    if row.get("kernel"):
+        parts.insert(1, str(row["kernel"]))
+    if row.get("mode"):
+        parts.insert(1, str(row["mode"]))
+    return " · ".join(parts)
+
+
+def speed_chart(log: ResultLog) -> Chart | None:
+    """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
+    summary = log.summary("time")
+    last = _last_cycles(log)
+    rows = []
+    for row in summary.rows:
+        cell = row.get("speedup")
+        verdict = row.get("verdict")
+        if not isinstance(cell, IntervalCell) or getattr(verdict, "verdict", None) == Verdict.KERNEL_OFF:
+            continue
+        css = verdict_css(verdict)
+        marks: list[Point] = [
+            Point(
+                cell.median,
+                cell.low,
+                cell.high,
+                css,
+                label=format_number(cell.median, "x"),
+                hover=f"{_row_label(row)}, whole run: {cell.text()} {verdict}, {row.get('pairs')} pairs",
+            )
+        ]
+        ended = last.get((str(row["run_id"]), row["layer"], row.get("mode") or "inference"))
+        if ended is not None and not row.get("kernel"):
+            marks.append(
+                Point(
+                    ended.speedup,
+                    ended.speedup_low,
+                    ended.speedup_high,
+                    verdict_css(ended.verdict),
+                    hollow=True,
+                    label=format_number(ended.speedup, "x"),
+                    hover=f"{_row_label(row)}, last cycle: "
+                    f"{format_interval(ended.speedup, ended.speedup_low, ended.speedup_high)} "
+                    f"{ended.verdict}, {ended.pairs} pairs",
+                )
+            )
+        rows.append(Row(_row_label(row), tuple(marks)))
+    if not rows:
+        return None
+    several = any(len(r.marks) > 1 for r in rows)
+    return Chart(
+        "Median speedup per layer, with its 95% interval",
+        "Each row is one run whole: every pair of all its cycles, the layer table's row."
+        + (" Hollow: that run's last cycle alone (what the switch table shows)." if several else ""),
+        "speedup: PyTorch's time / the kernel's (log scale)",
+        tuple(rows),
+        legend=(
+            ("kx-faster", "● faster"),
+            ("kx-slower", "● slower"),
+            ("kx-unsure", "● no difference / unsure"),
+            *((("kx-unsure", "○ last cycle"),) if several else ()),
+        ),
+        name="speed",
+    )
+
+
+def _box(values: Any) -> tuple[float, float, float, float, float, int]:
+    """q1, median, q3 and the whiskers of positive `values` in log space, and how many lie beyond."""
+    import numpy as np
+
+    logs = np.log10(values)
+    q1, q2, q3 = np.percentile(logs, [25, 50, 75])
+    reach = WHISKER_IQR * (q3 - q1)
+    inside = logs[(logs >= q1 - reach) & (logs <= q3 + reach)]
+    low, high = (inside.min(), inside.max()) if inside.size else (q1, q3)
+    beyond = int(logs.size - inside.size)
+    return (10**q1, 10**q2, 10**q3, 10**low, 10**high, beyond)
+
+
+def _ratio(value: float) -> str:
+    """0.0289x, 3.61x, 2280x: three digits, never an exponent."""
+    return f"{value:.3g}x" if value < 1000 else f"{value:.0f}x"
+
+
+def pair_chart(log: ResultLog) -> Chart | None:
+    """Each run's per-pair speedups of each layer as a box (kernel-off pairs their own row)."""
+    import numpy as np
+
+    columns = log.columns("layer_latency")
+    if not len(columns["speedup"]):
+        return None
+    speedup = np.asarray(columns["speedup"], dtype=float)
+    keep = np.isfinite(speedup) & (speedup > 0)
+    candidates = np.asarray([c or "" for c in columns["candidate"]], dtype=object)
+    keys: dict[tuple[Any, ...], list[int]] = {}
+    for index in np.flatnonzero(keep):
+        key = (
+            columns["run_id"][index],
+            columns["layer"][index],
+            columns["mode"][index],
+            bool(columns["kernel_on"][index]),
+            candidates[index] if columns["kernel_on"][index] else "",
+        )
+        keys.setdefault(key, []).append(int(index))
+    per_layer: dict[tuple[Any, Any], set[str]] = {}
+    for run, layer, _, on, candidate in keys:
+        if on:
+            per_layer.setdefault((run, layer), set()).add(candidate)
+    rows = []
+    beyond_total = 0
+    for (run, layer, mode, on, candidate), at in keys.items():
+        q1, q2, q3, low, high, beyond = _box(speedup[at])
+        beyond_total += beyond
+        label = [str(layer)]
+        if mode != "inference":
+            label.append(str(mode))
+        if on and len(per_layer.get((run, layer), ())) > 1:
+            label.append(candidate.split(" (")[0])
+        if not on:
+            label.append("kernel off")
+        label.append(str(run))
+        name = " · ".join(label)
+        words = f"{len(at)} pairs" + (f", {beyond} beyond the whiskers" if beyond else "")
+        rows.append(
+            Row(
+                name,
+                (
+                    Box(
+                        q1,
+                        q2,
+                        q3,
+                        low,
+                        high,
+                        "kx-kernel" if on else "kx-pytorch",
+                        label=words,
+                        hover=f"{name}: median {q2:.2f}x, quartiles {q1:.2f}x-{q3:.2f}x, whiskers "
+                        f"{low:.2f}x-{high:.2f}x; {words}",
+                    ),
+                ),
+            )
+        )
+    extremes = speedup[keep]
+    return Chart(
+        "Speedup per interleaved pair",
+        "Each row is one run whole (all its cycles). Box: the middle half of the pairs, its line the "
+        "median; whiskers: the furthest pair within 1.5 interquartile ranges (log scale).",
+        "speedup of one pair: PyTorch's time / the kernel's (log scale)",
+        tuple(rows),
+        legend=(("kx-kernel", "■ kernel on"), ("kx-pytorch", "■ kernel off: PyTorch against PyTorch")),
+        name="pairs",
+        extras=(
+            (
+                f"{beyond_total} of {int(keep.sum())} pairs lie beyond the whiskers and are not drawn "
+                f"(from {_ratio(extremes.min())} to {_ratio(extremes.max())}): a machine that stalled "
+                "one side.",
+            )
+            if beyond_total
+            else ()
+        ),
+    )
+
+
+def error_chart(log: ResultLog) -> Chart | None:
+    """Per layer, the largest error against float64 of the kernel and of PyTorch, over every run."""
+    worst: dict[str, list[float]] = {}  # layer: [kernel's, PyTorch's, instances timed with the kernel on]
+    zero: list[str] = []
+    for record in log.records("layer_divergence"):
+        found = worst.setdefault(str(record.layer), [0.0, 0.0, 0])
+        values = record.values
+        if values.kernel_on:
+            found[2] += 1
+            found[0] = max(found[0], values.kernel_err64 or 0.0)
+        found[1] = max(found[1], values.pytorch_err64 or 0.0)
+    rows = []
+    for layer, (kernel, pytorch, seen) in worst.items():
+        marks = []
+        for value, css, who, shape in (
+            (kernel, "kx-kernel", "kernel", "circle"),
+            (pytorch, "kx-pytorch", "PyTorch", "diamond"),
+        ):
+            if value > 0:
+                marks.append(
+                    Point(
+                        value,
+                        css=css,
+                        hollow=who == "PyTorch",
+                        shape=shape,
+                        hover=f"{layer}: {who}'s largest error against float64 {value:.3g} (output's units)",
+                    )
+                )
+            elif who == "PyTorch" or seen:
+                zero.append(f"{layer}: {who} equal to float64 (error 0: not drawn on a log axis)")
+            else:
+                zero.append(f"{layer}: its kernel never ran while measured (no kernel error)")
+        if marks:
+            rows.append(Row(layer, tuple(marks)))
+    if not rows:
+        return None
+    return Chart(
+        "Largest error against a float64 run (lower is more accurate)",
+        "Each row: the worst instance over every run and cycle; the kernel's only while its kernel ran "
+        "(kernel-off periods count for PyTorch alone).",
+        "max abs error against float64 (the output's units, log scale)",
+        tuple(rows),
+        unit="",
+        legend=(("kx-kernel", "● kernel"), ("kx-pytorch", "◇ PyTorch")),
+        name="errors",
+        extras=tuple(zero),
+    )
+
+
+def model_chart(log: ResultLog) -> Chart | None:
+    """The model's speedup (as switched against all-PyTorch) per run and measure."""
+    frame: Any = log.model_summary()
+    if frame.empty:
+        return None
+    rows = []
+    for row in frame.itertuples():
+        if math.isnan(row.speedup):  # not measurable: the table says why
+            continue
+        label = f"{row.measure} {row.tokens} tokens · {row.run_id}"
+        rows.append(
+            Row(
+                label,
+                (
+                    Point(
+                        row.speedup,
+                        row.speedup_low,
+                        row.speedup_high,
+                        verdict_css(row.verdict),
+                        label=format_number(row.speedup, "x"),
+                        hover=f"{label}: {format_interval(row.speedup, row.speedup_low, row.speedup_high)} "
+                        f"{row.verdict}, {row.pairs} pairs",
+                    ),
+                ),
+            )
+        )
+    if not rows:
+        return None
+    return Chart(
+        "Model speedup (as switched against all-PyTorch), with its 95% interval",
+        "Each row is one run whole.",
+        "model speedup (log scale)",
+        tuple(rows),
+        legend=(("kx-faster", "● faster"), ("kx-slower", "● slower"), ("kx-unsure", "● no difference")),
+        name="model",
+    )
+
+
+def machine_charts(log: ResultLog) -> list[Chart]:
+    """Per layer, each machine's latest run: its median speedup with its 95% interval (a log of
+    several machines: `ResultLog.load`, a sweep); builds or model revisions apart in the row."""
+    from kernel_explorer.views.machines import machines_in
+
+    if len(machines_in(log)) < 2:
+        return []
+    table: Any = log.machine_table()  # pandas: its stubs cannot follow a frame's columns
+    if table.empty:
+        return []
+    found = []
+    for layer, rows in table.dropna(subset=["speedup"]).groupby("layer", sort=False):
+        revisions = len(rows[["kernel_build", "model"]].drop_duplicates())
+        marks = []
+        for row in rows.itertuples():
+            label = str(row.machine) + (f" · {row.model} / {row.kernel_build}" if revisions > 1 else "")
+            label += f" · {row.kernel}" if row.kernel else ""
+            interval = format_interval(row.speedup, row.speedup_low, row.speedup_high)
+            marks.append(
+                Row(
+                    label,
+                    (
+                        Point(
+                            float(row.speedup),
+                            float(row.speedup_low),
+                            float(row.speedup_high),
+                            verdict_css(row.verdict),
+                            label=format_number(row.speedup, "x"),
+                            hover=f"{label}: {interval} {row.verdict}, {row.run_id}",
+                        ),
+                    ),
+                )
+            )
+        found.append(
+            Chart(
+                f"{layer}: speedup per machine, with its 95% interval",
+                "Each row is one machine's latest run of the layer, whole (runs are never pooled).",
+                "speedup: PyTorch's time / the kernel's (log scale)",
+                tuple(marks),
+                legend=(
+                    ("kx-faster", "● faster"),
+                    ("kx-slower", "● slower"),
+                    ("kx-unsure", "● no difference"),
+                ),
+                name=f"machines-{layer}",
+            )
+        )
+    return found
+
+
+def breakdown_chart(log: ResultLog) -> SharesChart | None:
+    """Where the model's time goes, per phase (the last breakdown): a bar of 100% split into the
+    kernel layers (in colour) and what no kernel covers (greys), the dashboard's chart as SVG."""
+    from kernel_explorer.views.breakdown_chart import (
+        KERNEL_COLOURS,
+        PHASE_LABELS,
+        TITLE,
+        UNCOVERED_COLOURS,
+        legend_name,
+    )
+
+    phases = [phase for phase in ("prefill", "decode") if log.latest_shares(phase)]
+    if not phases:
+        return None
+    tokens = {r.values.phase: r.values.tokens for r in log.records("time_share")}
+    categories = list(dict.fromkeys(name for phase in phases for name in log.latest_shares(phase)))
+    kernels = [name for name in categories if name not in UNCOVERED_COLOURS]
+    ordered = kernels + [name for name in UNCOVERED_COLOURS if name in categories]
+    colours = {
+        name: UNCOVERED_COLOURS.get(name) or KERNEL_COLOURS[index % len(KERNEL_COLOURS)]
+        for index, name in enumerate(ordered)
+    }
+    rows = []
+    for phase in phases:
+        frame: Any = log.breakdown_summary(phase).set_index("category")  # pandas, by its columns
+        frame = frame[~frame.index.duplicated(keep="last")]  # a log merged from copies repeats them
+        count = tokens.get(phase, 1)
+        label = f"{PHASE_LABELS.get(phase, phase)} ({count} token{'s' if count != 1 else ''})"
+        shares = []
+        for name in ordered:
+            if name not in frame.index:
+                continue
+            row = frame.loc[name]
+            share = float(row["share"])
+            hover = (
+                f"{name}: {format_number(share, 'share')} of the {label} "
+                f"({format_number(float(row['ms']) / 1e3, 's')}); if it cost nothing, the model "
+                f"{format_number(float(row['model_speedup_if_free']), 'x')}"
+            )
+            shares.append(Share(share * 100, colours[name], legend_name(name, kernels), hover))
+        rows.append((label, tuple(shares)))
+    return SharesChart(
+        TITLE,
+        "The last time breakdown of each phase, all on PyTorch.",
+        "share of the forward (%)",
+        tuple(rows),
+        name="breakdown",
+    )
+
+
+def charts(log: ResultLog) -> list[Chart]:
+    """The report's charts of `log`, those with something to draw."""
+    found = [make(log) for make in (speed_chart, pair_chart, error_chart, model_chart)]
+    return [chart for chart in found if chart is not None] + machine_charts(log)
