@@ -307,16 +307,18 @@ class LivePlots:
     # -- names and colours -------------------------------------------------------------------------
 
     def entry_name(self, record: Record) -> str:
-        """The name a record's candidate has in the plots ("SiLU · bundled activation"; "SiLU · kernel
-        off" for a verdict of pairs that all ran PyTorch): what the status line can say it with."""
+        """The name a record's candidate has in the plots ("SiLU · bundled activation"): what the
+        status line names a verdict by, so it reads as the point it matches. A verdict of pairs that
+        all ran PyTorch is its layer's alone (its text says "kernel off")."""
         if isinstance(record.values, LayerVerdict) and not record.values.kernel_on:
-            return kernel_off_name(str(record.layer))
+            return str(record.layer)
         with self._drawing:
-            return self._name(record_identity(record))
+            return self._name(record_identity(record), keep=False)
 
-    def _name(self, found: Identity) -> str:
+    def _name(self, found: Identity, *, keep: bool = True) -> str:
         """The legend entry of a candidate: its layer, short name and source; with its code path or
-        kernel id where two candidates of a layer would read the same."""
+        kernel id where two candidates of a layer would read the same. `keep`: remember it (a
+        candidate drawn), else only say it."""
         if found in self._names:
             return self._names[found]
         layer, kernel_id, isa, label = found
@@ -326,7 +328,8 @@ class LivePlots:
             name = f"{name}@{isa}"
         if name in taken:
             name = f"{name} ({kernel_id})"
-        self._names[found] = name
+        if keep:
+            self._names[found] = name
         return name
 
     @staticmethod
@@ -806,8 +809,9 @@ class LivePlots:
             what = f"the kernel is off: PyTorch's own error, {worst:.2e} vs float64 (no kernel's error)"
             self.divergence.restyle(index, x=[layer], y=[y], text=[KERNEL_OFF], hovertext=[what])
             shown.append(y)
-        shown = [v for v in shown if v > 1e-30] or [1e-30]
-        self._ranges[id(self.divergence)] = (min(shown), max(shown))
+        if shown:  # an axis once there is a point (a pair's state alone draws none)
+            shown = [v for v in shown if v > 1e-30] or [1e-30]
+            self._ranges[id(self.divergence)] = (min(shown), max(shown))
 
     def points(self) -> int:
         """Pairs drawn so far in this run, each point counted for the pairs it stands for: after a

@@ -130,7 +130,8 @@ def test_an_empty_plot_has_no_axes_and_title_legend_and_toolbar_keep_apart() -> 
             assert layout.xaxis.visible is False and layout.yaxis.visible is False and layout.annotations
             assert layout.title.xanchor == "left" and layout.title.yref == "container"
             # at the right of the plot: 9 entries under it took 5 rows and covered the x title
-            assert layout.legend.orientation == "v" and layout.legend.xanchor == "left" and layout.legend.x == 1
+            legend = layout.legend
+            assert legend.orientation == "v" and legend.xanchor == "left" and legend.x == 1
             assert plot.figure()["config"]["displayModeBar"] is False
 
 
