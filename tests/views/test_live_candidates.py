@@ -16,6 +16,7 @@ from kernel_explorer.measure.kinds.time.records import LayerLatency, LayerVerdic
 from kernel_explorer.measure.kinds.values.records import LayerDivergence
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.records import Provenance, Record, RunEvent
+from kernel_explorer.views.live_plot import LivePlot
 from kernel_explorer.views.plot_style import candidate_colour, candidate_short, layer_colour
 from kernel_explorer.views.plots import LivePlots, kernel_off_name
 
@@ -77,7 +78,7 @@ def _plots(records: list[Record]) -> Iterator[tuple[ResultLog, LivePlots]]:
         plots.close()
 
 
-def _by_name(plot) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+def _by_name(plot: LivePlot) -> dict[str, dict]:
     return {trace["name"]: trace for trace in plot.data if trace.get("x")}
 
 
@@ -226,4 +227,4 @@ def test_a_noisy_stretch_is_marked_on_the_throughput_plot_and_a_compare_keeps_th
 def _replace(values: LayerVerdict, **changes: object) -> LayerVerdict:
     import dataclasses
 
-    return dataclasses.replace(values, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(values, **changes)
