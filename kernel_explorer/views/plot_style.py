@@ -4,6 +4,7 @@ candidate) and the words a candidate is named by. Plain data, no plotly import."
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -204,13 +205,13 @@ KERNEL_OFF = "kernel off"
 def candidate_short(kernel_id: str | None, candidate: str | None) -> str:
     """A candidate's short name and source from what a record carries: "bundled activation",
     "peer plain-silu", "hub activation@v1" (from its label, "bundled/activation:Silu (cpu,
-    inference)"), else the kernel id; "" when neither is known."""
+    inference)", a built folder's digest left out), else the kernel id; "" when neither is known."""
     label = (candidate or "").strip()
     if label:
         repo = label.split(":", 1)[0].split(" (", 1)[0].strip()
         first, slash, rest = repo.partition("/")
-        if slash and first in _SOURCES:
-            return f"{first} {rest}"
+        if slash and first in _SOURCES:  # a built folder's name ends with its digest: "plain-silu-b13f1b83"
+            return f"{first} {re.sub(r'-[0-9a-f]{8}(?=@|$)', '', rest)}"
         if slash:
             return f"hub {rest}"
         return repo

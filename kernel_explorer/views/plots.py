@@ -112,8 +112,10 @@ def latest_drawn_run(log: ResultLog) -> str | None:
 
 
 #: one latency pair as `LivePlots._draw_pair` takes it: (run id, time, layer, speedup, kernel on,
-#: stalled, mode, kernel id, code path, candidate label)
-_Pair = tuple[str, float, "str | None", float, bool, bool, str, "str | None", "str | None", "str | None"]
+#: stalled, mode, kernel id, code path, candidate label, instance)
+_Pair = tuple[
+    str, float, "str | None", float, bool, bool, str, "str | None", "str | None", "str | None", "str | None"
+]
 _PAIR_COLUMNS = (
     "run_id",
     "time",
@@ -125,6 +127,7 @@ _PAIR_COLUMNS = (
     "kernel_id",
     "isa",
     "candidate",
+    "instance",
 )
 
 
@@ -187,7 +190,9 @@ class LivePlots:
         # per candidate: this run's kernel-on speedups (not stalled) until its first verdict
         self._samples: dict[Identity, list[float]] = defaultdict(list)
         self._off: dict[str, list[float]] = defaultdict(list)  # per layer: its PyTorch-vs-PyTorch pairs
-        self._on_now: dict[str, bool] = {}  # per layer: whether its latest pair or value ran a kernel
+        # per layer and instance: whether its latest pair or value ran a kernel (a layer is "kernel off"
+        # when none of its instances did; one on and four off is a layer partly on, not off)
+        self._instances_on: dict[str, dict[str, bool]] = defaultdict(dict)
         self._names: dict[Identity, str] = {}  # the legend entry of each candidate drawn
         self._series: dict[str, Series] = {}  # per-pair trace name -> every pair of this run
         self._index: dict[str, int] = {}  # per-pair trace name -> its index in the latency figure
@@ -332,6 +337,11 @@ class LivePlots:
             self._names[found] = name
         return name
 
+    def layer_off(self, layer: str) -> bool:
+        """Whether every instance of `layer` ran PyTorch in its latest pair or value of this run."""
+        states = self._instances_on.get(layer)
+        return bool(states) and not any(states.values())
+
     @staticmethod
     def _colour(layer: str, name: str, kernel_on: bool) -> str:
         return candidate_colour(layer, name) if kernel_on else layer_colour(layer)
@@ -341,10 +351,11 @@ class LivePlots:
     def _reset(self, run_id: str, start: float) -> None:
         """A new run: clear every plot but the throughput (the log keeps the old run's records)."""
         self._run_id, self._start = run_id, start
+        self._last_seconds = 0.0
         for state in (
             self._samples,
             self._off,
-            self._on_now,
+            self._instances_on,
             self._names,
             self._verdicts,
             self._worst,
@@ -398,6 +409,7 @@ class LivePlots:
                     if provenance
                     else (None,) * 3
                 ),
+                record.instance,
             )
             return
         if not isinstance(values, _DRAWN):
@@ -426,7 +438,7 @@ class LivePlots:
         """A value record: the kernel's error counts for its candidate only while the kernel ran;
         PyTorch's error is the layer's, whatever ran."""
         layer = str(record.layer)
-        self._on_now[layer] = values.kernel_on
+        self._instances_on[layer][str(record.instance)] = values.kernel_on
         if values.pytorch_err64 is not None:
             self._pytorch_worst[layer] = max(self._pytorch_worst.get(layer, 0.0), float(values.pytorch_err64))
         if values.kernel_on:
@@ -505,6 +517,7 @@ class LivePlots:
         kernel_id: str | None = None,
         isa: str | None = None,
         candidate: str | None = None,
+        instance: str | None = None,
     ) -> None:
         """One latency pair: a point of its candidate's trace (or of its layer's kernel-off trace),
         and a sample of that candidate's marker."""
@@ -519,8 +532,9 @@ class LivePlots:
             trace = self._pair_trace(name, layer, self._colour(layer, name, kernel_on), kernel_on)
             self._index[name] = self.latency.add_trace(trace)
         self._series[name].add(seconds, speedup)
-        if self._on_now.get(layer) != kernel_on:
-            self._on_now[layer] = kernel_on
+        states = self._instances_on[layer]
+        if states.get(str(instance)) != kernel_on:
+            states[str(instance)] = kernel_on
             self._bars_changed = self._errors_changed = True
         if stalled:  # a stalled pair measured the machine
             return
@@ -690,7 +704,7 @@ class LivePlots:
             highs.append(high)
         for layer, samples in self._off.items():
             name = kernel_off_name(layer)
-            off = self._on_now.get(layer) is False and bool(samples)
+            off = self.layer_off(layer) and bool(samples)
             if not off and name not in self._marker_index:
                 continue
             index = self._marker_trace(
@@ -802,7 +816,7 @@ class LivePlots:
                 hovertext=[],
                 hovertemplate=f"{name}: %{{hovertext}}<extra></extra>",
             )
-            if self._on_now.get(layer) is not False:
+            if not self.layer_off(layer):
                 self.divergence.restyle(index, x=[], y=[], text=[], hovertext=[])
                 continue
             y = max(worst, 1e-30)

@@ -74,7 +74,7 @@ def test_run_is_compare_per_cycle_and_a_switch_mid_run_shows_apart(dashboard: Da
     bars = markers["RMSNorm · bundled rmsnorm"]
     assert bars.x == ["RMSNorm"] and all(y > 0 for y in bars.y)
     assert all(low >= 0 for low in bars.error_y.arrayminus)  # intervals around the medians
-    if dashboard.plots._on_now.get("RMSNorm") is False:  # its latest pairs ran PyTorch: it says so
+    if dashboard.plots.layer_off("RMSNorm"):  # its latest pairs ran PyTorch: it says so
         assert markers["RMSNorm · kernel off"].text == ["kernel off"]
     verdicts = dashboard.explorer.results.records("layer_verdict")
     assert {r.run_id for r in verdicts} == {dashboard.handle.run_id}

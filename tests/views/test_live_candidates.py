@@ -190,6 +190,8 @@ def test_kernel_off_traces_take_their_layers_colour_and_no_trace_has_a_colour_ar
 def test_candidate_short_names_the_source_and_the_repository() -> None:
     assert candidate_short("_x", "bundled/activation:Silu (cpu, inference)") == "bundled activation"
     assert candidate_short("_x", "peer/plain-silu:PlainSilu (cpu, inference)") == "peer plain-silu"
+    assert candidate_short("_x", "peer/plain-silu-b13f1b83:PlainSilu (cpu, any mode)") == "peer plain-silu"
+    assert candidate_short("_x", "bundled/activation@avx2:Silu (cpu, any mode)") == "bundled activation@avx2"
     assert (
         candidate_short("_x", "kernels-community/activation@v1:Silu (cpu, inference)") == "hub activation@v1"
     )
@@ -228,3 +230,17 @@ def _replace(values: LayerVerdict, **changes: object) -> LayerVerdict:
     import dataclasses
 
     return dataclasses.replace(values, **changes)
+
+
+def test_a_layer_partly_on_is_no_kernel_off_layer() -> None:
+    """One instance on its kernel, the other on PyTorch: the pairs go to two traces, but the layer
+    is not "kernel off" (it would flicker with every pair)."""
+    on = _pairs("run-1", "RMSNorm", 2.0, 10, BUNDLED)
+    off = _pairs("run-1", "RMSNorm", 1.0, 10, None, on=False, t0=1.005)
+    on = [r for r in on if r.instance.endswith("0.mlp.act_fn")]  # type: ignore[union-attr]
+    off = [r for r in off if r.instance.endswith("1.mlp.act_fn")]  # type: ignore[union-attr]
+    mixed = sorted([*on, *off], key=lambda r: r.time)
+    with _plots(mixed) as (_, plots):
+        assert not plots.layer_off("RMSNorm")
+        assert kernel_off_name("RMSNorm") in _by_name(plots.latency)
+        assert kernel_off_name("RMSNorm") not in _by_name(plots.speedup)
