@@ -22,6 +22,25 @@ from kernel_explorer.views.plot_style import (
 )
 
 
+def padded(low: float, high: float) -> tuple[float, float]:
+    """[low, high] widened to the 1-2-5 values around it: a plot's points then lie between two
+    labelled ticks (0.27x and 1.5x drawn with only 0.5x and 1x labelled read as nothing near either)."""
+    import math
+
+    low, high = max(min(low, high), 1e-30), max(high, low, 1e-30)
+    first, last = math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1
+    steps = [m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)]
+    return max(v for v in steps if v <= low * 1.0001), min(v for v in steps if v >= high / 1.0001)
+
+
+def log_range(low: float, high: float) -> list[float]:
+    """A log axis' range (plotly takes log10 units) from `low` to `high`, with a little room so a
+    marker at either end is drawn whole."""
+    import math
+
+    return [math.log10(low) - 0.04, math.log10(high) + 0.04]
+
+
 def speedup_axis(low: float = 0.5, high: float = 2.0) -> dict[str, Any]:
     """The live plots' speedup axis: the shared look, at most `MAX_TICKS` labels for [low, high]."""
     axis = {key: value for key, value in SPEEDUP_AXIS.items() if key != "minor"}

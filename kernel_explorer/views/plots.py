@@ -50,10 +50,11 @@ from kernel_explorer.records import (
 )
 from kernel_explorer.views.live_figures import (
     MAX_DRAWN,
-    THROUGHPUT_TITLE,
     Series,
     error_axis,
     live_figures,
+    log_range,
+    padded,
     speedup_axis,
 )
 from kernel_explorer.views.live_plot import LivePlot
@@ -375,7 +376,7 @@ class LivePlots:
             empty = self._empty[id(plot)]
             plot.react(empty["data"], empty["layout"])
         if self._throughput_run is not None and self._throughput_run != run_id:
-            title = f"{THROUGHPUT_TITLE} · {self._throughput_run}, the last run that measured it"
+            title = f"Model throughput of {self._throughput_run} (a compare measures none)"
             self.throughput.relayout(**{"title.text": title})
 
     def _reset_throughput(self, run_id: str) -> None:
@@ -395,7 +396,7 @@ class LivePlots:
                 self._starts[record.run_id] = record.time
             return
         if isinstance(values, LayerLatency):
-            provenance = record.provenance
+            found = record.provenance
             self._draw_pair(
                 record.run_id,
                 record.time,
@@ -404,12 +405,10 @@ class LivePlots:
                 values.kernel_on,
                 values.stalled,
                 values.mode,
-                *(
-                    (provenance.kernel_id, provenance.isa, provenance.candidate)
-                    if provenance
-                    else (None,) * 3
-                ),
-                record.instance,
+                kernel_id=found.kernel_id if found else None,
+                isa=found.isa if found else None,
+                candidate=found.candidate if found else None,
+                instance=record.instance,
             )
             return
         if not isinstance(values, _DRAWN):
@@ -625,16 +624,25 @@ class LivePlots:
                     update["shapes"] = [one_x_line(), *plot.plot_layout.get("shapes", [])]
                 plot.relayout(**update)
             low, high = self._ranges[id(plot)]
-            if plot is self.latency or plot is self.speedup:
+            if plot is self.latency or plot is self.speedup:  # 1x stays in view: the dotted line
+                low, high = padded(min(low, 1.0), max(high, 1.0))
                 ticks = speedup_axis(low, high)
             elif plot is self.divergence:
+                low, high = padded(low, high)
                 ticks = error_axis(low, high)
             else:
                 continue
-            chosen = (tuple(ticks["tickvals"]), tuple(ticks["ticktext"]))
+            chosen = (tuple(ticks["tickvals"]), tuple(ticks["ticktext"]), low, high)
             if self._ticks.get(id(plot)) != chosen:
                 self._ticks[id(plot)] = chosen
-                plot.relayout(**{"yaxis.tickvals": ticks["tickvals"], "yaxis.ticktext": ticks["ticktext"]})
+                plot.relayout(
+                    **{
+                        "yaxis.tickvals": ticks["tickvals"],
+                        "yaxis.ticktext": ticks["ticktext"],
+                        "yaxis.range": log_range(low, high),
+                        "yaxis.autorange": False,
+                    }
+                )
         for plot in (self.latency, self.speedup, self.divergence):
             names = [trace["name"] for trace in plot.data if trace.get("showlegend", True) and trace.get("x")]
             right = legend_margin(names)

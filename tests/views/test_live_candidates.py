@@ -244,3 +244,25 @@ def test_a_layer_partly_on_is_no_kernel_off_layer() -> None:
         assert not plots.layer_off("RMSNorm")
         assert kernel_off_name("RMSNorm") in _by_name(plots.latency)
         assert kernel_off_name("RMSNorm") not in _by_name(plots.speedup)
+
+
+def test_every_point_lies_between_two_labelled_ticks_inside_the_range() -> None:
+    """The per-pair plot drew clusters at 1.5x and 0.3x with no tick near 1.5x; a median at 0.27x
+    sat under the lowest label, 0.5x."""
+    import math
+
+    bundled = _pairs("run-1", "SiLU", 1.5, 40, BUNDLED)
+    peer = _pairs("run-1", "SiLU", 0.27, 40, PEER, t0=5.0)
+    values = LayerDivergence("float32", 10, 0.5, True, kernel_err64=1.2e-8, pytorch_err64=4.7e-8)
+    error = Record("run-1", values, "SiLU", "m.0", time=0.5, provenance=BUNDLED)
+    with _plots([error, *bundled, *peer]) as (_, plots):
+        for plot in (plots.latency, plots.speedup, plots.divergence):
+            axis = plot.plot_layout["yaxis"]
+            ys = [y for trace in plot.data for y in trace.get("y", [])]
+            assert ys and axis["autorange"] is False
+            assert all(axis["range"][0] <= math.log10(y) <= axis["range"][1] for y in ys), (axis["range"], ys)
+            assert min(axis["tickvals"]) <= min(ys) and max(ys) <= max(axis["tickvals"]), (
+                axis["tickvals"],
+                ys,
+            )
+            assert 2 <= len(axis["tickvals"]) <= 6
