@@ -28,9 +28,10 @@ per layer for the session and a shade per candidate (`plot_style.layer_colour`).
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,6 +80,8 @@ Identity = tuple[str, str, str, str]
 
 #: a comparison whose verdict left out this share of its pairs as stalled measured the machine
 _NOISY_STALLED = 0.1
+#: the kernel-off pairs per layer whose median the "kernel off" point is drawn at
+_OFF_WINDOW = 2000
 
 
 def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
@@ -190,7 +193,9 @@ class LivePlots:
         self._start: float | None = None
         # per candidate: this run's kernel-on speedups (not stalled) until its first verdict
         self._samples: dict[Identity, list[float]] = defaultdict(list)
-        self._off: dict[str, list[float]] = defaultdict(list)  # per layer: its PyTorch-vs-PyTorch pairs
+        # per layer: its latest PyTorch-vs-PyTorch pairs (a window: an hour's Run with a layer off
+        # makes millions, and the point only needs their median)
+        self._off: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=_OFF_WINDOW))
         # per layer and instance: whether its latest pair or value ran a kernel (a layer is "kernel off"
         # when none of its instances did; one on and four off is a layer partly on, not off)
         self._instances_on: dict[str, dict[str, bool]] = defaultdict(dict)
@@ -726,10 +731,10 @@ class LivePlots:
             if not off:
                 self.speedup.restyle(index, x=[], y=[], text=[], customdata=[])
                 continue
-            median = Comparison(tuple(samples)).interval.median
+            median = statistics.median(samples)
             what = (
-                f"PyTorch against PyTorch ({len(samples)} pairs): the kernel is off, so these pairs are no "
-                "kernel's speedup"
+                f"PyTorch against PyTorch (median of its latest {len(samples)} pairs): the kernel is off, so "
+                "these pairs are no kernel's speedup"
             )
             self.speedup.restyle(index, x=[layer], y=[median], text=[KERNEL_OFF], customdata=[what])
             lows.append(median)

@@ -162,8 +162,10 @@ def test_two_candidates_of_a_layer_apart_in_every_plot_and_an_off_layer_reads_ke
     for index in range(3):
         _run_cell(page, index)
     expect(page.locator(".kx-layer-table")).to_be_visible(timeout=90_000)
+    _wait_for(page, lambda plots: all(plot["notes"] for plot in plots.values()), "the four empty plots", 60)
     notes = [n for plot in _plots(page).values() for n in plot["notes"]]
-    assert len(notes) == 4 and not any("press Run" in n for n in notes), notes  # each says what, when
+    assert len(set(notes)) == 4 and not any("press Run" in n for n in notes), notes  # each says what, when
+    screenshot(page, "candidates-empty-light")
     _run_cell(page, 3)  # notebook 03's kernel, built, offered as a peer and switched on
     assert _output(page, 3, "PEER")[0] > 0
 
