@@ -179,7 +179,7 @@ def _mix(colour: str, towards: int, share: float) -> str:
 
 
 #: the shades of a layer's colour its candidates take, in the order they are first drawn
-_SHADES = ((0, 0.0), (0, 0.45), (255, 0.45), (0, 0.7), (255, 0.7))
+_SHADES = ((0, 0.0), (0, 0.35), (255, 0.4), (0, 0.6), (255, 0.65))
 
 
 def candidate_colour(layer: str, candidate: str) -> str:
