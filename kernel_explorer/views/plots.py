@@ -660,7 +660,7 @@ class LivePlots:
         """The index of the trace of entry `name` in `plot` (the median or error plot), made the
         first time: one trace per candidate, grouped beside its layer's others."""
         if name not in table:
-            rank = sum(1 for known in table if known.startswith(layer + " · ") or known == layer)
+            rank = sum(1 for trace in plot.data if trace.get("legendgroup") == layer)  # its place beside them
             table[name] = plot.add_trace(
                 {
                     "type": "scatter",
