@@ -28,6 +28,7 @@ per layer for the session and a shade per candidate (`plot_style.layer_colour`).
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
@@ -597,17 +598,13 @@ class LivePlots:
             self._widen(self.latency, min(y), max(y))
             if series.step != self._steps.get(name, 1):
                 self._steps[name] = series.step
-                hover = self.latency.data[index]["hovertemplate"]
-                self.latency.restyle(
-                    index,
-                    hovertemplate=hover.replace(
-                        "%{y:.2f}x at", f"%{{y:.2f}}x (median of {series.step} pairs) at"
-                    ),
+                hover = re.sub(
+                    r"%\{y:\.2f\}x( \(median of \d+ pairs\))? at",
+                    f"%{{y:.2f}}x (median of {series.step} pairs) at",
+                    self.latency.data[index]["hovertemplate"],
                 )
-                step = max(self._steps.values())
-                self.latency.relayout(
-                    **{"xaxis.title.text": f"seconds into the run (a point: median of up to {step} pairs)"}
-                )
+                # said per point, not in the x title: beside the legend that was cut at both ends
+                self.latency.restyle(index, hovertemplate=hover)
 
     def _widen(self, plot: LivePlot, low: float, high: float) -> None:
         found = self._ranges.get(id(plot))

@@ -85,7 +85,10 @@ def test_each_trace_keeps_a_fixed_budget_of_exact_medians() -> None:
     with _drawn(_pairs("run-1", {"RMSNorm": 20 * MAX_DRAWN})) as (_, plots):
         (trace,) = plots.latency.data
         assert len(trace.x) <= MAX_DRAWN and trace.marker.symbol == "circle"  # merged, still markers
-        assert "median of up to" in plots.latency.plot_layout.xaxis.title.text
+        assert f"(median of {plots._series['RMSNorm'].step} pairs)" in trace.hovertemplate  # what a point is
+        assert (
+            plots.latency.plot_layout.xaxis.title.text == "seconds into the run"
+        )  # short: beside the legend
 
 
 def test_redraws_run_on_the_appending_thread_with_no_thread_of_their_own() -> None:
