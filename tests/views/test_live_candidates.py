@@ -167,6 +167,9 @@ def test_a_layer_keeps_its_colour_for_the_session_and_each_candidate_a_shade() -
         candidate_colour("SiLU", "SiLU · peer plain-silu")
         == traces["SiLU · peer plain-silu"]["marker"]["color"]
     )
+    # a layer's first candidate takes the layer's colour, the next ones shades of it, each kept
+    first, second = candidate_colour("Fresh", "Fresh · a"), candidate_colour("Fresh", "Fresh · b")
+    assert first == layer_colour("Fresh") != second == candidate_colour("Fresh", "Fresh · b")
 
 
 def test_kernel_off_traces_take_their_layers_colour_and_no_trace_has_a_colour_array() -> None:
