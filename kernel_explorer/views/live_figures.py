@@ -111,11 +111,12 @@ class Series:
 #: entries it has (under the plot, 9 entries took 5 rows and the title ran over the tick labels)
 HEIGHT, TOP_MARGIN, BOTTOM_MARGIN = 320, 40, 50
 
-#: what each plot shows and when it fills, in its middle until its first point
-LATENCY_NOTE = "each timed pair's speedup, per candidate: fills while a Run or a compare times a layer"
-SPEEDUP_NOTE = "each candidate's median speedup with its 95% interval: after a layer's first pairs"
-THROUGHPUT_NOTE = "tokens/s of one forward over the prompt: once per cycle of a Run (a compare measures none)"
-DIVERGENCE_NOTE = "each candidate's largest error against float64: after a layer's first comparison"
+#: what each plot shows and when it fills, in its middle until its first point (two short lines: one
+#: line of 80 characters was wider than a plot with the file browser open)
+LATENCY_NOTE = "each timed pair's speedup, per candidate<br>fills while a Run or a compare times a layer"
+SPEEDUP_NOTE = "each candidate's median speedup, 95% interval<br>after a layer's first pairs"
+THROUGHPUT_NOTE = "tokens/s of one forward over the prompt<br>each cycle of a Run (a compare measures none)"
+DIVERGENCE_NOTE = "each candidate's largest error against float64<br>after a layer's first comparison"
 THROUGHPUT_TITLE = "Model throughput (one forward over the prompt)"
 
 
