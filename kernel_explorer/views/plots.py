@@ -227,6 +227,7 @@ class LivePlots:
             self.flush()
             return
         with self._drawing:
+            self._replay_throughput(run)
             total, counted, earlier = _replayed(log, run)
             with self._lock:
                 # records appended since subscribing are waiting already: at most the last of `earlier`
@@ -245,6 +246,19 @@ class LivePlots:
             with self._lock:
                 self._received += counted
             self._flush(drawn=total > 0)
+
+    def _replay_throughput(self, run: str) -> None:
+        """A dashboard opened after a Run and a compare: the Run's throughput, as a dashboard that
+        watched both would show it (the compare, the latest run, measured none)."""
+        columns = self.log.columns(ModelThroughput.kind)
+        if not len(columns["run_id"]) or str(columns["run_id"][-1]) == run:
+            return
+        measured = str(columns["run_id"][-1])
+        for record in [
+            *self.log.records(RunEvent.kind, measured),
+            *self.log.records(ModelThroughput.kind, measured),
+        ]:
+            self._draw(record)
 
     def close(self) -> None:
         self._unsubscribe()

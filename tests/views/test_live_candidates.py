@@ -270,3 +270,24 @@ def test_every_point_lies_between_two_labelled_ticks_inside_the_range() -> None:
                 ys,
             )
             assert 2 <= len(axis["tickvals"]) <= 6
+
+
+def test_a_dashboard_opened_after_a_run_and_a_compare_shows_the_runs_throughput() -> None:
+    from kernel_explorer.measure.kinds.model.records import ModelThroughput
+
+    log = ResultLog(
+        [
+            Record("run-1", RunEvent("started"), time=0.0),
+            Record("run-1", ModelThroughput(300.0, 2), time=0.5),
+            *_pairs("run-1", "SiLU", 1.5, 5, BUNDLED),
+            Record("run-1", ModelThroughput(280.0, 2), time=9.0),
+            *_pairs("run-2", "SiLU", 0.3, 5, PEER, t0=20.0),
+        ]
+    )
+    plots = LivePlots(log, interval=3600)
+    try:
+        assert plots.throughput.data[0]["y"] == [300.0, 280.0] and plots.throughput.data[0]["x"] == [0.5, 9.0]
+        assert "run-1" in plots.throughput.plot_layout["title"]["text"]
+        assert set(_by_name(plots.latency)) == {"SiLU · peer plain-silu"}  # the latest run's pairs
+    finally:
+        plots.close()
