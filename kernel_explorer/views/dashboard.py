@@ -178,7 +178,7 @@ class Dashboard:
             self._cycle_layers.add(record.layer)
             self.progress.max = max(len(self.explorer.layers), len(self._cycle_layers), 1)
             self.progress.value = len(self._cycle_layers)
-            self.status.value = self._verdict_line(record.layer, record.values)
+            self.status.value = self._verdict_line(self._named(record), record.values)
 
     def _on_other_record(self, record: Record) -> None:
         """A run started elsewhere (a cell's `compare`, `%kernels compare`): the plots switch to it,
@@ -190,7 +190,7 @@ class Dashboard:
                 self.progress.description = "layers"
             self._cycle_layers.add(record.layer)
             self.progress.max = self.progress.value = len(self._cycle_layers)
-            self.status.value = self._verdict_line(record.layer, record.values)
+            self.status.value = self._verdict_line(self._named(record), record.values)
         elif isinstance(values, RunEvent) and values.event != "started" and record.run_id == self.shown_run:
             self._ended(record.run_id, values)
 
@@ -204,6 +204,12 @@ class Dashboard:
         self.table.refresh()
         self.refresh_snapshot()
         self.refresh_downloads()
+
+    def _named(self, record: Record) -> str:
+        """A verdict's layer and candidate as the plots name its point ("SiLU · peer plain-silu"), so
+        the status line and the median plot read as one number of one candidate."""
+        plots = getattr(self, "plots", None)  # a record may come while the dashboard is being made
+        return str(record.layer) if plots is None else plots.entry_name(record)
 
     @staticmethod
     def _verdict_line(layer: str, v: LayerVerdict) -> str:

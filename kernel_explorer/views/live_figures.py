@@ -1,7 +1,8 @@
 """The live dashboard's four figures and the points of their traces (what `LivePlots` draws on).
 
 Built once per dashboard: one look for every plot (`_layout`), one copy of plotly.js for the four
-(the first is `live_plot.carrier`), markers with intervals where a log axis makes bars meaningless.
+(the first is `live_plot.carrier`), markers with intervals where a log axis makes bars meaningless,
+and a note in each empty plot that says what it shows and when it fills.
 """
 
 from __future__ import annotations
@@ -15,10 +16,29 @@ from kernel_explorer.views.plot_style import (
     ERROR_AXIS,
     MAX_TICKS,
     SPEEDUP_AXIS,
+    UNSURE_COLOUR,
     empty_note,
     log_ticks,
-    one_x_line,
 )
+
+
+def padded(low: float, high: float) -> tuple[float, float]:
+    """[low, high] widened to the 1-2-5 values around it: a plot's points then lie between two
+    labelled ticks (0.27x and 1.5x drawn with only 0.5x and 1x labelled read as nothing near either)."""
+    import math
+
+    low, high = max(min(low, high), 1e-30), max(high, low, 1e-30)
+    first, last = math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1
+    steps = [m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)]
+    return max(v for v in steps if v <= low * 1.0001), min(v for v in steps if v >= high / 1.0001)
+
+
+def log_range(low: float, high: float) -> list[float]:
+    """A log axis' range (plotly takes log10 units) from `low` to `high`, with a little room so a
+    marker at either end is drawn whole."""
+    import math
+
+    return [math.log10(low) - 0.04, math.log10(high) + 0.04]
 
 
 def speedup_axis(low: float = 0.5, high: float = 2.0) -> dict[str, Any]:
@@ -86,18 +106,27 @@ class Series:
         return x, y, False
 
 
-#: pixels; a legend row is drawn 28 px high at font size 11 (20 left the per-pair plot's x-axis
-#: title over its tick labels once the legend took three rows)
-HEIGHT, TOP_MARGIN, BOTTOM_MARGIN, LEGEND_ROW = 320, 40, 50, 28
+#: pixels: every plot is this high; its legend stands at its right (`plots.legend_margin` widens the
+#: right margin to the longest entry), so the legend never pushes into the x-axis title however many
+#: entries it has (under the plot, 9 entries took 5 rows and the title ran over the tick labels)
+HEIGHT, TOP_MARGIN, BOTTOM_MARGIN = 320, 40, 50
+
+#: what each plot shows and when it fills, in its middle until its first point (two short lines: one
+#: line of 80 characters was wider than a plot with the file browser open)
+LATENCY_NOTE = "each timed pair's speedup, per candidate<br>fills while a Run or a compare times a layer"
+SPEEDUP_NOTE = "each candidate's median speedup, 95% interval<br>after a layer's first pairs"
+THROUGHPUT_NOTE = "tokens/s of one forward over the prompt<br>each cycle of a Run (a compare measures none)"
+DIVERGENCE_NOTE = "each candidate's largest error against float64<br>after a layer's first comparison"
+THROUGHPUT_TITLE = "Model throughput (one forward over the prompt)"
 
 
-def _layout(title: str, **extra: Any) -> dict[str, Any]:
+def _layout(title: str, note: str, **extra: Any) -> dict[str, Any]:
     """One look for every live plot: width follows the cell, transparent so the theme shows through.
 
-    The title sits at the top left and the legend under the plot (its rows add to the bottom
-    margin, `plots.LivePlots`), so neither can run into the other however many layers there are,
-    and there is no toolbar over either (`live_plot.CONFIG`). Axes stay hidden until the first
-    point: an empty plot shows its note, not a scale of nothing.
+    The title sits at the top left and the legend at the right of the plot, grouped by layer, so
+    neither runs into the other or into an axis however many candidates there are, and there is no
+    toolbar over either (`live_plot.CONFIG`). Axes stay hidden until the first point: an empty plot
+    shows its note (what it shows and when it fills), not a scale of nothing.
     """
     layout = {
         "title": {
@@ -118,15 +147,21 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "plot_bgcolor": "rgba(0,0,0,0)",
         "showlegend": True,
         "legend": {
-            "orientation": "h",
-            "yref": "container",
-            "y": 0.0,
-            "yanchor": "bottom",
-            "x": 0.0,
+            "orientation": "v",
+            "x": 1.0,
             "xanchor": "left",
-            "font": {"size": 11},
+            "xref": "paper",
+            "y": 1.0,
+            "yanchor": "top",
+            "yref": "paper",
+            "traceorder": "grouped",
+            "tracegroupgap": 4,
+            "font": {"size": 10},
         },
-        "annotations": [empty_note()],
+        # a layer's candidates beside each other at its place on a category axis
+        "scattermode": "group",
+        "scattergap": 0.5,
+        "annotations": [empty_note(note)],
         **extra,
     }
     for axis in ("xaxis", "yaxis"):
@@ -135,31 +170,14 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
 
 
 def latency_layout() -> dict[str, Any]:
+    # the 1x line comes with the axes (`plots.LivePlots._fit`): on an empty plot it struck the note
     return _layout(
         "Speedup per pair (PyTorch time / time of what runs now)",
+        LATENCY_NOTE,
         xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
         yaxis=speedup_axis(),
-        shapes=[one_x_line()],
+        scattermode="overlay",
     )
-
-
-def speedup_trace() -> dict[str, Any]:
-    # a marker with its interval, not a bar: on a log axis a bar's length means nothing
-    return {
-        "type": "scatter",
-        "x": [],
-        "y": [],
-        "mode": "markers+text",
-        "name": "median speedup",
-        "text": [],
-        "textposition": "middle right",
-        "cliponaxis": False,  # the last layer's "3.86x" beyond the axis' end stays whole
-        "marker": {"size": 9},
-        "error_y": {"type": "data", "symmetric": False, "array": [], "arrayminus": []},
-        "customdata": [],
-        "hovertemplate": "%{x}: %{y:.2f}x<br>%{customdata}<extra></extra>",
-        "showlegend": False,
-    }
 
 
 def throughput_trace() -> dict[str, Any]:
@@ -169,53 +187,56 @@ def throughput_trace() -> dict[str, Any]:
         "y": [],
         "mode": "lines+markers",
         "name": "model",
-        "hovertemplate": "%{y:.1f} tokens/s<extra></extra>",
+        "line": {"color": UNSURE_COLOUR},
+        "marker": {"color": UNSURE_COLOUR},
+        "hovertemplate": "%{y:.1f} tokens/s at %{x:.0f} s<extra></extra>",
         "showlegend": False,
     }
 
 
-def divergence_traces() -> list[dict[str, Any]]:
+def pytorch_error_trace() -> dict[str, Any]:
     # markers: a bar on a log axis starts at the axis' bottom, so 2e-6 against 4e-6 looked like 1 to 30
-    return [
-        {
-            "type": "scatter",
-            "x": [],
-            "y": [],
-            "mode": "markers",
-            "name": name,
-            "marker": {"size": 10, "symbol": symbol},
-            "hovertext": [],
-            "hovertemplate": "%{x}: %{hovertext}<extra></extra>",
-        }
-        for name, symbol in (("kernel vs float64", "circle"), ("PyTorch vs float64", "diamond-open"))
-    ]
+    return {
+        "type": "scatter",
+        "x": [],
+        "y": [],
+        "mode": "markers",
+        "name": "PyTorch vs float64",
+        "offsetgroup": "pytorch",
+        "marker": {"size": 10, "symbol": "diamond-open", "color": UNSURE_COLOUR},
+        "hovertext": [],
+        "hovertemplate": "%{x}: %{hovertext}<extra></extra>",
+    }
 
 
 def live_figures() -> tuple[LivePlot, LivePlot, LivePlot, LivePlot]:
-    """(speedup per pair, median speedup per layer, throughput, divergence), empty."""
+    """(speedup per pair, median speedup per candidate, throughput, divergence), empty."""
     latency = carrier([], latency_layout())  # the first: it brings plotly.js for all
     speedup = LivePlot(
-        [speedup_trace()],
+        [],  # a trace per candidate, as they come (`plots.LivePlots`)
         _layout(
-            "Median speedup per layer with its 95% interval",
+            "Median speedup per candidate with its 95% interval",
+            SPEEDUP_NOTE,
             xaxis=dict(CATEGORY_AXIS),
             yaxis=speedup_axis(),
-            shapes=[one_x_line()],
         ),
     )
     throughput = LivePlot(
         [throughput_trace()],
         _layout(
-            "Model throughput (one forward over the prompt)",
+            THROUGHPUT_TITLE,
+            THROUGHPUT_NOTE,
             xaxis={"title": {"text": "seconds into the run"}, "rangemode": "tozero"},
             # a linear axis too: plotly chose 7 labels (0, 5, ... 30) in the plot's 200 px
             yaxis={"title": {"text": "tokens/s"}, "rangemode": "tozero", "nticks": MAX_TICKS},
+            scattermode="overlay",
         ),
     )
     divergence = LivePlot(
-        divergence_traces(),
+        [pytorch_error_trace()],  # and a trace per candidate, as they come
         _layout(
             "Largest error against a float64 run (lower is more accurate)",
+            DIVERGENCE_NOTE,
             xaxis=dict(CATEGORY_AXIS),
             yaxis=error_axis(),
         ),

@@ -1,11 +1,16 @@
-"""The conventions every plot shares (the live dashboard and the HTML report): verdict colours and
-the dotted 1x line of a log speedup axis. Plain data, no plotly import."""
+"""The conventions every plot shares (the live dashboard and the HTML report): verdict colours, the
+dotted 1x line of a log speedup axis, one colour per layer for the whole session (a shade per
+candidate) and the words a candidate is named by. Plain data, no plotly import."""
 
 from __future__ import annotations
 
+import re
+import threading
 from typing import Any
 
 FASTER_COLOUR, SLOWER_COLOUR, UNSURE_COLOUR = "#1a7f37", "#cf222e", "#6e7781"
+#: a stretch where the machine, not a kernel, set the time (the throughput plot's noise bands)
+WARN_COLOUR = "#bf8700"
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -56,10 +61,11 @@ CATEGORY_AXIS: dict[str, Any] = {"type": "category"}
 EMPTY_NOTE = "no measurement yet: press Run, or measure from a cell"
 
 
-def empty_note() -> dict[str, Any]:
-    """The annotation an empty plot carries; `LivePlots` drops it with the first point."""
+def empty_note(text: str = EMPTY_NOTE) -> dict[str, Any]:
+    """The annotation an empty plot carries (`text`: what the plot shows and when it fills);
+    `LivePlots` drops it with the first point."""
     return {
-        "text": EMPTY_NOTE,
+        "text": text,
         "name": "kx-empty",
         "xref": "paper",
         "yref": "paper",
@@ -136,3 +142,82 @@ def log_ticks(low: float, high: float, *, unit: str = "x", decades_only: bool = 
 
     text = [label(v) for v in values]
     return {"tickmode": "array", "tickvals": values, "ticktext": text}
+
+
+#: one colour per layer, in the order layers are first drawn in this session (never green or red:
+#: those say faster and slower)
+LAYER_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#9467bd",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#7f7f7f",
+)
+
+_colours_lock = threading.Lock()
+_layer_colours: dict[str, str] = {}
+_candidate_shades: dict[tuple[str, str], int] = {}
+
+
+def layer_colour(layer: str) -> str:
+    """The layer's colour for the whole session (the Python process): assigned the first time any
+    plot asks, so a layer keeps it from a Run to the next compare and into the report, whatever the
+    order its traces are drawn in."""
+    with _colours_lock:
+        if layer not in _layer_colours:
+            _layer_colours[layer] = LAYER_PALETTE[len(_layer_colours) % len(LAYER_PALETTE)]
+        return _layer_colours[layer]
+
+
+def _mix(colour: str, towards: int, share: float) -> str:
+    """`colour` (#rrggbb) moved `share` of the way to black (0) or white (255)."""
+    channels = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (towards - c) * share):02x}" for c in channels)
+
+
+#: the shades of a layer's colour its candidates take, in the order they are first drawn
+_SHADES = ((0, 0.0), (0, 0.35), (255, 0.4), (0, 0.6), (255, 0.65))
+
+
+def candidate_colour(layer: str, candidate: str) -> str:
+    """A shade of the layer's colour for one of its candidates, for the whole session: the first
+    candidate drawn takes the layer's colour, the next a darker shade, then a lighter one..."""
+    base = layer_colour(layer)
+    with _colours_lock:
+        key = (layer, candidate)
+        if key not in _candidate_shades:
+            _candidate_shades[key] = sum(1 for known in _candidate_shades if known[0] == layer)
+        towards, share = _SHADES[_candidate_shades[key] % len(_SHADES)]
+    return _mix(base, towards, share)
+
+
+#: where a candidate label's repository comes from ("bundled/activation"), the first word of it
+_SOURCES = ("bundled", "peer", "user", "registered", "transformers")
+#: the sign between a layer and its candidate in every legend and label
+SEPARATOR = " · "
+#: what an off layer reads: it ran PyTorch on both sides of its pairs (never "not measurable")
+KERNEL_OFF = "kernel off"
+
+
+def candidate_short(kernel_id: str | None, candidate: str | None) -> str:
+    """A candidate's short name and source from what a record carries: "bundled activation",
+    "peer plain-silu", "hub activation@v1" (from its label, "bundled/activation:Silu (cpu,
+    inference)", a built folder's digest left out), else the kernel id; "" when neither is known."""
+    label = (candidate or "").strip()
+    if label:
+        repo = label.split(":", 1)[0].split(" (", 1)[0].strip()
+        first, slash, rest = repo.partition("/")
+        if slash and first in _SOURCES:  # a built folder's name ends with its digest: "plain-silu-b13f1b83"
+            return f"{first} {re.sub(r'-[0-9a-f]{8}(?=@|$)', '', rest)}"
+        if slash:
+            return f"hub {rest}"
+        return repo
+    return kernel_id or ""
+
+
+def entry_name(layer: str, short: str) -> str:
+    """A legend entry and a point's label: "SiLU · bundled activation", "SiLU · kernel off"."""
+    return f"{layer}{SEPARATOR}{short}" if short else layer

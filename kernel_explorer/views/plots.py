@@ -1,33 +1,43 @@
-"""Live plots of the run in progress: speedup per pair, per-layer speedup with its 95% interval,
-model throughput and divergence, fed by ResultLog records.
+"""Live plots of the run in progress: speedup per pair, each candidate's median speedup with its 95%
+interval, model throughput and divergence, fed by ResultLog records.
+
+Candidates of a layer are apart in every plot: a record's candidate is what its provenance names
+(kernel id, code path, candidate label: the identity the time kind's summary splits a layer's rows
+by, `kinds/time.per_kernel`), and each gets its own trace and point, named "SiLU · bundled
+activation" (`plot_style.candidate_short`). Pairs where the instance ran PyTorch (its kernel off)
+count in no kernel's statistic: they have their own trace ("SiLU · kernel off"), and a layer whose
+latest pairs ran PyTorch reads "kernel off" on the median and error plots. A candidate's median is
+its latest verdict once it has one, the number the status line prints; before it, its pairs so far.
 
 What a redraw costs is bounded by what is new, however long the run: records are buffered, and a
 redraw sends the points completed since the last one (`live_plot.LivePlot` extends the traces in
-the browser), the per-layer markers (one per layer) and a few layout properties. Each per-pair
-trace keeps a fixed budget of points (`live_figures.Series`: past it, each point becomes the median
-of 2, 4, 8... consecutive pairs), in Python's copy and in the browser alike.
+the browser), the per-candidate markers and a few layout properties. Each per-pair trace keeps a
+fixed budget of points (`live_figures.Series`: past it, each point becomes the median of 2, 4, 8...
+consecutive pairs), in Python's copy and in the browser alike.
 
 Redraws run on the thread that appends the records, right after a record is appended, at most
 every `interval` seconds and once more when a run ends: for a measurement that is between two
 timed pairs, so nothing this view does (reading records, serializing, sending) runs while a pair is
 timed, and no thread of the view competes with the measurement for the interpreter. The plots
-follow the latest run: a run's start clears them (its records stay in the log and the report); a
-new dashboard opens with the latest run the log holds. Conventions shared with the report: a log
-speedup axis with a dotted 1x line, units on every axis and hover, pairs of instances on PyTorch
-drawn apart (open grey markers) and never in a bar.
+follow the latest run: a run's start clears them (its records stay in the log and the report),
+except the throughput plot, which keeps the last Run's until a run measures throughput again (a
+compare measures none); a new dashboard opens with the latest run the log holds. Conventions shared
+with the report: a log speedup axis with a dotted 1x line, units on every axis and hover, one colour
+per layer for the session and a shade per candidate (`plot_style.layer_colour`).
 """
 
 from __future__ import annotations
 
+import re
+import statistics
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
 from kernel_explorer.records import (
     INFERENCE,
-    MIN_PAIRS,
     Comparison,
     LayerDivergence,
     LayerLatency,
@@ -38,31 +48,61 @@ from kernel_explorer.records import (
     RunEvent,
     format_interval,
     format_number,
+    noise_warning,
 )
 from kernel_explorer.views.live_figures import (
-    BOTTOM_MARGIN,
-    HEIGHT,
-    LEGEND_ROW,
     MAX_DRAWN,
     Series,
     error_axis,
     live_figures,
+    log_range,
+    padded,
     speedup_axis,
 )
 from kernel_explorer.views.live_plot import LivePlot
-from kernel_explorer.views.plot_style import UNSURE_COLOUR, verdict_colour
+from kernel_explorer.views.plot_style import (
+    KERNEL_OFF,
+    UNSURE_COLOUR,
+    WARN_COLOUR,
+    candidate_colour,
+    candidate_short,
+    entry_name,
+    layer_colour,
+    one_x_line,
+    verdict_colour,
+)
 
 # the records these plots draw; a run with none of them (a time breakdown) leaves them as they are
 _DRAWN = (LayerLatency, LayerVerdict, ModelThroughput, LayerDivergence)
 
-#: the width a legend is laid out for: half a 1280 px page (two plots side by side)
-_LEGEND_WIDTH = 560
+#: a candidate as the summaries tell candidates apart: (layer, kernel id, code path, candidate label);
+#: ("SiLU", "", "", "") where a record names no kernel
+Identity = tuple[str, str, str, str]
+
+#: a comparison whose verdict left out this share of its pairs as stalled measured the machine
+_NOISY_STALLED = 0.1
+#: the kernel-off pairs per layer whose median the "kernel off" point is drawn at
+_OFF_WINDOW = 2000
+
+
+def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
+    """The candidate a record of `layer` measured, from its provenance (see `Identity`)."""
+    if not kernel_id:
+        return (layer, "", "", "")
+    return (layer, kernel_id, isa or "", candidate or "")
+
+
+def record_identity(record: Record) -> Identity:
+    """`identity` of a record, from its provenance."""
+    found = record.provenance
+    if found is None:
+        return identity(str(record.layer), None, None, None)
+    return identity(str(record.layer), found.kernel_id, found.isa, found.candidate)
 
 
 def kernel_off_name(layer: str) -> str:
-    """The legend entry of a layer's pairs on PyTorch (PyTorch against PyTorch): short, so that the
-    legend of five layers keeps to a row or two."""
-    return f"{layer} (kernel off)"
+    """The legend entry of a layer's pairs on PyTorch (PyTorch against PyTorch): "SiLU · kernel off"."""
+    return entry_name(layer, KERNEL_OFF)
 
 
 def latest_drawn_run(log: ResultLog) -> str | None:
@@ -77,9 +117,23 @@ def latest_drawn_run(log: ResultLog) -> str | None:
 
 
 #: one latency pair as `LivePlots._draw_pair` takes it: (run id, time, layer, speedup, kernel on,
-#: stalled, mode)
-_Pair = tuple[str, float, "str | None", float, bool, bool, str]
-_PAIR_COLUMNS = ("run_id", "time", "layer", "speedup", "kernel_on", "stalled", "mode")
+#: stalled, mode, kernel id, code path, candidate label, instance)
+_Pair = tuple[
+    str, float, "str | None", float, bool, bool, str, "str | None", "str | None", "str | None", "str | None"
+]
+_PAIR_COLUMNS = (
+    "run_id",
+    "time",
+    "layer",
+    "speedup",
+    "kernel_on",
+    "stalled",
+    "mode",
+    "kernel_id",
+    "isa",
+    "candidate",
+    "instance",
+)
 
 
 def _replayed(log: ResultLog, run: str) -> tuple[int, int, Iterator[Record | _Pair]]:
@@ -122,7 +176,7 @@ def _key(entry: Record | _Pair) -> tuple[object, ...]:
 
 
 class LivePlots:
-    """Four live plots (speedup per pair, per layer, throughput, divergence) that follow a ResultLog."""
+    """Four live plots (speedup per pair, per candidate, throughput, divergence) that follow a ResultLog."""
 
     def __init__(self, log: ResultLog, *, interval: float = 1.0) -> None:
         self.log = log
@@ -138,16 +192,32 @@ class LivePlots:
         self._run_id: str | None = None
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
         self._start: float | None = None
-        self._samples: dict[str, list[float]] = defaultdict(list)  # this cycle's kernel-on speedups
+        # per candidate: this run's kernel-on speedups (not stalled) until its first verdict
+        self._samples: dict[Identity, list[float]] = defaultdict(list)
+        # per layer: its latest PyTorch-vs-PyTorch pairs (a window: an hour's Run with a layer off
+        # makes millions, and the point only needs their median)
+        self._off: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=_OFF_WINDOW))
+        # per layer and instance: whether its latest pair or value ran a kernel (a layer is "kernel off"
+        # when none of its instances did; one on and four off is a layer partly on, not off)
+        self._instances_on: dict[str, dict[str, bool]] = defaultdict(dict)
+        self._names: dict[Identity, str] = {}  # the legend entry of each candidate drawn
         self._series: dict[str, Series] = {}  # per-pair trace name -> every pair of this run
         self._index: dict[str, int] = {}  # per-pair trace name -> its index in the latency figure
         self._steps: dict[str, int] = {}  # the step each trace's hover and the axis title say
-        self._verdicts: dict[str, LayerVerdict] = {}
-        self._worst: dict[str, dict[str, float]] = defaultdict(dict)
+        self._verdicts: dict[Identity, LayerVerdict] = {}
+        self._marker_index: dict[str, int] = {}  # entry name -> its trace in the median plot
+        self._error_index: dict[str, int] = {}  # entry name -> its trace in the error plot
+        self._worst: dict[Identity, dict[str, float]] = defaultdict(dict)  # kernel-on values only
+        self._off_worst: dict[str, float] = {}  # per layer: the largest error while its kernel was off
+        self._pytorch_worst: dict[str, float] = {}  # per layer: PyTorch's largest error against float64
         self._bars_changed = self._errors_changed = False
         self._ranges: dict[int, tuple[float, float]] = {}  # plot -> (low, high) of what it shows
         self._ticks: dict[int, Any] = {}  # plot -> the y ticks last sent
         self._shown: set[int] = set()  # plots whose axes show (they have a point)
+        self._throughput_run: str | None = None  # the run whose throughput the plot shows
+        self._throughput_start: float | None = None
+        self._noisy: list[list[float]] = []  # stretches of the throughput plot the machine was noisy in
+        self._last_seconds = 0.0  # when the last verdict or throughput point of the run came
         self._received = 0  # latency records of this run received (drawn or pending)
         self._receiving: str | None = None
         self.seconds_drawing = 0.0  # CPU seconds the redraws took (what the view costs the kernel)
@@ -157,6 +227,7 @@ class LivePlots:
             self.flush()
             return
         with self._drawing:
+            self._replay_throughput(run)
             total, counted, earlier = _replayed(log, run)
             with self._lock:
                 # records appended since subscribing are waiting already: at most the last of `earlier`
@@ -175,6 +246,19 @@ class LivePlots:
             with self._lock:
                 self._received += counted
             self._flush(drawn=total > 0)
+
+    def _replay_throughput(self, run: str) -> None:
+        """A dashboard opened after a Run and a compare: the Run's throughput, as a dashboard that
+        watched both would show it (the compare, the latest run, measured none)."""
+        columns = self.log.columns(ModelThroughput.kind)
+        if not len(columns["run_id"]) or str(columns["run_id"][-1]) == run:
+            return
+        measured = str(columns["run_id"][-1])
+        for record in [
+            *self.log.records(RunEvent.kind, measured),
+            *self.log.records(ModelThroughput.kind, measured),
+        ]:
+            self._draw(record)
 
     def close(self) -> None:
         self._unsubscribe()
@@ -236,7 +320,7 @@ class LivePlots:
             self._draw(record)
         self._send_points()
         if self._bars_changed:
-            self._draw_speedup_bars()
+            self._draw_speedup_markers()
         if self._errors_changed:
             self._draw_errors()
         if marks and self._start is not None:
@@ -246,19 +330,84 @@ class LivePlots:
         for plot in self.figures:
             plot.send_pending()
 
+    # -- names and colours -------------------------------------------------------------------------
+
+    def entry_name(self, record: Record) -> str:
+        """The name a record's candidate has in the plots ("SiLU · bundled activation"): what the
+        status line names a verdict by, so it reads as the point it matches. A verdict of pairs that
+        all ran PyTorch is its layer's alone (its text says "kernel off")."""
+        if isinstance(record.values, LayerVerdict) and not record.values.kernel_on:
+            return str(record.layer)
+        with self._drawing:
+            return self._name(record_identity(record), keep=False)
+
+    def _name(self, found: Identity, *, keep: bool = True) -> str:
+        """The legend entry of a candidate: its layer, short name and source; with its code path or
+        kernel id where two candidates of a layer would read the same. `keep`: remember it (a
+        candidate drawn), else only say it."""
+        if found in self._names:
+            return self._names[found]
+        layer, kernel_id, isa, label = found
+        name = entry_name(layer, candidate_short(kernel_id, label))
+        taken = set(self._names.values())
+        if name in taken and isa:
+            name = f"{name}@{isa}"
+        if name in taken:
+            name = f"{name} ({kernel_id})"
+        if keep:
+            self._names[found] = name
+        return name
+
+    def layer_off(self, layer: str) -> bool:
+        """Whether every instance of `layer` ran PyTorch in its latest pair or value of this run."""
+        states = self._instances_on.get(layer)
+        return bool(states) and not any(states.values())
+
+    @staticmethod
+    def _colour(layer: str, name: str, kernel_on: bool) -> str:
+        return candidate_colour(layer, name) if kernel_on else layer_colour(layer)
+
     # -- per record ------------------------------------------------------------------------------
 
     def _reset(self, run_id: str, start: float) -> None:
-        """A new run: clear every plot (the log keeps the old run's records)."""
+        """A new run: clear every plot but the throughput (the log keeps the old run's records)."""
         self._run_id, self._start = run_id, start
-        for state in (self._samples, self._verdicts, self._worst, self._series, self._index, self._steps):
+        self._last_seconds = 0.0
+        for state in (
+            self._samples,
+            self._off,
+            self._instances_on,
+            self._names,
+            self._verdicts,
+            self._worst,
+            self._off_worst,
+            self._pytorch_worst,
+            self._series,
+            self._index,
+            self._steps,
+            self._marker_index,
+            self._error_index,
+        ):
             state.clear()
-        self._ranges.clear()
-        self._ticks.clear()
-        self._shown.clear()
-        for plot in self.figures:
+        for plot in (self.latency, self.speedup, self.divergence):
+            for state in (self._ranges, self._ticks):
+                state.pop(id(plot), None)
+            self._shown.discard(id(plot))
             empty = self._empty[id(plot)]
             plot.react(empty["data"], empty["layout"])
+        if self._throughput_run is not None and self._throughput_run != run_id:
+            title = f"Model throughput of {self._throughput_run} (a compare measures none)"
+            self.throughput.relayout(**{"title.text": title})
+
+    def _reset_throughput(self, run_id: str) -> None:
+        """The first throughput point of a run: the plot is this run's from now on."""
+        self._throughput_run, self._throughput_start = run_id, self._start
+        self._noisy.clear()
+        for state in (self._ranges, self._ticks):
+            state.pop(id(self.throughput), None)
+        self._shown.discard(id(self.throughput))
+        empty = self._empty[id(self.throughput)]
+        self.throughput.react(empty["data"], empty["layout"])
 
     def _draw(self, record: Record) -> None:
         values = record.values
@@ -267,6 +416,7 @@ class LivePlots:
                 self._starts[record.run_id] = record.time
             return
         if isinstance(values, LayerLatency):
+            found = record.provenance
             self._draw_pair(
                 record.run_id,
                 record.time,
@@ -275,6 +425,10 @@ class LivePlots:
                 values.kernel_on,
                 values.stalled,
                 values.mode,
+                kernel_id=found.kernel_id if found else None,
+                isa=found.isa if found else None,
+                candidate=found.candidate if found else None,
+                instance=record.instance,
             )
             return
         if not isinstance(values, _DRAWN):
@@ -283,15 +437,31 @@ class LivePlots:
         seconds = record.time - (record.time if self._start is None else self._start)
         if getattr(values, "mode", INFERENCE) != INFERENCE:
             return  # training pairs: the time kind's summary and the report
-        if isinstance(values, LayerVerdict) and record.layer and values.kernel_on:
-            self._verdicts[record.layer] = values
-            self._samples.pop(record.layer, None)  # the next cycle of this layer starts afresh
-            self._bars_changed = True
+        if isinstance(values, LayerVerdict) and record.layer:
+            self._note_noise(values, seconds)
+            if values.kernel_on:
+                found = record_identity(record)
+                self._verdicts[found] = values
+                self._samples.pop(found, None)  # its verdict is what it shows from now on
+                self._bars_changed = True
         elif isinstance(values, ModelThroughput):
+            if record.run_id != self._throughput_run:
+                self._reset_throughput(record.run_id)
+            self._last_seconds = seconds
             self.throughput.extend(0, [round(seconds, 3)], [round(values.tokens_s, 2)], MAX_DRAWN)
             self._widen(self.throughput, values.tokens_s, values.tokens_s)
         elif isinstance(values, LayerDivergence) and record.layer:
-            worst = self._worst[record.layer]
+            self._draw_divergence(record, values)
+
+    def _draw_divergence(self, record: Record, values: LayerDivergence) -> None:
+        """A value record: the kernel's error counts for its candidate only while the kernel ran;
+        PyTorch's error is the layer's, whatever ran."""
+        layer = str(record.layer)
+        self._instances_on[layer][str(record.instance)] = values.kernel_on
+        if values.pytorch_err64 is not None:
+            self._pytorch_worst[layer] = max(self._pytorch_worst.get(layer, 0.0), float(values.pytorch_err64))
+        if values.kernel_on:
+            worst = self._worst[record_identity(record)]
             measured = {
                 "kernel_err64": values.kernel_err64,
                 "pytorch_err64": values.pytorch_err64,
@@ -301,7 +471,54 @@ class LivePlots:
             for key, value in measured.items():
                 if value is not None:
                     worst[key] = max(worst.get(key, 0.0), float(value))
-            self._errors_changed = True
+        elif values.kernel_err64 is not None:
+            self._off_worst[layer] = max(self._off_worst.get(layer, 0.0), float(values.kernel_err64))
+        self._errors_changed = self._bars_changed = True
+
+    def _note_noise(self, verdict: LayerVerdict, seconds: float) -> None:
+        """A comparison that found the machine noisy (a high A/A floor, or many pairs stalled) marks
+        its stretch of the run on the throughput plot: a drop there is the machine's, not a kernel's."""
+        stalled = verdict.stalled >= _NOISY_STALLED * max(verdict.pairs, 1) and verdict.stalled > 0
+        if noise_warning(verdict.noise_floor) or stalled:
+            if self._noisy and self._noisy[-1][1] >= self._last_seconds - 1e-6:
+                self._noisy[-1][1] = seconds
+            else:
+                self._noisy.append([self._last_seconds, seconds])
+            if self._throughput_run == self._run_id:
+                self.throughput.relayout(shapes=[self._noise_band(*band) for band in self._noisy])
+                self.throughput.relayout(annotations=[self._noise_label(self._noisy[0][0])])
+        self._last_seconds = seconds
+
+    @staticmethod
+    def _noise_band(first: float, last: float) -> dict[str, Any]:
+        return {
+            "type": "rect",
+            "xref": "x",
+            "x0": first,
+            "x1": last,
+            "yref": "paper",
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": WARN_COLOUR,
+            "opacity": 0.15,
+            "line": {"width": 0},
+            "layer": "below",
+        }
+
+    @staticmethod
+    def _noise_label(at: float) -> dict[str, Any]:
+        return {
+            "text": "noisy machine",
+            "name": "kx-noisy",
+            "xref": "x",
+            "x": at,
+            "xanchor": "left",
+            "yref": "paper",
+            "y": 1.0,
+            "yanchor": "bottom",
+            "showarrow": False,
+            "font": {"size": 10, "color": WARN_COLOUR},
+        }
 
     def _start_drawing(self, run_id: str, when: float) -> None:
         if run_id != self._run_id:  # a new run's first point (a breakdown draws none: kept)
@@ -316,26 +533,43 @@ class LivePlots:
         kernel_on: bool,
         stalled: bool,
         mode: str,
+        kernel_id: str | None = None,
+        isa: str | None = None,
+        candidate: str | None = None,
+        instance: str | None = None,
     ) -> None:
-        """One latency pair: a point of its layer's trace, and a sample of its layer's marker."""
+        """One latency pair: a point of its candidate's trace (or of its layer's kernel-off trace),
+        and a sample of that candidate's marker."""
         self._start_drawing(run_id, when)
         if mode != INFERENCE or not layer:
             return  # training pairs: the time kind's summary and the report
         seconds = when - (when if self._start is None else self._start)
-        name = layer if kernel_on else kernel_off_name(layer)
+        found = identity(layer, kernel_id, isa, candidate)
+        name = self._name(found) if kernel_on else kernel_off_name(layer)
         if name not in self._series:
             self._series[name] = Series()
-            self._index[name] = self.latency.add_trace(self._pair_trace(name, kernel_on))
+            trace = self._pair_trace(name, layer, self._colour(layer, name, kernel_on), kernel_on)
+            self._index[name] = self.latency.add_trace(trace)
         self._series[name].add(seconds, speedup)
-        if kernel_on and not stalled:  # a stalled pair measured the machine
-            self._samples[layer].append(speedup)
+        states = self._instances_on[layer]
+        if states.get(str(instance)) != kernel_on:
+            states[str(instance)] = kernel_on
+            self._bars_changed = self._errors_changed = True
+        if stalled:  # a stalled pair measured the machine
+            return
+        if kernel_on:
+            if found not in self._verdicts:
+                self._samples[found].append(speedup)
+                self._bars_changed = True
+        else:
+            self._off[layer].append(speedup)
             self._bars_changed = True
 
     @staticmethod
-    def _pair_trace(name: str, kernel_on: bool) -> dict[str, Any]:
-        marker = {"symbol": "circle", "size": 5}
-        if not kernel_on:
-            marker = {"symbol": "circle-open", "size": 5, "color": UNSURE_COLOUR}
+    def _pair_trace(name: str, layer: str, colour: str, kernel_on: bool) -> dict[str, Any]:
+        marker: dict[str, Any] = {"symbol": "circle", "size": 5, "color": colour}
+        if not kernel_on:  # the layer's own colour, hollow: PyTorch against PyTorch
+            marker = {"symbol": "circle-open", "size": 6, "color": colour, "opacity": 0.8}
         side = "kernel" if kernel_on else "PyTorch again (kernel off)"
         return {
             "type": "scatter",
@@ -343,7 +577,7 @@ class LivePlots:
             "y": [],
             "mode": "markers",
             "name": name,
-            "legendgroup": name,
+            "legendgroup": layer,
             "marker": marker,
             "hovertemplate": f"%{{y:.2f}}x at %{{x:.1f}} s: PyTorch / {side}<extra>{name}</extra>",
         }
@@ -378,122 +612,258 @@ class LivePlots:
             self._widen(self.latency, min(y), max(y))
             if series.step != self._steps.get(name, 1):
                 self._steps[name] = series.step
-                hover = self._pair_trace(name, "(kernel off)" not in name)["hovertemplate"]
-                self.latency.restyle(
-                    index,
-                    hovertemplate=hover.replace("%{y:.2f}x", f"%{{y:.2f}}x (median of {series.step} pairs)"),
+                hover = re.sub(
+                    r"%\{y:\.2f\}x( \(median of \d+ pairs\))? at",
+                    f"%{{y:.2f}}x (median of {series.step} pairs) at",
+                    self.latency.data[index]["hovertemplate"],
                 )
-                step = max(self._steps.values())
-                self.latency.relayout(
-                    **{"xaxis.title.text": f"seconds into the run (a point: median of up to {step} pairs)"}
-                )
+                # said per point, not in the x title: beside the legend that was cut at both ends
+                self.latency.restyle(index, hovertemplate=hover)
 
     def _widen(self, plot: LivePlot, low: float, high: float) -> None:
         found = self._ranges.get(id(plot))
         self._ranges[id(plot)] = (low, high) if found is None else (min(found[0], low), max(found[1], high))
 
     def _fit(self) -> None:
-        """After the points: axes once a plot has one, at most six labelled log ticks for what it
-        shows, and room under the per-pair plot for its legend's rows."""
+        """After the points: axes (and the 1x line) once a plot has one, at most six labelled log
+        ticks for what it shows, and room beside each plot for its legend."""
         for plot in self.figures:
             if id(plot) not in self._ranges:
                 continue
             if id(plot) not in self._shown:
                 self._shown.add(id(plot))
-                plot.relayout(**{"annotations": [], "xaxis.visible": True, "yaxis.visible": True})
+                update: dict[str, Any] = {"xaxis.visible": True, "yaxis.visible": True}
+                update["annotations"] = [
+                    a for a in plot.plot_layout.get("annotations", []) if a.get("name") != "kx-empty"
+                ]
+                if plot is self.latency or plot is self.speedup:  # drawn with the axis, never over the note
+                    update["shapes"] = [one_x_line(), *plot.plot_layout.get("shapes", [])]
+                plot.relayout(**update)
             low, high = self._ranges[id(plot)]
-            if plot is self.latency or plot is self.speedup:
+            if plot is self.latency or plot is self.speedup:  # 1x stays in view: the dotted line
+                low, high = padded(min(low, 1.0), max(high, 1.0))
                 ticks = speedup_axis(low, high)
             elif plot is self.divergence:
+                low, high = padded(low, high)
                 ticks = error_axis(low, high)
             else:
                 continue
-            chosen = (tuple(ticks["tickvals"]), tuple(ticks["ticktext"]))
+            chosen = (tuple(ticks["tickvals"]), tuple(ticks["ticktext"]), low, high)
             if self._ticks.get(id(plot)) != chosen:
                 self._ticks[id(plot)] = chosen
-                plot.relayout(**{"yaxis.tickvals": ticks["tickvals"], "yaxis.ticktext": ticks["ticktext"]})
-        names = list(self._series)
-        if names:
-            entry = max(len(name) for name in names) * 6.5 + 40  # plotly gives every entry one width
-            rows = max(1, -(-len(names) // max(1, int(_LEGEND_WIDTH // entry))))
-            bottom = BOTTOM_MARGIN + LEGEND_ROW * rows
-            if self.latency.plot_layout["margin"].get("b") != bottom:
-                self.latency.relayout(**{"margin.b": bottom, "height": HEIGHT + LEGEND_ROW * (rows - 1)})
-
-    def _draw_speedup_bars(self) -> None:
-        self._bars_changed = False
-        layers = list(dict.fromkeys([*self._verdicts, *self._samples]))
-        shown = []
-        for name in layers:
-            samples, verdict = self._samples.get(name, []), self._verdicts.get(name)
-            if len(samples) >= MIN_PAIRS or (samples and verdict is None):
-                found = Comparison(tuple(samples)).interval
-                shown.append((name, found.median, found.low, found.high, 0.0, f"{found.n} pairs so far"))
-            elif verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
-                shown.append((name, 1.0, 1.0, 1.0, 0.0, verdict.verdict_text))
-            elif verdict is not None:
-                floor = format_number(verdict.noise_floor, "share")
-                what = f"{verdict.pairs} pairs, {verdict.verdict} (noise floor {floor})"
-                shown.append(
-                    (
-                        name,
-                        verdict.speedup,
-                        verdict.speedup_low,
-                        verdict.speedup_high,
-                        verdict.noise_floor,
-                        what,
-                    )
+                plot.relayout(
+                    **{
+                        "yaxis.tickvals": ticks["tickvals"],
+                        "yaxis.ticktext": ticks["ticktext"],
+                        "yaxis.range": log_range(low, high),
+                        "yaxis.autorange": False,
+                    }
                 )
-        if not shown:
-            return
-        unmeasured = {name for name, v in self._verdicts.items() if not v.measurable}
-        self.speedup.restyle(
-            0,
-            x=[s[0] for s in shown],
-            y=[s[1] for s in shown],
-            **{
-                "error_y.array": [s[3] - s[1] for s in shown],
-                "error_y.arrayminus": [s[1] - s[2] for s in shown],
-                "marker.color": [verdict_colour(s[2], s[3], s[4]) for s in shown],
-            },
-            text=["not measurable" if s[0] in unmeasured else format_number(s[1], "x") for s in shown],
-            customdata=[f"95% interval {format_interval(s[1], s[2], s[3])}, {s[5]}" for s in shown],
+        for plot in (self.latency, self.speedup, self.divergence):
+            names = [trace["name"] for trace in plot.data if trace.get("showlegend", True) and trace.get("x")]
+            right = legend_margin(names)
+            if plot.plot_layout["margin"].get("r") != right:
+                plot.relayout(**{"margin.r": right})
+
+    def _marker_trace(
+        self, plot: LivePlot, table: dict[str, int], name: str, layer: str, **trace: Any
+    ) -> int:
+        """The index of the trace of entry `name` in `plot` (the median or error plot), made the
+        first time: one trace per candidate, grouped beside its layer's others."""
+        if name not in table:
+            rank = sum(1 for trace in plot.data if trace.get("legendgroup") == layer)  # its place beside them
+            table[name] = plot.add_trace(
+                {
+                    "type": "scatter",
+                    "x": [],
+                    "y": [],
+                    "mode": "markers+text",
+                    "name": name,
+                    "legendgroup": layer,
+                    "offsetgroup": str(rank),
+                    "text": [],
+                    "textposition": "top center",
+                    "cliponaxis": False,
+                    "customdata": [],
+                    "textfont": {"size": 10},
+                    **trace,
+                }
+            )
+        return table[name]
+
+    def _draw_speedup_markers(self) -> None:
+        """One point per candidate: its latest verdict (the status line's number), or before its
+        first verdict its pairs so far; and "kernel off" for a layer whose latest pairs ran PyTorch."""
+        self._bars_changed = False
+        lows: list[float] = []
+        highs: list[float] = []
+        for found in dict.fromkeys([*self._verdicts, *self._samples]):
+            shown = self._candidate_point(found)
+            if shown is None:
+                continue
+            y, low, high, colour, text, what = shown
+            layer, name = found[0], self._name(found)
+            index = self._marker_trace(
+                self.speedup,
+                self._marker_index,
+                name,
+                layer,
+                marker={
+                    "size": 10,
+                    "color": candidate_colour(layer, name),
+                    "line": {"width": 2, "color": colour},
+                },
+                error_y={"type": "data", "symmetric": False, "array": [], "arrayminus": [], "color": colour},
+                hovertemplate=f"{name}: %{{y:.2f}}x<br>%{{customdata}}<extra></extra>",
+            )
+            self.speedup.restyle(
+                index,
+                x=[layer],
+                y=[y],
+                text=[text],
+                customdata=[what],
+                **{"error_y.array": [high - y], "error_y.arrayminus": [y - low]},
+            )
+            lows.append(low)
+            highs.append(high)
+        for layer, samples in self._off.items():
+            name = kernel_off_name(layer)
+            off = self.layer_off(layer) and bool(samples)
+            if not off and name not in self._marker_index:
+                continue
+            index = self._marker_trace(
+                self.speedup,
+                self._marker_index,
+                name,
+                layer,
+                marker={"size": 10, "symbol": "circle-open", "color": layer_colour(layer)},
+                hovertemplate=f"{name}: %{{customdata}}<extra></extra>",
+            )
+            if not off:
+                self.speedup.restyle(index, x=[], y=[], text=[], customdata=[])
+                continue
+            median = statistics.median(samples)
+            what = (
+                f"PyTorch against PyTorch (median of its latest {len(samples)} pairs): the kernel is off, so "
+                "these pairs are no kernel's speedup"
+            )
+            self.speedup.restyle(index, x=[layer], y=[median], text=[KERNEL_OFF], customdata=[what])
+            lows.append(median)
+            highs.append(median)
+        if lows:
+            self._ranges[id(self.speedup)] = (min(lows), max(highs))
+
+    def _candidate_point(self, found: Identity) -> tuple[float, float, float, str, str, str] | None:
+        """(median, low, high, verdict colour, label, hover) of one candidate's marker."""
+        verdict = self._verdicts.get(found)
+        if verdict is not None and not verdict.measurable:  # no speed to draw: a grey 1x and why
+            return 1.0, 1.0, 1.0, UNSURE_COLOUR, "not measurable", verdict.verdict_text
+        if verdict is not None:
+            floor = format_number(verdict.noise_floor, "share")
+            interval = format_interval(verdict.speedup, verdict.speedup_low, verdict.speedup_high)
+            what = (
+                f"95% interval {interval}, {verdict.pairs} pairs, {verdict.verdict} (noise floor {floor}): "
+                "this candidate's latest verdict"
+            )
+            colour = verdict_colour(verdict.speedup_low, verdict.speedup_high, verdict.noise_floor)
+            return (
+                verdict.speedup,
+                verdict.speedup_low,
+                verdict.speedup_high,
+                colour,
+                format_number(verdict.speedup, "x"),
+                what,
+            )
+        samples = self._samples.get(found)
+        if not samples:
+            return None
+        interval = Comparison(tuple(samples)).interval
+        what = (
+            f"95% interval {format_interval(interval.median, interval.low, interval.high)}, "
+            f"{interval.n} pairs so far (no verdict yet)"
         )
-        self._ranges[id(self.speedup)] = (min(s[2] for s in shown), max(s[3] for s in shown))
+        return (
+            interval.median,
+            interval.low,
+            interval.high,
+            UNSURE_COLOUR,
+            format_number(interval.median, "x"),
+            what,
+        )
 
     def _draw_errors(self) -> None:
+        """Per candidate its kernel's largest error against float64 (values measured while it ran);
+        per layer PyTorch's; "kernel off" where the layer's latest values ran PyTorch."""
         self._errors_changed = False
-        layers = list(self._worst)
-        worst = self._worst
-        kernel_y = [max(worst[n].get("kernel_err64", 0.0), 1e-30) for n in layers]
-        pytorch_y = [max(worst[n].get("pytorch_err64", 0.0), 1e-30) for n in layers]
+        shown: list[float] = []
+        layers = list(self._pytorch_worst)
+        pytorch_y = [max(self._pytorch_worst[n], 1e-30) for n in layers]
         self.divergence.restyle(
             0,
             x=layers,
-            y=kernel_y,
-            hovertext=[
-                f"kernel: max abs error {worst[n].get('kernel_err64', 0.0):.2e} vs float64; "
-                f"vs PyTorch: max abs {worst[n].get('max_abs', 0.0):.2e}, "
-                f"max {int(worst[n].get('max_ulp', 0))} ULP"
-                for n in layers
-            ],
-        )
-        self.divergence.restyle(
-            1,
-            x=layers,
             y=pytorch_y,
-            hovertext=[
-                f"PyTorch: max abs error {worst[n].get('pytorch_err64', 0.0):.2e} vs float64" for n in layers
-            ],
+            hovertext=[f"PyTorch: max abs error {self._pytorch_worst[n]:.2e} vs float64" for n in layers],
         )
-        shown = [v for v in (*kernel_y, *pytorch_y) if v > 1e-30] or [1e-30]
-        self._ranges[id(self.divergence)] = (min(shown), max(shown))
+        shown += pytorch_y
+        for found, worst in self._worst.items():
+            layer, name = found[0], self._name(found)
+            index = self._marker_trace(
+                self.divergence,
+                self._error_index,
+                name,
+                layer,
+                mode="markers",
+                marker={"size": 10, "symbol": "circle", "color": candidate_colour(layer, name)},
+                hovertext=[],
+                hovertemplate=f"{name}: %{{hovertext}}<extra></extra>",
+            )
+            y = max(worst.get("kernel_err64", 0.0), 1e-30)
+            self.divergence.restyle(
+                index,
+                x=[layer],
+                y=[y],
+                hovertext=[
+                    f"kernel: max abs error {worst.get('kernel_err64', 0.0):.2e} vs float64; "
+                    f"vs PyTorch: max abs {worst.get('max_abs', 0.0):.2e}, "
+                    f"max {int(worst.get('max_ulp', 0))} ULP (values measured while this kernel ran)"
+                ],
+            )
+            shown.append(y)
+        for layer, worst in self._off_worst.items():
+            name = kernel_off_name(layer)
+            index = self._marker_trace(
+                self.divergence,
+                self._error_index,
+                name,
+                layer,
+                marker={"size": 10, "symbol": "circle-open", "color": layer_colour(layer)},
+                hovertext=[],
+                hovertemplate=f"{name}: %{{hovertext}}<extra></extra>",
+            )
+            if not self.layer_off(layer):
+                self.divergence.restyle(index, x=[], y=[], text=[], hovertext=[])
+                continue
+            y = max(worst, 1e-30)
+            what = f"the kernel is off: PyTorch's own error, {worst:.2e} vs float64 (no kernel's error)"
+            self.divergence.restyle(index, x=[layer], y=[y], text=[KERNEL_OFF], hovertext=[what])
+            shown.append(y)
+        if shown:  # an axis once there is a point (a pair's state alone draws none)
+            shown = [v for v in shown if v > 1e-30] or [1e-30]
+            self._ranges[id(self.divergence)] = (min(shown), max(shown))
 
     def points(self) -> int:
         """Pairs drawn so far in this run, each point counted for the pairs it stands for: after a
         flush, the run's per-pair records but those of a median still being filled."""
         with self._drawing:
             return sum(series.drawn * series.step for series in self._series.values())
+
+
+def legend_margin(names: list[str]) -> int:
+    """The right margin a vertical legend of `names` needs (font size 10: about 5.6 px a character,
+    and 40 px for the symbol), at least the plot's own 30 px and at most 220 px."""
+    if not names:
+        return 30
+    return int(min(220, max(30, 44 + 5.6 * max(len(name) for name in names))))
 
 
 def static_html(log: ResultLog) -> str:

@@ -67,12 +67,15 @@ def test_run_is_compare_per_cycle_and_a_switch_mid_run_shows_apart(dashboard: Da
     assert dashboard.handle.wait(15) and dashboard.handle.outcome == "cancelled"
     dashboard.plots.flush()
     names = {t.name for t in dashboard.plots.latency.data}
-    assert {"RMSNorm", "RMSNorm (kernel off)"} <= names  # never mixed
+    assert {"RMSNorm · bundled rmsnorm", "RMSNorm · kernel off"} <= names  # never mixed
     assert len(dashboard.plots.latency.plot_layout.shapes) >= 2  # the 1x line and the switch's marker
     assert len(dashboard.plots.throughput.data[0].x) >= 1
-    bars = dashboard.plots.speedup.data[0]
-    assert "RMSNorm" in bars.x and all(y > 0 for y in bars.y)
+    markers = {t.name: t for t in dashboard.plots.speedup.data if t.x}
+    bars = markers["RMSNorm · bundled rmsnorm"]
+    assert bars.x == ["RMSNorm"] and all(y > 0 for y in bars.y)
     assert all(low >= 0 for low in bars.error_y.arrayminus)  # intervals around the medians
+    if dashboard.plots.layer_off("RMSNorm"):  # its latest pairs ran PyTorch: it says so
+        assert markers["RMSNorm · kernel off"].text == ["kernel off"]
     verdicts = dashboard.explorer.results.records("layer_verdict")
     assert {r.run_id for r in verdicts} == {dashboard.handle.run_id}
     assert dashboard.progress.value >= 1 and dashboard.progress.description.startswith("cycle")
@@ -85,11 +88,12 @@ def test_a_new_run_clears_the_plots(dashboard: Dashboard) -> None:
     assert dashboard.plots.points() > 0
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
-    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}  # only the latest run
+    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm · bundled rmsnorm"}  # the latest run
     errors = dashboard.plots.divergence
     assert "10⁻⁷" in errors.plot_layout.yaxis.ticktext  # 10⁻⁷, not plotly's SI "100n"
-    assert all(bar.hovertemplate == "%{x}: %{hovertext}<extra></extra>" for bar in errors.data)
-    assert errors.data[0].hovertext[0].startswith("kernel: max abs error ")  # not a bare "463.0068n"
+    assert all(bar.hovertemplate.endswith(": %{hovertext}<extra></extra>") for bar in errors.data)
+    kernel = next(bar for bar in errors.data if bar.name == "RMSNorm · bundled rmsnorm")
+    assert kernel.hovertext[0].startswith("kernel: max abs error ")  # not a bare "463.0068n"
 
 
 def test_static_fallback_has_table_and_plots(dashboard: Dashboard) -> None:
@@ -180,7 +184,7 @@ def test_a_breakdown_leaves_the_live_plots_of_the_last_measurement(dashboard: Da
     assert before > 0 and dashboard.plots.points() == before
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
-    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm"}
+    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm · bundled rmsnorm"}
 
 
 def test_an_extended_layer_appears_as_a_row_and_switches_from_the_table(

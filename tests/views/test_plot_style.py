@@ -43,16 +43,20 @@ def test_empty_live_plots_say_so_and_the_note_goes_with_the_first_point() -> Non
     log = ResultLog()
     plots = LivePlots(log, interval=60)
     try:
-        for plot in plots.figures:
-            assert [a["text"] for a in plot.plot_layout["annotations"]] == [empty_note()["text"]]
+        notes = [a["text"] for plot in plots.figures for a in plot.plot_layout["annotations"]]
+        assert len(notes) == 4 == len(set(notes))  # each says what it shows and when it fills
+        assert not any(empty_note()["text"] in note or "press Run" in note for note in notes)
+        assert not any(plot.plot_layout.get("shapes") for plot in plots.figures)  # no 1x line over a note
         assert plots.speedup.plot_layout["xaxis"]["type"] == CATEGORY_AXIS["type"] == "category"
         assert plots.divergence.plot_layout["xaxis"]["type"] == "category"
         assert plots.throughput.plot_layout["yaxis"]["rangemode"] == "tozero"
         assert plots.divergence.figure()["data"][0]["type"] == "scatter"  # markers, not bars from 0
+        assert plots.divergence.figure()["data"][0]["mode"] == "markers"
         log.append(Record("run-1", LayerLatency(2e-6, 1e-6, 2.0, kernel_on=True), "RMSNorm", "model.norm"))
         plots.flush()
         assert not plots.latency.plot_layout.get("annotations")  # the note goes with the first point
         assert plots.latency.plot_layout["xaxis"].get("visible", True)
+        assert [shape["y0"] for shape in plots.latency.plot_layout["shapes"]] == [1]  # the 1x line, now
         assert plots.divergence.plot_layout["annotations"]  # still nothing to show there
     finally:
         plots.close()
