@@ -121,8 +121,10 @@ def compare_layer(
     calls = calls_for(captured, name, paths)
     clock = Clock(board.device)
     paths_called = [path for path, _, _ in calls]
-    with kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext():
-        origin = _origins(board, name, calls)
+    with (
+        kernels_on_for(board, name, paths_called) if switch_on else contextlib.nullcontext(),
+        _origins(board, name, calls) as origin,
+    ):
         divergences, ignores_input = yield from output_divergences(
             board,
             name,
@@ -149,20 +151,27 @@ def compare_layer(
         )
 
 
-def _origins(board: Switches, name: str, calls: list[Call]) -> Callable[[str], Provenance]:
+@contextlib.contextmanager
+def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[[str], Provenance]]:
     """An instance's provenance by path, read on first use (60 instances must not delay the first
-    record), from its first call."""
+    record), from its first call, and read again after any switch: a candidate switched in during
+    a comparison (a dashboard's click mid-Run) names the pairs measured from then on."""
     first: dict[str, tuple[tuple, dict]] = {}
     for path, args, kwargs in calls:
         first.setdefault(path, (args, kwargs))
     found: dict[str, Provenance] = {}
 
     def origin(path: str) -> Provenance:
-        if path not in found:
-            found[path] = provenance(board, name, path, *first[path])
-        return found[path]
+        known = found.get(path)  # the switch's thread may clear `found` between a test and a read
+        if known is None:
+            known = found[path] = provenance(board, name, path, *first[path])
+        return known
 
-    return origin
+    unsubscribe = board.subscribe(found.clear)
+    try:
+        yield origin
+    finally:
+        unsubscribe()
 
 
 def output_divergences(
@@ -215,8 +224,7 @@ def compare_values(
     for it and back after."""
     paths = board.select(name, instances)
     calls = calls_for(captured, name, paths)
-    with kernels_on_for(board, name, [path for path, _, _ in calls]):
-        origin = _origins(board, name, calls)
+    with kernels_on_for(board, name, [path for path, _, _ in calls]), _origins(board, name, calls) as origin:
         yield from output_divergences(
             board,
             name,

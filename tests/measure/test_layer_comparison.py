@@ -197,3 +197,26 @@ def test_instances_of_different_sizes_are_not_stalls_of_each_other() -> None:
     )
     samples = [v for v in series if hasattr(v, "stalled")]
     assert [s.stalled for s in samples] == [False] * 7 + [True] + [False] * 2
+
+
+def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) -> None:
+    """A dashboard's Run measures as things are (switch_on=False); a click mid-Run switches the
+    kernel in: the pairs from then on carry its kernel id, those before carry none."""
+    from kernel_explorer.measure.layer_comparison import compare_layer
+
+    board, captured = _rmsnorm_board(rows=4, on=False)
+    records = compare_layer(
+        board, captured, "RMSNorm", run_id="r", pairs=6, calibration_pairs=2, switch_on=False, conclude=False
+    )
+    latencies = []
+    for record in records:
+        if type(record.values).__name__ != "LayerLatency":
+            continue
+        latencies.append(record)
+        if len(latencies) == 3:
+            board.on("RMSNorm")
+    before, after = latencies[:3], latencies[3:]
+    assert after, "the comparison ended before the switch"
+    assert all(r.provenance.kernel_id is None for r in before)
+    assert all(r.provenance.kernel_id for r in after[1:])  # the pair in flight at the click may be either
+    board.reset()
