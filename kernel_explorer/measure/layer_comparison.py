@@ -324,7 +324,7 @@ def determinism(
         same = sum(_equal(first_tensor(fn(*args, **kwargs)), first) for _ in range(runs - 1))
         return (same + 1) / runs
 
-    with kernels_on_for(board, name, [path for path, _, _ in calls]):
+    with kernels_on_for(board, name, [path for path, _, _ in calls]), _origins(board, name, calls) as origin:
         for path, args, kwargs in calls:
             with board.lock, torch.no_grad():
                 current, pytorch, on = board.forwards(name, path)
@@ -337,7 +337,7 @@ def determinism(
                 finally:
                     torch.use_deterministic_algorithms(was)
             values = LayerDeterminism(runs, kernel_rate, pytorch_rate, deterministic_rate, on)
-            yield Record(run_id, values, name, path)
+            yield Record(run_id, values, name, path, provenance=origin(path))
 
 
 def _equal(found: torch.Tensor | None, first: torch.Tensor) -> bool:

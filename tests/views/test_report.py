@@ -200,3 +200,20 @@ def test_a_long_list_in_a_fact_reads_an_item_a_line(tmp_path: Path) -> None:
     context = ReportContext(hardware=(("Bundled kernel paths", paths),))
     text = write_report(_log(), tmp_path / "r.html", title="r", context=context).read_text()
     assert "kernel0: avx512 runs 0 of 21 ops<br>kernel1: avx512" in text
+
+
+def test_the_values_summary_keeps_kernel_off_periods_a_row_of_their_own(session: Explorer) -> None:
+    summary = session.results.summary("values")
+    divergences = session.results.records("layer_divergence")
+    off_rows = [row for row in summary.rows if row.get("kernel") == "kernel off"]
+    assert sorted((row["run_id"], row["layer"]) for row in off_rows) == sorted(
+        {(d.run_id, d.layer) for d in divergences if not d.values.kernel_on}
+    )
+    for row in summary.rows:
+        on = row.get("kernel") != "kernel off"
+        errors = [
+            d.values.kernel_err64
+            for d in divergences
+            if (d.run_id, d.layer) == (row["run_id"], row["layer"]) and d.values.kernel_on == on
+        ]
+        assert errors and row["kernel_err64"].value == max(errors)

@@ -32,6 +32,7 @@ COLUMNS = (
     Column("run_id", "run", line=None),
     Column("layer", "layer", what=True),
     Column("mode", "mode", what=True, line=" ({})"),
+    Column("kernel", "kernel", what=True, line=" ({})"),
     Column("accuracy", "accuracy"),
     Column("bitwise_equal", "bitwise equal", "number", line="{} of elements bitwise equal"),
     Column("max_abs", "max abs difference", "number", line="max abs difference {}"),
@@ -50,7 +51,14 @@ COLUMNS = (
 )
 #: shown only when a row fills them (a training comparison's gradients, a determinism run)
 OPTIONAL = frozenset(
-    {"mode", "worst_gradient", "kernel_identical", "pytorch_identical", "pytorch_deterministic_identical"}
+    {
+        "mode",
+        "kernel",
+        "worst_gradient",
+        "kernel_identical",
+        "pytorch_identical",
+        "pytorch_deterministic_identical",
+    }
 )
 
 
@@ -78,30 +86,80 @@ def _excess(found: GradientDivergence) -> float:
     return (found.kernel_err64 or 0.0) / max(found.pytorch_err64 or 0.0, 1e-300)
 
 
+#: a record measured while its layer's kernel was off: PyTorch against PyTorch, no kernel's error
+KERNEL_OFF = "kernel off"
+
+
+#: a record with its kernel on whose provenance names no kernel (a log written before determinism
+#: records carried one): counted with the one kernel its row measured, if there was one
+_SOME_KERNEL = ("", "", "")
+
+
+def _ran(record: Record) -> tuple[str, str, str] | str:
+    """What ran for `record`: the candidate (kernel id, code path, label), or `KERNEL_OFF`."""
+    if not getattr(record.values, "kernel_on", True):
+        return KERNEL_OFF
+    p = record.provenance
+    return (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else _SOME_KERNEL
+
+
+def _kernel_names(ran: set[tuple[str, str, str] | str]) -> dict[tuple[str, str, str] | str, str | None]:
+    """Each thing that ran in one (run, layer, mode) named as the time summary names it (kernel id,
+    `@path` where one kernel ran several, the label where that still repeats); None when a single
+    kernel ran throughout (the row needs no name)."""
+    kernels = sorted(k for k in ran if isinstance(k, tuple))
+    if ran == set(kernels) and len(kernels) < 2:
+        return {k: None for k in ran}
+    names: dict[tuple[str, str, str] | str, str | None] = {KERNEL_OFF: KERNEL_OFF, _SOME_KERNEL: "kernel on"}
+    for kid, isa, label in (k for k in kernels if k != _SOME_KERNEL):
+        same = [k for k in kernels if k[:2] == (kid, isa)]
+        name = kid if sum(k[0] == kid for k in kernels) == 1 else f"{kid}@{isa}"
+        names[(kid, isa, label)] = name + (f" ({label})" if len(same) > 1 else "")
+    return names
+
+
 def summarize(source: RecordSource) -> Summary:
-    """Per run, layer and mode: the accuracy verdict, the outputs' (or gradients') largest
-    differences against PyTorch and errors against float64, and, where measured, determinism."""
+    """Per run, layer, mode and candidate: the accuracy verdict, the outputs' (or gradients') largest
+    differences against PyTorch and errors against float64, and, where measured, determinism. A
+    stretch with the layer's kernel off (a dashboard's Run with the layer switched off) is a row of
+    its own, `kernel off`: its numbers are PyTorch's, never counted as a kernel's error."""
     from kernel_explorer.measure.merge import machine_columns
     from kernel_explorer.numerics.divergence import accuracy_verdict
 
-    grouped: dict[tuple[str, str, str], list[Record]] = {}
+    found: list[tuple[tuple[str, str, str], tuple[str, str, str] | str, Record]] = []
     for cls, mode in (
         (LayerDivergence, INFERENCE),
         (GradientDivergence, TRAINING),
         (LayerDeterminism, INFERENCE),
     ):
-        for record in records_of(source, cls):
-            if record.layer is not None:
-                grouped.setdefault((record.run_id, record.layer, mode), []).append(record)
+        found += [((r.run_id, r.layer, mode), _ran(r), r) for r in records_of(source, cls) if r.layer]
+    ran_in: dict[tuple[str, str, str], set[tuple[str, str, str] | str]] = {}
+    for group, ran, _ in found:
+        ran_in.setdefault(group, set()).add(ran)
+    for ran in ran_in.values():  # an unnamed kernel is the row's one named kernel where there is one
+        named = [k for k in ran if isinstance(k, tuple) and k != _SOME_KERNEL]
+        if len(named) == 1:
+            ran.discard(_SOME_KERNEL)
+    grouped: dict[tuple[str, str, str, tuple[str, str, str] | str], list[Record]] = {}
+    for group, ran, record in found:
+        if ran == _SOME_KERNEL and ran not in ran_in[group]:
+            ran = next(k for k in ran_in[group] if isinstance(k, tuple))
+        grouped.setdefault((*group, ran), []).append(record)
+    names = {group: _kernel_names(ran) for group, ran in ran_in.items()}
     machines = machine_columns(source)
     rows: list[dict[str, Any]] = []
     extra: list[dict[str, Any]] = []
-    for (run_id, layer, mode), records in sorted(grouped.items(), key=lambda item: item[1][0].time):
+    for (run_id, layer, mode, ran), records in sorted(grouped.items(), key=lambda item: item[1][0].time):
         divergences = [
             r.values for r in records if isinstance(r.values, (LayerDivergence, GradientDivergence))
         ]
         repeats = [r.values for r in records if isinstance(r.values, LayerDeterminism)]
-        row: dict[str, Any] = {"run_id": run_id, "layer": layer, "mode": mode if mode != INFERENCE else None}
+        row: dict[str, Any] = {
+            "run_id": run_id,
+            "layer": layer,
+            "mode": mode if mode != INFERENCE else None,
+            "kernel": names[(run_id, layer, mode)][ran],
+        }
         data: dict[str, Any] = {"instances": len({r.instance for r in records})}
         if divergences:
             row["accuracy"] = accuracy_verdict(divergences)
