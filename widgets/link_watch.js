@@ -25,7 +25,7 @@ const WHY = {
   dead: "The kernel is gone (shut down, or it died)",
   disconnected: "The connection to the kernel is lost",
   closed: "This dashboard was closed in Python",
-  undelivered: "The kernel no longer knows this dashboard (it was restarted)",
+  undelivered: "The kernel was restarted without this page hearing of it",
 };
 
 const CONTROLS = "button, input, select, textarea";
