@@ -72,8 +72,12 @@ function render({ model, el }) {
   }
 
   // -- the kernel's status, as the page hears it --
+  // JupyterLab reports a kernel that died as "restarting", then (a microtask later) "autorestarting":
+  // a restart is told once the page has heard which it was
+  const restarted = () => setTimeout(() => lost(kernel?.status === "autorestarting" ? "autorestarting" : "restarting"));
   const onStatus = (_, status) => {
-    if (status in WHY) lost(status);
+    if (status === "restarting") restarted();
+    else if (status in WHY) lost(status);
   };
   const onConnection = (_, status) => {
     if (status === "disconnected") lost("disconnected");
@@ -85,7 +89,7 @@ function render({ model, el }) {
   if (kernel?.status === "dead") lost("dead");
 
   // -- ipywidgets' own signals on this model --
-  model.on("comm_live_update", () => lost("restarting"));
+  model.on("comm_live_update", restarted);
   model.on("comm:close", () => lost("closed"));
 
   // -- a click on the dashboard: a ping that must come back --

@@ -114,6 +114,22 @@ def test_a_restart_through_the_rest_api_turns_it_off_too(lab: Lab, page: Page) -
     assert count >= 8 and enabled == [], enabled
 
 
+def test_a_kernel_that_dies_under_a_run_is_said_to_have_died(lab: Lab, page: Page) -> None:
+    if lab.app != "jupyterlab":
+        pytest.skip("Notebook 7 runs the same widget manager: JupyterLab is enough")
+    page.goto(lab.notebook("dies.ipynb", [*CELLS, "import os\nos._exit(1)  # the kernel process dies"]))
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=90_000)
+    _dismiss_news(page)
+    _explore(page)
+    page.locator("button.kx-run").click()
+    expect(page.locator(".kx-status")).to_contain_text("Running", timeout=30_000)
+    _run_cell(page, 3)
+    line = page.locator(".kx-link-line")
+    expect(line).to_contain_text("The kernel died and was restarted", timeout=15_000)
+    count, enabled = page.evaluate(_CONTROLS)
+    assert count >= 8 and enabled == [], enabled
+
+
 def test_a_click_the_kernel_takes_but_does_not_know_says_so_within_a_second(lab: Lab, page: Page) -> None:
     """The kernel forgets the dashboard's comms without a word to the page (what a restart the page
     never hears of leaves): a switch clicked then says within a second that it was not delivered,
