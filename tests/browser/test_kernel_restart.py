@@ -138,13 +138,25 @@ def test_a_click_the_kernel_takes_but_does_not_know_says_so_within_a_second(lab:
         pytest.skip("Notebook 7 runs the same widget manager: JupyterLab is enough")
     cells = [
         *CELLS,
+        "import time\ntime.sleep(6)  # a long cell: clicks wait for it",
         "import comm\nforgotten = comm.get_comm_manager().comms\nforgotten.clear()  # no comm_close sent",
     ]
     page.goto(lab.notebook("unheard.ipynb", cells))
     expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=90_000)
     _dismiss_news(page)
     _explore(page)
+    runs = page.locator('.kx-runs[data-layer="SiLU"]')
+    line = page.locator(".kx-link-line")
+    # first a kernel busy with a cell: the click waits, and the dashboard says why within a second...
     _run_cell(page, 3)
+    expect(page.get_by_text("Python 3 (ipykernel) | Busy")).to_be_visible(timeout=10_000)
+    page.locator('input.kx-layer-switch[data-layer="SiLU"]').click()
+    expect(line).to_contain_text("the kernel is busy with a cell", timeout=1_500)
+    # ...and once the cell is done the click is answered and the dashboard stays live
+    expect(runs).to_have_text(re.compile(r"^bundled/activation \w+ x2$"), timeout=60_000)
+    expect(line).to_have_count(0, timeout=5_000)
+
+    _run_cell(page, 4)
     expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=60_000)
     page.wait_for_timeout(500)
     expect(page.locator(".kx-link-line")).to_have_count(0)  # the page heard nothing: it looks alive
