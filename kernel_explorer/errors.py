@@ -1,4 +1,5 @@
-"""Errors a user can act on: every one the toolkit raises on purpose, all in this module.
+"""Errors a user can act on: every one the toolkit raises on purpose, all in this module (and its
+warnings: `KernelExplorerWarning` and its kinds).
 
 Every error the toolkit raises on purpose derives from `KernelExplorerError` and carries a message
 that says what went wrong *and* what to do about it, in one line. The CLI and the notebook magics
@@ -13,6 +14,16 @@ from __future__ import annotations
 
 class KernelExplorerError(Exception):
     """Base class: a problem the user can fix; `str(error)` names the fix."""
+
+
+class KernelExplorerWarning(UserWarning):
+    """Base class of the toolkit's warnings: in a notebook each shows as one styled line
+    (`views/warning_line.py`), elsewhere as a Python warning; filter them by this class."""
+
+
+class NoisyMachineWarning(KernelExplorerWarning):
+    """PyTorch against itself moved more than 10% here (`measure/stats.HIGH_NOISE`): small
+    differences are not findings."""
 
 
 class DefaultModelMissingError(KernelExplorerError):

@@ -74,7 +74,8 @@ def _classes(path: Path) -> list[ast.ClassDef]:
 
 
 def test_every_error_lives_in_errors_py_and_is_exported() -> None:
-    """An error a user can act on is a `KernelExplorerError`, defined in errors.py, exported by name."""
+    """An error a user can act on is a `KernelExplorerError`, defined in errors.py, exported by name;
+    the toolkit's warnings (`KernelExplorerWarning`) live there too."""
     from kernel_explorer import errors
 
     defined = {c.name for c in _classes(PACKAGE / "errors.py")}
@@ -88,9 +89,13 @@ def test_every_error_lives_in_errors_py_and_is_exported() -> None:
             if bases & defined:
                 elsewhere.append(f"{path.relative_to(ROOT)}: {node.name}")
     assert elsewhere == [], "errors defined outside kernel_explorer/errors.py"
+    kinds = (errors.KernelExplorerError, errors.KernelExplorerWarning)  # errors, and the warnings beside them
     for name in defined:
-        assert issubclass(getattr(errors, name), errors.KernelExplorerError), name
-    assert defined <= set(_names()), f"errors not exported: {sorted(defined - set(_names()))}"
+        assert issubclass(getattr(errors, name), kinds), name
+    raised = {name for name in defined if issubclass(getattr(errors, name), errors.KernelExplorerError)}
+    assert raised <= set(_names()), f"errors not exported: {sorted(raised - set(_names()))}"
+    # the warning a user meets first is on the face; every warning filters by its root, in errors
+    assert "NoisyMachineWarning" in _names()
 
 
 def test_every_type_a_public_explorer_method_returns_is_importable_by_name() -> None:

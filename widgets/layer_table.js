@@ -19,10 +19,39 @@ function render({ model, el: root }) {
   const busy = new Set(); // layers whose switch is in flight: their row reads "switching…"
   root.classList.add("kx-layer-table");
 
+  // -- the link to the kernel (widgets/link_watch.js turns the whole dashboard off; here a click in
+  // flight ends with "not delivered" instead of "switching…" forever) --
+  let unlinked = false;
+  const undelivered = new Set(); // layers whose click was in flight when the kernel went
+
+  function linkLost(click) {
+    if (unlinked) return;
+    unlinked = true;
+    for (const layer of busy) undelivered.add(layer);
+    busy.clear();
+    draw();
+    root.dispatchEvent(new CustomEvent("kx-link-lost", { bubbles: true, detail: { why: "undelivered", click } }));
+  }
+  const onLinkLost = (event) => {
+    if (event.target !== root && event.target.contains?.(root)) linkLost(false);
+  };
+  document.addEventListener("kx-link-lost", onLinkLost);
+
   function send(layer, message) {
+    if (unlinked) return;
     busy.add(layer);
     draw();
-    model.send({ layer, ...message, sent_ms: Date.now() }); // when it left: Python times the way over
+    // the kernel says "idle" after every message it takes; one that took this click without
+    // answering "done" does not know this table any more (restarted where this page did not hear)
+    const status = (reply) => {
+      if (reply?.content?.execution_state !== "idle") return;
+      setTimeout(() => busy.has(layer) && linkLost(true), 200); // "done" came first, if it came
+    };
+    try {
+      model.send({ layer, ...message, sent_ms: Date.now() }, { iopub: { status } }); // sent_ms: Python times the way over
+    } catch {
+      linkLost(true); // JupyterLab's "Cannot send": the comm went with the kernel
+    }
   }
 
   function toggle(layer, on, instance) {
@@ -77,7 +106,8 @@ function render({ model, el: root }) {
     const trust = (row) => (row.trust ? [el("div", { class: "kx-trust", title: row.trust_title || "" }, el("small", { text: row.trust }))] : []);
     // a kernel the user named runs although its values are wrong here: said in that state's colour
     const runsCell = (row, working) => {
-      const cell = el("td", { class: "kx-runs", "data-layer": row.name, text: working ? "switching…" : row.runs, title: row.runs_title || "" });
+      const text = working ? "switching…" : undelivered.has(row.name) ? "not delivered: the kernel is gone" : row.runs;
+      const cell = el("td", { class: "kx-runs", "data-layer": row.name, text, title: row.runs_title || "" });
       if (row.warning && !working) {
         cell.append(el("div", {}, el("span", { class: `kx-badge kx-state-${row.warning_key}`, title: row.warning, text: "wrong results here" })));
       }
@@ -115,14 +145,17 @@ function render({ model, el: root }) {
       }
     }
     table.append(body);
+    if (unlinked) for (const control of table.querySelectorAll("input, select, button")) control.disabled = true;
     root.replaceChildren(table);
   }
 
   model.on("change:rows", draw);
   draw();
+  const stopWatching = () => document.removeEventListener("kx-link-lost", onLinkLost);
 
   // (the live plots fit their boxes themselves: widgets/live_plot.js watches each one's size; a
   // window "resize" sent from here every second relaid out the whole page)
+  return stopWatching;
 }
 
 export default { render };

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.catalog.door_row import KERNEL_CONFIG, DoorRow
-from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.errors import KernelExplorerError, KernelExplorerWarning
 
 if TYPE_CHECKING:
     from torch import nn
@@ -81,7 +81,7 @@ def mapping_from_kernel_config(config: Any, device: str) -> dict[str, dict[str, 
             "Transformers would refuse this KernelConfig in from_pretrained: "
             + ", ".join(refused)
             + f" (its devices: {', '.join(accepted)}); the explorer explores the mapping anyway",
-            UserWarning,
+            KernelExplorerWarning,
             stacklevel=3,
         )
     return mapping

@@ -29,6 +29,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# defined in errors.py with the toolkit's other warnings; named here too, where the noise floor is
+from kernel_explorer.errors import NoisyMachineWarning as NoisyMachineWarning
 from kernel_explorer.measure.verdict import Verdict
 
 CONFIDENCE = 0.95
@@ -206,10 +208,6 @@ class StallWatch:
         return pytorch_s > STALL_FACTOR * max(self.fastest, self.copy_s) or other_s > STALL_FACTOR * max(
             self.fastest_other, self.copy_s
         )
-
-
-class NoisyMachineWarning(UserWarning):
-    """PyTorch against itself moved more than `HIGH_NOISE` here: small differences are not findings."""
 
 
 def noise_warning(floor: float) -> str | None:

@@ -43,7 +43,7 @@ from kernel_explorer.catalog.attention_candidates import AttentionCandidate, Att
 from kernel_explorer.catalog.availability import State
 from kernel_explorer.catalog.candidates import Candidate, names_one
 from kernel_explorer.catalog.hub_access import cached_variant_dir
-from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.errors import KernelExplorerWarning, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
 from kernel_explorer.inspect.layer_groups import ATTENTION, LayerGroup
 from kernel_explorer.inspect.running import RunningNow
@@ -258,7 +258,11 @@ class AttentionDoor(AttentionChoices, Door):
         self.warning = ""
         if wrong or verdict.distrusted:  # named: on, and said (a warning, and the row's note)
             self.warning = str(verdict) if verdict.distrusted else f"{found.state.value}: {found.reason}"
-            warnings.warn(f"{chosen.label} {self.warning}; switched on because you named it", stacklevel=5)
+            warnings.warn(
+                f"{chosen.label} {self.warning}; switched on because you named it",
+                KernelExplorerWarning,
+                stacklevel=5,
+            )
         return chosen
 
     @property

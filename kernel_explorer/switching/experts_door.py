@@ -35,7 +35,12 @@ from kernel_explorer._backend import experts
 from kernel_explorer.catalog import experts_candidates
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.experts_candidates import ExpertsCandidate
-from kernel_explorer.errors import KernelExplorerError, KernelSwitchError, NoUsableKernelError
+from kernel_explorer.errors import (
+    KernelExplorerError,
+    KernelExplorerWarning,
+    KernelSwitchError,
+    NoUsableKernelError,
+)
 from kernel_explorer.inspect.layer_groups import EXPERTS, LayerGroup
 from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import model_state
@@ -253,7 +258,11 @@ class ExpertsDoor(Door):
         self.warning = ""
         if verdict.wrong:  # named: on, and said (a warning, and the row's note)
             self.warning = str(verdict)
-            warnings.warn(f"{chosen.label} {self.warning}; switched on because you named it", stacklevel=5)
+            warnings.warn(
+                f"{chosen.label} {self.warning}; switched on because you named it",
+                KernelExplorerWarning,
+                stacklevel=5,
+            )
 
     def _guard(self, chosen: ExpertsCandidate) -> None:
         """Wrap the function registered as `chosen`'s name: one that raises in this model's experts

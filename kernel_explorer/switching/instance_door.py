@@ -28,7 +28,7 @@ from kernel_explorer._backend.layer_forwards import (
 from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.candidates import names_one
-from kernel_explorer.errors import KernelSwitchError, NoUsableKernelError
+from kernel_explorer.errors import KernelExplorerWarning, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
 from kernel_explorer.inspect.running import RunningNow
 from kernel_explorer.switching import isolation, model_trial
@@ -202,7 +202,9 @@ class InstanceDoor(Door):
             named = names_one(candidate)
             if verdict.distrusted and named and not host.strict:  # asked for by name: on, and said
                 warnings.warn(
-                    f"{chosen.repo_label} {verdict}; switched on because you named it", stacklevel=4
+                    f"{chosen.repo_label} {verdict}; switched on because you named it",
+                    KernelExplorerWarning,
+                    stacklevel=4,
                 )
                 break
             if not (verdict.refused or verdict.distrusted):

@@ -15,6 +15,7 @@ import ipywidgets as widgets
 from kernel_explorer.records import LayerVerdict, RunEvent, noise_warning
 from kernel_explorer.views.breakdown_panel import BreakdownPanel
 from kernel_explorer.views.layer_table import LayerTable
+from kernel_explorer.views.link_watch import LinkWatch
 from kernel_explorer.views.plots import LivePlots, static_html
 
 if TYPE_CHECKING:
@@ -97,8 +98,12 @@ class Dashboard:
             figure.add_class("kx-plot")
         self.downloads = widgets.HTML(value="")  # CSV of the records and the summary, after each run
         self.downloads.add_class("kx-downloads")
+        # empty while the kernel is there; when it restarts or dies, it turns this dashboard's
+        # controls off and says so in one line (at the top: the first thing read)
+        self.link = LinkWatch()
         self.widget = widgets.VBox(
             [
+                self.link,
                 widgets.HTML(value=f"<style>{_THEME_CSS}</style>"),
                 widgets.Accordion(children=[hardware], titles=("Hardware and accepted build variants",)),
                 self.table,
@@ -229,6 +234,7 @@ class Dashboard:
         self.table.close()
         self.plots.close()
         self.breakdown.close()
+        self.link.close()
         self.widget.close()
 
     # -- display -------------------------------------------------------------------------------

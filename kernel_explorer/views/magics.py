@@ -462,6 +462,9 @@ def load_ipython_extension(shell: Any) -> None:
     magic = KernelsMagic(shell)
     shell.register_magic_function(magic, magic_kind="line", magic_name="kernels")
     shell._kernel_explorer_magic = magic
+    from kernel_explorer.views import warning_line
+
+    warning_line.install(shell)  # in a notebook, the toolkit's warnings as one styled line each
     # every Explorer of the notebook shows a progress line while a cell measures with it
     magic.before_cell = lambda *_: attach_to_explorers(shell.user_ns)
     shell.events.register("pre_run_cell", magic.before_cell)
@@ -482,3 +485,6 @@ def unload_ipython_extension(shell: Any) -> None:
         shell.events.unregister("pre_run_cell", magic.before_cell)
     shell.magics_manager.magics["line"].pop("kernels", None)
     shell._kernel_explorer_magic = None
+    from kernel_explorer.views import warning_line
+
+    warning_line.uninstall()
