@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from kernels import Mode
     from torch import nn
 
+    from kernel_explorer.measure.summary import Summary
+
 __all__ = [
     "Availability",
     "Candidate",
@@ -414,6 +416,21 @@ class Explorer:
         """What each instance runs now."""
         return self._switchboard.running(name)
 
+    def side_by_side(self, name: str) -> Summary:
+        """Kernels side by side for layer `name`: PyTorch, then each candidate on this device, one row
+        each: its speedup against PyTorch with its 95% interval and verdict (its latest run), its
+        accuracy and error against float64, its peak memory per call once measured
+        (`compare(name, measure="memory", candidates=[...])`), its state here; the rows that run now
+        are marked. `compare(name, candidates=[...])` measures several in one run, the fairest way
+        to set them side by side. A Summary, like every result: `.text()`, `.html()`, `.to_pandas()`.
+        """
+        from kernel_explorer.inventory.side_by_side import side_by_side
+
+        self.group(name)  # an unknown layer: one line naming the model's layers
+        door = self._switchboard.doors[name]
+        found = door.found(mode=self.mode)
+        return side_by_side(name, found, self.running(name), self.results, device=self.device)
+
     def variants(self, name: str, platform: str | None = None, *, query_hub: bool = False) -> VariantsReport:
         """Which build variant of each candidate of layer `name` a machine takes, and why the rest are
         rejected, in `kernels`' own words: this machine, or one described as `platform`
@@ -625,6 +642,49 @@ class Explorer:
             ),
         )
         return self._measure(measurements, background=background, name=name)
+
+    def compare_model_seconds(
+        self,
+        *,
+        lengths: tuple[int, ...] = (128, 512),
+        decode_tokens: int = 32,
+        pairs: int = 7,
+        decode_pairs: int = 3,
+    ) -> float:
+        """About how many seconds `compare_model` with these arguments takes here, said before it
+        starts: one prefill per length and a 4-token greedy decode are timed now (a second or two on
+        the default model), then multiplied by what the comparison runs: per length a warm-up, 3 A/A
+        and `pairs` pairs (two prefills each); the outputs' two 24-token generations and two
+        prefills of the prompt; a warm-up decode and `decode_pairs` pairs of two `decode_tokens`
+        generations. The machine's load moves it (a shared machine: by 2x and more)."""
+        import time
+
+        import torch
+
+        from kernel_explorer.measure.capture import check_runnable, model_inputs, run_model
+        from kernel_explorer.measure.model_comparison import token_ids
+
+        check_runnable(self.model)
+        vocab = self._vocab_size("compare_model_seconds")
+        kwargs = model_inputs(self.model, None, self.tokenizer)
+        model: Any = self.model
+        prefill: dict[int, float] = {}
+        with self._switchboard.lock, torch.no_grad():
+            for length in lengths:
+                ids = {"input_ids": token_ids(vocab, length)}
+                started = time.perf_counter()
+                run_model(model, ids)
+                prefill[length] = time.perf_counter() - started
+            started = time.perf_counter()
+            run_model(model, kwargs)
+            prompt = time.perf_counter() - started
+            started = time.perf_counter()
+            model.generate(**kwargs, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+            per_token = (time.perf_counter() - started) / 4
+        prefills = sum((1 + 2 * 3 + 2 * pairs) * seconds for seconds in prefill.values())
+        outputs = 2 * prompt + 2 * 24 * per_token
+        decode = (2 + 2 * decode_pairs * decode_tokens) * per_token
+        return prefills + outputs + decode
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
         """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and
