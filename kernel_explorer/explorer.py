@@ -42,6 +42,7 @@ from kernel_explorer.measure.stats import (
     check_sampling,
     noise_warning,
 )
+from kernel_explorer.measure.summary import Summary
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.board import Switchboard
 from kernel_explorer.switching.extension import adopt
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 
     from kernels import Mode
     from torch import nn
-
-    from kernel_explorer.measure.summary import Summary
 
 __all__ = [
     "Availability",
@@ -67,6 +66,7 @@ __all__ = [
     "RunHandle",
     "RunningNow",
     "State",
+    "Summary",
     "VariantsReport",
     "check_sampling",
     "find_kernel_layers",

@@ -100,7 +100,9 @@ def test_choose(hub: dict, tmp_path: Path) -> None:
     named = catalog.choose("RMSNorm", device="cpu", mode=INFERENCE, candidate="user/kx-cuda")
     assert named.source == "user"
     with pytest.raises(
-        KernelExplorerError, match=r"No candidate 'nope' for layer 'RMSNorm': name one of rmsnorm, kx-cuda"
+        KernelExplorerError,
+        match=r"No candidate 'nope' for layer 'RMSNorm': name one of kx-cuda, rmsnorm \(or a source: user, "
+        r"bundled\)",
     ):
         catalog.choose("RMSNorm", device="cpu", mode=INFERENCE, candidate="nope")
     with pytest.raises(NoUsableKernelError, match="mapped for cpu, the model is on cuda"):
