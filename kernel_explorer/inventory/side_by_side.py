@@ -168,21 +168,17 @@ def _memory_rows(results: ResultLog, layer: str) -> list[Row]:
 
 
 def _latest_runs(results: ResultLog, layer: str) -> dict[str, tuple[str, str, str]]:
-    """Per candidate label: (run, kernel id, code path) of the last pair that ran it on `layer`."""
+    """Per candidate label: (run, kernel id, code path) of the last pair that ran it on `layer`
+    (the layer's pairs picked out by array first: a long Run holds hundreds of thousands)."""
+    import numpy as np
+
     columns = results.columns("layer_latency")
     found: dict[str, tuple[str, str, str]] = {}
-    triples = zip(
-        columns["layer"],
-        columns["candidate"],
-        columns["kernel_on"],
-        columns["run_id"],
-        columns["kernel_id"],
-        columns["isa"],
-        strict=True,
-    )
-    for its_layer, label, on, run_id, kernel_id, isa in triples:
-        if its_layer == layer and label and on:
-            found[str(label)] = (str(run_id), str(kernel_id or ""), str(isa or ""))
+    for at in np.flatnonzero(columns["layer"] == layer)[::-1]:  # the latest first
+        label = columns["candidate"][at]
+        if label and columns["kernel_on"][at] and label not in found:
+            kernel_id, isa = columns["kernel_id"][at], columns["isa"][at]
+            found[str(label)] = (str(columns["run_id"][at]), str(kernel_id or ""), str(isa or ""))
     return found
 
 
