@@ -249,11 +249,14 @@ class Explorer:
         """Offer a local kernel-builder repository (source or built path) as a candidate of source
         "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
         from kernel_explorer.catalog.peers import peer_mapping
+        from kernel_explorer.switching import events
         from kernel_explorer.switching.isolation import peer_classes
 
         timeout = self._switchboard.trial_timeout
         read = functools.partial(peer_classes, timeout=timeout)  # its Python runs in the worker
-        return self._catalog.add_peer(peer_mapping(path, self.layers, layers=layers, read_classes=read))
+        mapping = peer_mapping(path, self.layers, layers=layers, read_classes=read)
+        with events.changing(self.model):  # every view of the model redraws: a picker offers the peer
+            return self._catalog.add_peer(mapping)
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
