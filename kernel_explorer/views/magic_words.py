@@ -49,7 +49,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": (
         "[--compiled] [--background]",
         "the whole model: prefill and decode, kernels against PyTorch, with 95% intervals; under a minute"
-        " on 2 idle cores with the default model (it says its estimate before it starts); --compiled:"
+        " on 2 idle cores with the default model, minutes on a busy machine (it says its estimate before it"
+        " starts); --compiled:"
         " both under torch.compile on a static cache, against eager PyTorch too (compiling takes minutes)",
     ),
     "stop": ("", "cancel the measurement %kernels or its dashboard started"),

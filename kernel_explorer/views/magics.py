@@ -48,10 +48,13 @@ def _names_a_model(word: str) -> bool:
 
 
 #: `%kernels bench`'s comparison: 6 pairs are the fewest whose interval of the median covers 95%
-#: (5 cover 94%; 2 pairs read "only 50% sure"), and prefill's 8 leave room for two stalled pairs
-#: (a busy machine's); 8 decode tokens a pair keep the whole near a minute on 2 cores with the
-#: default model (it took 100-114 s with 16 tokens and 2 pairs on a busy one)
-BENCH: dict[str, Any] = {"lengths": (128,), "pairs": 8, "decode_tokens": 8, "decode_pairs": 6}
+#: (5 cover 94%; 2 pairs read "only 50% sure"). What it costs is prefills (a warm-up, 3 A/A pairs,
+#: then the pairs) and greedy tokens (the outputs' 2 x 24, then 2 per pair): on a machine shared
+#: with other work (load 8 on 2 cores) one 128-token prefill of the default model took 6-12 s and a
+#: token 0.6-0.8 s, and `compare_model_seconds` put the old 2-pair, 16-token bench at 104 s (it
+#: took 100-114 s), this one at about 3 minutes; on 2 idle cores it is a fraction of a minute.
+#: So it says its estimate before it starts, and what to do when that is long.
+BENCH: dict[str, Any] = {"lengths": (128,), "pairs": 6, "decode_tokens": 8, "decode_pairs": 6}
 
 
 def _duration(seconds: float) -> str:
@@ -428,10 +431,17 @@ class KernelsMagic:
         seconds = explorer.compare_model_seconds(**BENCH)  # a prefill and a short decode, timed now
         compiling = "compiling (minutes), then " if args.compiled else ""
         where = "in the background (%kernels stop cancels it)" if args.background else "in this cell"
+        long = (
+            "; over a minute: this machine is busy or slow (other work slows every pair), "
+            "--background keeps the notebook free"
+            if seconds > 60 and not args.background
+            else ""
+        )
         print(
             f"%kernels bench: {compiling}about {_duration(seconds * (2 if args.compiled else 1))} here, "
             f"{where}: prefill at {BENCH['lengths'][0]} tokens ({BENCH['pairs']} pairs), decode "
             f"({BENCH['decode_pairs']} pairs of {BENCH['decode_tokens']} tokens), logits and greedy tokens"
+            + long
         )
         # prefill, then decode; compiled: each also against eager PyTorch
         cell_progress(explorer.results).expect(4 if args.compiled else 2, "measures")
