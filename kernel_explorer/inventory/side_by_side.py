@@ -93,7 +93,7 @@ def side_by_side(
         measured = _row_of(time_rows, latest.get(label), label)
         memory = next((r for r in reversed(memory_rows) if r[0].get("kernel") == label), None)
         name = getattr(candidate, "short_name", "") or label.split(" (", 1)[0]
-        if measured is None:
+        if measured is None and availability.state.usable:
             unmeasured.append(name)
         cells, data = measured if measured is not None else ({}, {})
         rows.append(
