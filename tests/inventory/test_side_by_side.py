@@ -39,7 +39,7 @@ def test_each_candidate_is_a_row_with_its_own_numbers(measured: Explorer) -> Non
     bundled, peer = rows["rmsnorm [bundled]"], rows["py-rmsnorm [peer]"]
     for row in (bundled, peer):
         assert isinstance(row["speedup"], IntervalCell) and row["speedup"].low <= row["speedup"].high
-        assert row["state"] == "ready" and row["run_id"] == "run-1"
+        assert row["state"] == "ready" and row["run_id"] == measured.results.records("run")[0].run_id
         assert "float64" in str(row["accuracy"]) or row["accuracy"]
     assert bundled["speedup"] != peer["speedup"]  # two kernels, two intervals (never one "RMSNorm" number)
     frame = measured.results.layer_summary()

@@ -198,5 +198,5 @@ def test_side_prints_the_kernels_of_a_layer_side_by_side(tmp_path: Path, hub: di
         if line.split()[:1] in (["rmsnorm"], ["py-rmsnorm"])
     }
     assert set(rows) == {"rmsnorm", "py-rmsnorm"}, out
-    assert all("x [" in line and "run-1" in line for line in rows.values()), out
+    assert all("x [" in line and " run-" in line for line in rows.values()), out
     assert main(["side", "RMSNorm", "--model", str(tmp_path / "tiny"), "--peer", str(tmp_path / "none")]) == 2
