@@ -105,8 +105,8 @@ class Candidate:
 
     @property
     def short_name(self) -> str:
-        """What a view calls it beside its source: the repository's name, its class when that is not
-        the repository's only one ("activation", "gelu:GeluTanh" would be "activation:GeluTanh")."""
+        """What a view calls it beside its source, and a word `on` takes: the repository's own name
+        ("activation", "plain-silu"), with a pinned code path ("activation@avx2")."""
         name = self.repo_name or self.repo_label
         return name + (f"@{self.path}" if self.path else "")
 
@@ -295,8 +295,9 @@ class Catalog:
     def names_that_work(
         self, layer_name: str, device: str | None = None, *, among: Sequence[Candidate] | None = None
     ) -> list[str]:
-        """The shortest word naming each candidate of `layer_name` (those for `device`, or `among`)
-        alone: its repository's name, its class, its source, ..., its whole label."""
+        """For each candidate of `layer_name` (those for `device`, or `among`), the first word that
+        names it alone here: its repository's name, its class, its source, source/name, its
+        repository's label, else its whole label."""
         every = self.candidates(layer_name)
         here = [c for c in every if device is None or c.device == device]
         chosen: list[str] = []
