@@ -42,6 +42,7 @@ from kernel_explorer.measure.stats import (
     check_sampling,
     noise_warning,
 )
+from kernel_explorer.measure.summary import Summary
 from kernel_explorer.switching import model_state
 from kernel_explorer.switching.board import Switchboard
 from kernel_explorer.switching.extension import adopt
@@ -65,6 +66,7 @@ __all__ = [
     "RunHandle",
     "RunningNow",
     "State",
+    "Summary",
     "VariantsReport",
     "check_sampling",
     "find_kernel_layers",
@@ -247,11 +249,14 @@ class Explorer:
         """Offer a local kernel-builder repository (source or built path) as a candidate of source
         "peer" for the model's layers its classes serve (or `layers`: {layer name: class})."""
         from kernel_explorer.catalog.peers import peer_mapping
+        from kernel_explorer.switching import events
         from kernel_explorer.switching.isolation import peer_classes
 
         timeout = self._switchboard.trial_timeout
         read = functools.partial(peer_classes, timeout=timeout)  # its Python runs in the worker
-        return self._catalog.add_peer(peer_mapping(path, self.layers, layers=layers, read_classes=read))
+        mapping = peer_mapping(path, self.layers, layers=layers, read_classes=read)
+        with events.changing(self.model):  # every view of the model redraws: a picker offers the peer
+            return self._catalog.add_peer(mapping)
 
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
@@ -413,6 +418,21 @@ class Explorer:
     def running(self, name: str | None = None) -> list[RunningNow]:
         """What each instance runs now."""
         return self._switchboard.running(name)
+
+    def side_by_side(self, name: str) -> Summary:
+        """Kernels side by side for layer `name`: PyTorch, then each candidate on this device, one row
+        each: its speedup against PyTorch with its 95% interval and verdict (its latest run), its
+        accuracy and error against float64, its peak memory per call once measured
+        (`compare(name, measure="memory", candidates=[...])`), its state here; the rows that run now
+        are marked. `compare(name, candidates=[...])` measures several in one run, the fairest way
+        to set them side by side. A Summary, like every result: `.text()`, `.html()`, `.to_pandas()`.
+        """
+        from kernel_explorer.inventory.side_by_side import side_by_side
+
+        self.group(name)  # an unknown layer: one line naming the model's layers
+        door = self._switchboard.doors[name]
+        found = door.found(mode=self.mode)
+        return side_by_side(name, found, self.running(name), self.results, device=self.device)
 
     def variants(self, name: str, platform: str | None = None, *, query_hub: bool = False) -> VariantsReport:
         """Which build variant of each candidate of layer `name` a machine takes, and why the rest are
@@ -625,6 +645,49 @@ class Explorer:
             ),
         )
         return self._measure(measurements, background=background, name=name)
+
+    def compare_model_seconds(
+        self,
+        *,
+        lengths: tuple[int, ...] = (128, 512),
+        decode_tokens: int = 32,
+        pairs: int = 7,
+        decode_pairs: int = 3,
+    ) -> float:
+        """About how many seconds `compare_model` with these arguments takes here, said before it
+        starts: one prefill per length and a 4-token greedy decode are timed now (a second or two on
+        the default model), then multiplied by what the comparison runs: per length a warm-up, 3 A/A
+        and `pairs` pairs (two prefills each); the outputs' two 24-token generations and two
+        prefills of the prompt; a warm-up decode and `decode_pairs` pairs of two `decode_tokens`
+        generations. The machine's load moves it (a shared machine: by 2x and more)."""
+        import time
+
+        import torch
+
+        from kernel_explorer.measure.capture import check_runnable, model_inputs, run_model
+        from kernel_explorer.measure.model_comparison import token_ids
+
+        check_runnable(self.model)
+        vocab = self._vocab_size("compare_model_seconds")
+        kwargs = model_inputs(self.model, None, self.tokenizer)
+        model: Any = self.model
+        prefill: dict[int, float] = {}
+        with self._switchboard.lock, torch.no_grad():
+            for length in lengths:
+                ids = {"input_ids": token_ids(vocab, length)}
+                started = time.perf_counter()
+                run_model(model, ids)
+                prefill[length] = time.perf_counter() - started
+            started = time.perf_counter()
+            run_model(model, kwargs)
+            prompt = time.perf_counter() - started
+            started = time.perf_counter()
+            model.generate(**kwargs, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+            per_token = (time.perf_counter() - started) / 4
+        prefills = sum((1 + 2 * 3 + 2 * pairs) * seconds for seconds in prefill.values())
+        outputs = 2 * prompt + 2 * 24 * per_token
+        decode = (2 + 2 * decode_pairs * decode_tokens) * per_token
+        return prefills + outputs + decode
 
     def breakdown(self, *, tokens: int = 512, repeats: int = 2, background: bool = False) -> RunHandle:
         """Where the model's time goes: each kernel layer's share of a prefill of `tokens` tokens and

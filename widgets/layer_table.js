@@ -71,7 +71,7 @@ function render({ model, el: root }) {
   function picker(row) {
     // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
     if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
-    const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: "the kernel this layer switches to" });
+    const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: `${row.candidate}: the kernel this layer runs, or switches to` });
     // grouped by device: each kernel once per device, this machine's first (layer_table.picker_candidates)
     const groups = new Map();
     for (const option of row.candidates) {
@@ -94,6 +94,9 @@ function render({ model, el: root }) {
   function draw() {
     const rows = model.get("rows") || [];
     const table = el("table", { class: "kx-table" });
+    // the columns' widths, fixed (layer_table.css: table-layout fixed): the same on every render
+    table.append(el("colgroup", {}, el("col", { style: "width: 2.5em" }), el("col", { style: "width: 22%" }),
+      el("col", { style: "width: 6em" }), el("col", { style: "width: 40%" }), el("col", {})));
     table.append(el("thead", {}, el("tr", {},
       el("th", { text: "on" }), el("th", { text: "layer" }), el("th", { text: "instances" }),
       el("th", { text: "available" }), el("th", { text: "runs now" }))));

@@ -237,12 +237,15 @@ class AttentionChoices:
         return found
 
     def matching(self, word: str) -> list[AttentionCandidate]:
-        """The candidates a word names: a source ("bundled", "user"), a label or an implementation,
-        with an optional code path ("bundled@avx2")."""
-        return with_code_path(
-            word,
-            lambda w: [c for c in self.candidates() if w in (c.source, c.label, c.implementation, str(c))],
-        )
+        """The candidates a word names: a source ("bundled", "user"), a label, an implementation or
+        the repository's own name ("flash-attn", what the side-by-side table calls it), with an
+        optional code path ("bundled@avx2")."""
+
+        def names(c: AttentionCandidate) -> tuple[str, ...]:
+            own = c.repo_name if not c.pytorch else ""
+            return tuple(n for n in (c.source, c.label, c.implementation, str(c), own) if n)
+
+        return with_code_path(word, lambda w: [c for c in self.candidates() if w in names(c)])
 
     def availability(
         self, candidate: AttentionCandidate, *, mode: Mode, query_hub: bool = False

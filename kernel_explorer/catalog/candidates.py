@@ -13,11 +13,15 @@ that asks for availability never blocks on the network for longer than it chose 
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.hub import hub_session, is_offline
@@ -89,6 +93,41 @@ class Candidate:
         return str(self.repository) + at
 
     @property
+    def repo_name(self) -> str:
+        """The repository's own name, as its author wrote it: `activation` for
+        kernels-community/activation and for bundled/activation, `plain-silu` for a peer built into
+        the cache as `plain-silu-1a2b3c4d` (its metadata's name); "" for an object naming no folder."""
+        ref = self.hub
+        if ref is not None:
+            return ref.repo_id.rsplit("/", 1)[-1]
+        path = local_path(self.repository)
+        return "" if path is None else repository_name(path)
+
+    @property
+    def short_name(self) -> str:
+        """What a view calls it beside its source, and a word `on` takes: the repository's own name
+        ("activation", "plain-silu"), with a pinned code path ("activation@avx2")."""
+        name = self.repo_name or self.repo_label
+        return name + (f"@{self.path}" if self.path else "")
+
+    def names(self) -> tuple[str, ...]:
+        """Every word that names this candidate: its source, its label (whole, without the device, or
+        its repository's), the repository's own name, a Hub repository's id, its layer class."""
+        names = [self.source, self.label, self.repo_label, str(self), f"{self.repo_label}:{self.layer_class}"]
+        if self.repo_name:
+            names += [self.repo_name, f"{self.source}/{self.repo_name}"]
+        ref = self.hub
+        if ref is not None:
+            names.append(ref.repo_id)
+        names.append(self.layer_class)
+        return tuple(dict.fromkeys(n for n in names if n))
+
+    @property
+    def layer_class(self) -> str:
+        """The repository's layer class this candidate loads (`Silu`, `PlainSilu`)."""
+        return str(getattr(self.repository, "layer_name", "") or "")
+
+    @property
     def label(self) -> str:
         """`repo:Layer (device, mode)`: unique within a catalog and what a user types to choose."""
         where = self.device if self.entry.properties is None else f"{self.device} {self.entry.properties}"
@@ -96,6 +135,23 @@ class Candidate:
 
     def __str__(self) -> str:
         return f"{self.label} [{self.source}]"
+
+
+_HASHED = re.compile(r"-[0-9a-f]{8}$")  # the builder's cache folder: the source's name, then a hash
+
+
+@functools.lru_cache(maxsize=256)
+def repository_name(path: Path) -> str:
+    """A local repository's name: its build's `metadata.json` name (what kernel-builder's build.toml
+    calls it), else the folder's name less the hash the builder's cache adds."""
+    for meta in sorted(Path(path).glob("build/*/metadata.json")):
+        try:
+            name = json.loads(meta.read_text()).get("name")
+        except (OSError, ValueError):
+            continue
+        if isinstance(name, str) and name:
+            return name
+    return _HASHED.sub("", Path(path).name)
 
 
 def _key(entry: MappingEntry) -> tuple[str, str, str | None, Any, Any]:
@@ -210,17 +266,74 @@ class Catalog:
         """All candidates, or those for one layer name, most preferred source first."""
         return [c for c in self._candidates if layer_name is None or c.layer_name == layer_name]
 
-    def matching(self, layer_name: str, word: str) -> list[Candidate]:
-        """The candidates of `layer_name` a user's word names: a source ("bundled", "peer", ...), a
-        label, a repository label, or `repo:Layer`, each with an optional `@path` ("bundled@avx2").
-        The one reading `on`, `using` and `compare` share."""
-        return with_code_path(
-            word,
-            lambda w: [
-                c
-                for c in self.candidates(layer_name)
-                if w in (c.source, c.label, c.repo_label, str(c), f"{c.repo_label}:{c.repository.layer_name}")
-            ],
+    def matching(self, layer_name: str, word: str, device: str | None = None) -> list[Candidate]:
+        """The candidates of `layer_name` a user's word names (`Candidate.names`): a source ("bundled",
+        "peer", ...), a label, a repository label or `repo:Layer`, the repository's own name
+        ("plain-silu", "activation"), a Hub repository id, the layer class; each with an optional
+        `@path` ("bundled@avx2"). With `device`, a word that names candidates for several devices
+        names those for `device`. The one reading `on`, `using` and `compare` share.
+
+        A word that is not a source and names more than one repository (or class) here is one line
+        listing the names that tell them apart (`KernelExplorerError`); a word naming none: [].
+        """
+
+        def named(w: str) -> list[Candidate]:
+            found = [c for c in self.candidates(layer_name) if w in c.names()]
+            if device is not None and len(found) > 1:
+                found = [c for c in found if c.device == device] or found
+            return found
+
+        found = with_code_path(word, named)
+        distinct = {(c.repo_label, c.layer_class) for c in found}
+        if len(distinct) > 1 and word.rsplit("@", 1)[0] not in SOURCES:
+            names = ", ".join(self.names_that_work(layer_name, device, among=found))
+            raise KernelExplorerError(
+                f"{word!r} names {len(distinct)} candidates of {layer_name!r}: name one of {names}"
+            )
+        return found
+
+    def names_that_work(
+        self, layer_name: str, device: str | None = None, *, among: Sequence[Candidate] | None = None
+    ) -> list[str]:
+        """For each candidate of `layer_name` (those for `device`, or `among`), the first word that
+        names it alone here: its repository's name, its class, its source, source/name, its
+        repository's label, else its whole label."""
+        every = self.candidates(layer_name)
+        here = [c for c in every if device is None or c.device == device]
+        chosen: list[str] = []
+        for candidate in among if among is not None else here:
+            words = (
+                candidate.repo_name,
+                candidate.layer_class,
+                candidate.source,
+                f"{candidate.source}/{candidate.repo_name}",
+                candidate.repo_label,
+                candidate.label,
+            )
+            alone = next(
+                (w for w in words if w and [c for c in here if w in c.names()] == [candidate]),
+                candidate.label,
+            )
+            if alone not in chosen:
+                chosen.append(alone)
+        return chosen
+
+    def no_match(self, layer_name: str, word: str, device: str) -> KernelExplorerError:
+        """The one line for a word that names no candidate of `layer_name`: the names that work here,
+        and how many candidates are mapped for other devices only."""
+        every = self.candidates(layer_name)
+        names = self.names_that_work(layer_name, device)
+        elsewhere = sorted({c.device for c in every if c.device != device})
+        others = sum(c.device != device for c in every)
+        tail = f" (+{others} for other devices: {', '.join(elsewhere)})" if elsewhere else ""
+        if not names:
+            return KernelExplorerError(
+                f"No candidate {word!r} for layer {layer_name!r}: it has none here{tail}"
+            )
+        sources = [s for s in SOURCES if any(c.source == s and c.device == device for c in every)]
+        return KernelExplorerError(
+            f"No candidate {word!r} for layer {layer_name!r}: name one of {', '.join(names)} "
+            f"(or a source: {', '.join(sources)}){tail}"
         )
 
     def layer_names(self) -> list[str]:
@@ -396,20 +509,10 @@ class Catalog:
         if isinstance(candidate, Candidate):
             return candidate, None
         if candidate is not None:
-            options = self.matching(layer_name, candidate)
+            options = self.matching(layer_name, candidate, device)
             if not options:
-                every = self.candidates(layer_name)
-                here = [c.label for c in every if c.device == device]
-                elsewhere = sorted({c.device for c in every if c.device != device})
-                if elsewhere:  # a CPU user reads the ones they can pick; the rest are counted
-                    others = len(every) - len(here)
-                    here.append(f"(+{others} for other devices: {', '.join(elsewhere)})")
-                known = "\n  ".join(here) or "(none)"
-                raise KernelExplorerError(
-                    f"No candidate {candidate!r} for layer {layer_name!r}. Candidates:\n  {known}"
-                )
-            word = candidate.rsplit("@", 1)[0] if options[0].path else candidate  # "bundled@avx2"
-            if len(options) == 1 or word not in SOURCES:
+                raise self.no_match(layer_name, candidate, device)
+            if len(options) == 1:  # else a source's, or one repository's for several modes: the first usable
                 return options[0], None
         found = [(option, self.availability(option, device=device, mode=mode)) for option in options]
         best = first_usable(found)

@@ -34,6 +34,14 @@ class RunningNow:
         return self.kernel_id is not None
 
     def __str__(self) -> str:
+        """`model.layers.0.input_layernorm: bundled/rmsnorm:RMSNorm (kernel _rmsnorm_cpu_1a2b, variant
+        torch213-cxx11-cpu-x86_64-linux)`: the instance, then what it runs by the name a user chose it
+        by; a cache folder is no name a reader knows (`repository` keeps it)."""
         if not self.is_kernel:
-            return "PyTorch" + (f" ({self.reason})" if self.reason else "")
-        return f"{self.repository} [{self.variant}] {self.kernel_id}"
+            return f"{self.instance}: PyTorch" + (f" ({self.reason})" if self.reason else "")
+        name = self.candidate.split(" (", 1)[0] if self.candidate else self.name
+        if not name:
+            name = self.repository.rstrip("/").rsplit("/", 1)[-1] if self.repository else "a kernel"
+            name += f":{self.layer_class}" if self.layer_class else ""
+        variant = f", variant {self.variant}" if self.variant else ""
+        return f"{self.instance}: {name} (kernel {self.kernel_id}{variant})"

@@ -293,6 +293,26 @@ class Summary:
         notes = "".join(f"<p>{html.escape(note, quote=False)}</p>" for note in self.notes)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{notes}"
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the title, the table with each cell's own text (`2.80x [2.60, 3.00]`, never
+        a raw float or a cut sentence), no cell wrapped, scrolling sideways where it is too wide."""
+        import html
+
+        if not self.rows:
+            return f"<p>{html.escape(self.text())}</p>"
+        style = (
+            "<style>.kx-summary td, .kx-summary th { white-space: nowrap; text-align: left; "
+            "padding: 2px 10px 2px 0; } .kx-summary p { margin: 2px 0; opacity: 0.8; }</style>"
+        )
+        return (
+            f"<div class='kx-summary' style='overflow-x:auto'>{style}"
+            f"<div><b>{html.escape(self.title)}</b></div>{self.html()}</div>"
+        )
+
+    def _repr_pretty_(self, printer: object, cycle: bool) -> None:
+        """In IPython's terminal (and `print`-less cells there): the fixed-width table."""
+        printer.text(self.text())  # type: ignore[attr-defined]
+
     def to_pandas(self) -> pd.DataFrame:
         """One row per summary row, every column present: an interval cell becomes `key`,
         `key_low`, `key_high` and `key_confidence` (or the column's `names`), a number cell its

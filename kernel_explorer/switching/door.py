@@ -147,9 +147,14 @@ class Door(ABC):
         return self.host.catalog.candidates(self.name)
 
     def matching(self, word: str) -> list[Candidate]:
-        """The candidates a user's word names ("bundled", a label, "bundled@avx2"): what `compare`'s
-        `candidates=` reads."""
-        return self.host.catalog.matching(self.name, word)
+        """The candidates a user's word names ("bundled", a label, the repository's name,
+        "bundled@avx2"): what `compare`'s `candidates=` reads. A word naming none, or several
+        repositories, is one line listing the names that work here."""
+        catalog, device = self.host.catalog, self.host.device
+        found = catalog.matching(self.name, word, device)
+        if not found:
+            raise catalog.no_match(self.name, word, device)
+        return found
 
     def capturing(self, keep: Keep) -> contextlib.AbstractContextManager[None]:
         """For the block, hand each call's inputs of this door's instances to `keep`."""

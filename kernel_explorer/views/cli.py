@@ -173,6 +173,41 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_side(args: argparse.Namespace) -> int:
+    """Kernels side by side for one layer: PyTorch, the bundled kernel and the peers given, each usable
+    candidate measured in one run (switched on for its turn), then one row each."""
+    import warnings
+
+    from kernel_explorer.records import NoisyMachineWarning
+    from kernel_explorer.views.headless import CompareJob, open_explorer
+
+    job = CompareJob(
+        model=args.model,
+        layers=(args.layer,),
+        dtype=args.dtype,
+        device=args.device,
+        precision=args.precision,
+        budget_s=args.budget,
+    )
+    explorer, name = open_explorer(job, progress=interactive())
+    layers = {args.layer: args.peer_class} if args.peer_class else None
+    for path in args.peers:
+        explorer.add_peer(path, layers=layers)
+    labels = [more["label"] for more in explorer.side_by_side(args.layer).extra if more.get("usable")]
+    if not labels:
+        raise KernelExplorerError(f"{args.layer} has no candidate that can run here; nothing to compare")
+    print(f"Comparing {len(labels)} kernels of {args.layer} on {name}, up to {args.budget:g} s of pairs each")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoisyMachineWarning)  # the time summary's notes say it
+        handle = explorer.compare(
+            args.layer, candidates=labels, precision=args.precision, budget_s=args.budget
+        )
+    if handle.error is not None:
+        raise handle.error
+    print(explorer.side_by_side(args.layer).text())
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     """The compare of each model on every node of a Ray cluster; the machines side by side."""
     from kernel_explorer.machine import sweep
@@ -280,6 +315,22 @@ def build_parser() -> argparse.ArgumentParser:
             choices=measures,
             help="what to measure (time: speed, with intervals)",
         )
+    side = sub.add_parser(
+        "side",
+        help="kernels side by side for one layer: PyTorch, the bundled kernel and your --peer repositories"
+        " measured in one run, one row each",
+    )
+    side.add_argument("layer", help="the kernel layer name (SiLU, RMSNorm, ...)")
+    side.add_argument(
+        "--peer", dest="peers", nargs="+", default=[], metavar="PATH", help="kernel-builder repositories"
+    )
+    side.add_argument("--peer-class", default=None, help="the peers' class serving LAYER (default: by name)")
+    side.add_argument("--model", default=None, help="a model folder or a Hub id (default: SmolLM2)")
+    side.add_argument("--dtype", default="auto", choices=DTYPES, help="the model's dtype (auto)")
+    side.add_argument("--device", default="cpu", help="where the model runs (cpu)")
+    side.add_argument("--precision", type=float, default=0.1, help="target interval share (0.1)")
+    side.add_argument("--budget", type=float, default=3.0, help="most seconds of pairs per kernel (3)")
+    side.set_defaults(func=_cmd_side)
     sweep = sub.add_parser(
         "sweep", help="compare each model on every node of a Ray cluster (pip install kernel-explorer[ray])"
     )

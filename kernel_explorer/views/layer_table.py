@@ -57,6 +57,16 @@ def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
     return sorted(kept.values(), key=lambda option: option["device"] != device)  # stable: this device first
 
 
+def running_candidate(running: Any, offered: set[str]) -> str:
+    """The label of the candidate most of the row's instances run now, when the picker offers it;
+    "" when they run PyTorch. The picker shows what runs: after `%kernels on SiLU --candidate peer`
+    it read `bundled/activation:Silu` while "runs now" said the peer."""
+    from collections import Counter
+
+    counts = Counter(now.candidate for now in running if now.is_kernel and now.candidate in offered)
+    return counts.most_common(1)[0][0] if counts else ""
+
+
 def trust_lines(availability: Any) -> str:
     """A candidate's trust (`catalog/trust.py`), one sentence per line ("" when it names no build)."""
     trust = getattr(availability, "trust", None)
@@ -70,7 +80,11 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
     rows = []
     for row in inventory.rows:
         best = row.best
-        picked = (chosen or {}).get(row.group.name) or (best[0].label if best else "")
+        options = picker_candidates(row.candidates, explorer.device)
+        runs = running_candidate(row.running, {option["label"] for option in options})
+        if runs and chosen is not None:  # switched from anywhere (a magic, a cell): the picker follows
+            chosen[row.group.name] = runs
+        picked = runs or (chosen or {}).get(row.group.name) or (best[0].label if best else "")
         # the trust cells are those of the candidate picked
         shown = next((found for c, found in row.candidates if c.label == picked), best[1] if best else None)
         trust = shown.trust if shown is not None else None
@@ -97,7 +111,7 @@ def table_rows(explorer: Explorer, chosen: dict[str, str] | None = None) -> list
                 "candidate": picked,
                 "trust": trust.short if trust is not None else "",
                 "trust_title": trust_lines(shown) if shown is not None else "",
-                "candidates": picker_candidates(row.candidates, explorer.device),
+                "candidates": options,
                 "given": [  # the user's own candidates, each with its state, even when another ranks first
                     {
                         "short": _short(candidate.label),

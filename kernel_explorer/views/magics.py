@@ -47,6 +47,23 @@ def _names_a_model(word: str) -> bool:
     return "/" in word or Path(word).expanduser().is_dir()
 
 
+#: `%kernels bench`'s comparison: 6 pairs are the fewest whose interval of the median covers 95%
+#: (5 cover 94%; 2 pairs read "only 50% sure"). What it costs is prefills (a warm-up, 3 A/A pairs,
+#: then the pairs) and greedy tokens (the outputs' 2 x 24, then 2 per pair): on a machine shared
+#: with other work (load 8 on 2 cores) one 128-token prefill of the default model took 6-12 s and a
+#: token 0.6-0.8 s, and `compare_model_seconds` put the old 2-pair, 16-token bench at 104 s (it
+#: took 100-114 s), this one at about 3 minutes; on 2 idle cores it is a fraction of a minute.
+#: So it says its estimate before it starts, and what to do when that is long.
+BENCH: dict[str, Any] = {"lengths": (128,), "pairs": 6, "decode_tokens": 8, "decode_pairs": 6}
+
+
+def _duration(seconds: float) -> str:
+    """`40 s`, `3 min`: an estimate as a person reads it (to the nearest 10 s under 2 minutes)."""
+    if seconds < 120:
+        return f"{max(10, round(seconds, -1)):.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
 class _Steps:
     """A progress bar in the cell while `%kernels explore` works: which step, out of how many.
 
@@ -391,20 +408,44 @@ class KernelsMagic:
 
         return answer(explorer.results, handle.run_id, [args.measure])
 
+    def _do_side(self, args: argparse.Namespace) -> Any:
+        """The side-by-side table of one layer (`Explorer.side_by_side`); with --compare, every usable
+        candidate measured in one run first, each switched on for its turn and put back after."""
+        explorer = self._need_explorer()
+        if args.compare:
+            from kernel_explorer.views.progress import cell_progress
+
+            table = explorer.side_by_side(args.layer)
+            labels = [more["label"] for more in table.extra if more.get("usable")]
+            if not labels:
+                raise MagicUsageError(f"{args.layer} has no candidate that can run here to compare")
+            print(f"%kernels side: measuring {len(labels)} candidates of {args.layer}, about 3 s each")
+            cell_progress(explorer.results).expect(len(labels), "layers")
+            explorer.compare(args.layer, candidates=labels, precision=0.1, budget_s=3)
+        return explorer.side_by_side(args.layer)
+
     def _do_bench(self, args: argparse.Namespace) -> Any:
         from kernel_explorer.views.progress import cell_progress
 
         explorer = self._need_explorer()
-        # prefill at 128 tokens, then decode; compiled: each also against eager PyTorch
-        cell_progress(explorer.results).expect(4 if args.compiled else 2, "measures")
-        handle = explorer.compare_model(
-            lengths=(128,),
-            decode_tokens=16,
-            pairs=2,
-            decode_pairs=2,
-            background=args.background,
-            compiled=args.compiled,
+        seconds = explorer.compare_model_seconds(**BENCH)  # a prefill and a short decode, timed now
+        compiling = "compiling (minutes), then " if args.compiled else ""
+        where = "in the background (%kernels stop cancels it)" if args.background else "in this cell"
+        long = (
+            "; over a minute: this machine is busy or slow (other work slows every pair), "
+            "--background keeps the notebook free"
+            if seconds > 60 and not args.background
+            else ""
         )
+        print(
+            f"%kernels bench: {compiling}about {_duration(seconds * (2 if args.compiled else 1))} here, "
+            f"{where}: prefill at {BENCH['lengths'][0]} tokens ({BENCH['pairs']} pairs), decode "
+            f"({BENCH['decode_pairs']} pairs of {BENCH['decode_tokens']} tokens), logits and greedy tokens"
+            + long
+        )
+        # prefill, then decode; compiled: each also against eager PyTorch
+        cell_progress(explorer.results).expect(4 if args.compiled else 2, "measures")
+        handle = explorer.compare_model(background=args.background, compiled=args.compiled, **BENCH)
         self._started(handle, args.background)
         if args.background:
             return None

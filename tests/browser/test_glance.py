@@ -88,9 +88,9 @@ def test_answers_at_a_glance_in_both_themes(lab: Lab, page: Page) -> None:
     expect(page.locator(".kx-status")).to_contain_text(f"Run {run_id}", timeout=30_000)
     expect(page.locator(".kx-downloads")).to_contain_text(run_id)
 
-    _run_cell(page, 4)  # item 4: the choices after "Candidates:", on the same line
+    _run_cell(page, 4)  # item 4: the names that work, on the same line
     expect(page.locator(".jp-Notebook .jp-Cell").nth(4).locator(".jp-OutputArea")).to_contain_text(
-        "Candidates: bundled/rmsnorm", timeout=30_000
+        "name one of rmsnorm", timeout=30_000
     )
     error_line = _cell_text(page, 4).strip()
     assert error_line.count("\n") == 0 and error_line.startswith("%kernels: No candidate 'nope/nope'")

@@ -101,6 +101,8 @@ def test_peer_serving_none_of_the_layers_is_one_line(tmp_path: Path, fresh_cache
 
 def test_compare_with_an_unknown_candidate_is_one_line(hub: dict) -> None:
     explorer = Explorer(tiny_llama())
-    with pytest.raises(KernelExplorerError, match="No candidate of 'RMSNorm' matches") as info:
+    with pytest.raises(
+        KernelExplorerError, match="No candidate 'nobody' for layer 'RMSNorm': name one of rmsnorm"
+    ) as info:
         explorer.compare("RMSNorm", candidates=["nobody"], pairs=3)
     assert "\n" not in str(info.value)

@@ -177,3 +177,26 @@ def test_build_of_a_folder_without_build_toml_is_one_line(tmp_path: Path, capsys
     assert main(["build", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "has no build.toml" in err and err.count("\n") == 1
+
+
+def test_side_prints_the_kernels_of_a_layer_side_by_side(tmp_path: Path, hub: dict, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`kernel-explorer side LAYER --peer PATH`: the bundled kernel and a peer measured in one run,
+    then a row each beside PyTorch, each with its own interval (issue 49: one number per layer)."""
+    from kernel_repos import write_noarch_repo
+
+    from kernel_explorer.loading import tiny_llama
+
+    tiny_llama().save_pretrained(tmp_path / "tiny")
+    peer = write_noarch_repo(tmp_path / "py-rmsnorm")
+    code = main(["side", "RMSNorm", "--model", str(tmp_path / "tiny"), "--peer", str(peer), "--budget", "1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Comparing 2 kernels of RMSNorm" in out and "Kernels side by side for RMSNorm" in out
+    rows = {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line.split()[:1] in (["rmsnorm"], ["py-rmsnorm"])
+    }
+    assert set(rows) == {"rmsnorm", "py-rmsnorm"}, out
+    assert all("x [" in line and " run-" in line for line in rows.values()), out
+    assert main(["side", "RMSNorm", "--model", str(tmp_path / "tiny"), "--peer", str(tmp_path / "none")]) == 2

@@ -56,6 +56,7 @@ def test_short_usage_on_demand_full_usage_only_for_help(shell: Any, capsys: pyte
         shell.run_line_magic("kernels", line)
         full = capsys.readouterr().out
         assert "%kernels explore [MODEL] [--inputs VAR] [--mode MODE]" in full and "%kernels stop" in full
+        assert "under a minute" in full  # bench's time, before anyone starts it
         assert full.count("\n") == len(full.splitlines()) >= 10
         assert max(len(line) for line in full.splitlines()) <= 100  # no sideways scrolling
 
@@ -289,13 +290,23 @@ def test_compare_takes_candidate_words_and_answers_a_line_per_kernel(shell: Any,
     dashboard.close()
 
 
-def test_bench_answers_one_line_per_measure(shell: Any, hub: dict) -> None:
+def test_bench_answers_one_line_per_measure(shell: Any, hub: dict, capsys: pytest.CaptureFixture) -> None:
+    """It took 100-114 s and ended "only 50% sure: few pairs (2 pairs)": now it says how long it
+    will take before it starts, and its pairs are enough for a 95% interval."""
+    import re
+
     dashboard = shell.run_line_magic("kernels", "explore model")
     shell.run_line_magic("kernels", "on SiLU")
+    capsys.readouterr()
     answer = shell.run_line_magic("kernels", "bench")
+    said = capsys.readouterr().out
+    assert re.match(r"%kernels bench: about \d+ (s|min) here, in this cell: prefill at 128 tokens", said), (
+        said
+    )
     whats = [line.split(":", 1)[0].strip() for line in str(answer).splitlines()[1:-1]]
-    assert whats == ["prefill (128 tokens)", "decode (16 tokens)", "outputs"]
+    assert whats == ["prefill (128 tokens)", "decode (8 tokens)", "outputs"]
     assert "greedy tokens" in str(answer) and set(answer.frame.measure) == {"prefill", "decode"}
+    assert list(answer.frame.pairs) == [6, 6], str(answer)  # enough for a 95% interval, not 2
     shell.run_line_magic("kernels", "reset")
     dashboard.close()
 
@@ -313,8 +324,8 @@ def test_bench_compiled_answers_against_compiled_and_eager_pytorch(shell: Any, h
         [
             "compiled prefill (128 tokens)",
             "compiled prefill against eager PyTorch (128 tokens)",
-            "compiled decode (16 tokens)",
-            "compiled decode against eager PyTorch (16 tokens)",
+            "compiled decode (8 tokens)",
+            "compiled decode against eager PyTorch (8 tokens)",
             "outputs against compiled PyTorch",
             "outputs against eager PyTorch",
         ]
@@ -334,9 +345,7 @@ def test_bad_candidates_answer_in_one_line_that_lists_the_choices(
     capsys.readouterr()
     shell.run_line_magic("kernels", "on RMSNorm --candidate nope/nope")
     err = capsys.readouterr().err
-    assert (
-        err.count("\n") == 1 and "No candidate 'nope/nope' for layer 'RMSNorm'. Candidates: bundled/" in err
-    )
+    assert err.count("\n") == 1 and "No candidate 'nope/nope' for layer 'RMSNorm': name one of rmsnorm" in err
     was = constants.HF_HUB_OFFLINE
     constants.HF_HUB_OFFLINE = True  # the public Hub is unreachable here anyway: say so at once
     try:
@@ -445,3 +454,44 @@ def test_loading_bars_in_a_notebook_are_plain_text_on_stdout(monkeypatch, capsys
             pass
     printed = capsys.readouterr()
     assert "Loading weights" in printed.out and "Loading weights" not in printed.err
+
+
+def test_side_by_side_and_the_picker_follow_a_switch_by_name(
+    shell: Any, hub: dict, capsys: pytest.CaptureFixture, tmp_path
+) -> None:
+    """Issue 49: after `%kernels on SiLU --candidate peer` the row's picker still showed the bundled
+    kernel while "runs now" said the peer; `--candidate plain-silu` (the repository's name) failed.
+    Now the repository's name switches, the picker shows what runs, and `%kernels side` puts the
+    candidates in one table, the one running marked, each with its own numbers after --compare."""
+    from kernel_repos import write_noarch_repo
+
+    dashboard = shell.run_line_magic("kernels", "explore model")
+    explorer = shell._kernel_explorer_magic.explorer
+    explorer.add_peer(write_noarch_repo(tmp_path / "py-rmsnorm"))
+    capsys.readouterr()
+    try:
+        shell.run_line_magic("kernels", "on RMSNorm --candidate py-rmsnorm")
+        assert capsys.readouterr().err == ""
+        row = next(r for r in dashboard.table.rows if r["name"] == "RMSNorm")
+        peer = next(o["label"] for o in row["candidates"] if o["short"].startswith("peer/py-rmsnorm"))
+        assert row["candidate"] == peer, row["candidate"]  # the picker shows the kernel that runs
+
+        table = shell.run_line_magic("kernels", "side RMSNorm")
+        rows = {(r["candidate"], r["source"]): r for r in table.rows}
+        assert rows[("py-rmsnorm", "peer")]["now"].startswith("▶ all")
+        assert not rows[("rmsnorm", "bundled")]["now"] and not rows[("PyTorch", "torch")]["now"]
+        assert "▶" in table._repr_html_() and "candidate" in table.text()
+
+        table = shell.run_line_magic("kernels", "side RMSNorm --compare")
+        assert "measuring 2 candidates of RMSNorm" in capsys.readouterr().out
+        rows = {(r["candidate"], r["source"]): r for r in table.rows}
+        speeds = [rows[key]["speedup"] for key in (("rmsnorm", "bundled"), ("py-rmsnorm", "peer"))]
+        assert all(s is not None for s in speeds) and speeds[0] != speeds[1]
+        assert rows[("py-rmsnorm", "peer")]["now"].startswith("▶ all")  # put back as it was
+
+        shell.run_line_magic("kernels", "on RMSNorm --candidate RMSNorm")  # both classes are RMSNorm
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "'RMSNorm' names 2 candidates" in err and "py-rmsnorm" in err
+    finally:
+        shell.run_line_magic("kernels", "reset")
+        dashboard.close()

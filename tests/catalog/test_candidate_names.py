@@ -1,0 +1,77 @@
+"""Names a user knows select a candidate: the repository's own name (a peer folder `py-rmsnorm`,
+built into the cache as `py-rmsnorm-<hash>`), its source, a Hub repository id, the layer class;
+a name that matches several repositories, or none, is one line listing the names that work.
+
+Notebook 03 tried `--candidate plain-silu` (the repository's name) and failed; `peer` was found
+by trying. Real parts: the tiny Llama, the bundled kernels, a Python-only peer built here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kernel_repos import write_noarch_repo
+
+from kernel_explorer import Explorer
+from kernel_explorer.errors import KernelExplorerError
+from kernel_explorer.loading import tiny_llama
+
+
+@pytest.fixture
+def explorer(tmp_path: Path, hub: dict) -> Explorer:
+    source = write_noarch_repo(tmp_path / "py-rmsnorm")
+    found = Explorer(tiny_llama(), peers=[source])
+    yield found
+    found.reset()
+
+
+def _sources(found: list) -> list[str]:
+    return [c.source for c in found]
+
+
+def test_the_repository_name_the_source_and_the_class_each_name_a_candidate(explorer: Explorer) -> None:
+    catalog = explorer._catalog
+    assert _sources(catalog.matching("RMSNorm", "py-rmsnorm", "cpu")) == ["peer"]  # not its cache folder
+    assert _sources(catalog.matching("RMSNorm", "rmsnorm", "cpu")) == ["bundled"]
+    assert _sources(catalog.matching("RMSNorm", "peer/py-rmsnorm", "cpu")) == ["peer"]
+    assert _sources(catalog.matching("SiLU", "Silu", "cpu")) == ["bundled"]  # the class; the Hub's are cuda
+    hub = catalog.matching("RMSNorm", "kernels-community/liger-kernels")  # a Hub repository id
+    assert hub and {c.hub.repo_id for c in hub} == {"kernels-community/liger-kernels"}
+    peer = catalog.matching("RMSNorm", "py-rmsnorm", "cpu")[0]
+    assert peer.repo_name == "py-rmsnorm" and peer.repo_label != "peer/py-rmsnorm"  # the label keeps the hash
+
+
+def test_on_by_the_repository_name_switches_that_kernel(explorer: Explorer) -> None:
+    running = explorer.on("RMSNorm", candidate="py-rmsnorm")
+    assert running and all(now.kernel_id and now.kernel_id.startswith("_py_rmsnorm_") for now in running)
+    running = explorer.on("RMSNorm", candidate="rmsnorm")
+    assert all(now.kernel_id and now.kernel_id.startswith("_rmsnorm_") for now in running), running
+
+
+def test_a_name_of_several_repositories_is_one_line_naming_each(explorer: Explorer) -> None:
+    """Both repositories' class is `RMSNorm`: the class alone names neither."""
+    with pytest.raises(KernelExplorerError) as info:
+        explorer.on("RMSNorm", candidate="RMSNorm")
+    message = str(info.value)
+    assert "\n" not in message and "'RMSNorm' names 2 candidates" in message
+    assert "rmsnorm" in message and "py-rmsnorm" in message
+    assert not any(now.is_kernel for now in explorer.running("RMSNorm"))  # nothing half-switched
+
+
+def test_an_unknown_name_is_one_line_with_the_names_that_work(explorer: Explorer) -> None:
+    with pytest.raises(KernelExplorerError) as info:
+        explorer.on("RMSNorm", candidate="plain-rmsnorm")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "name one of rmsnorm, py-rmsnorm (or a source: bundled, peer)" in message, message
+    assert "for other devices" in message  # the Hub's CUDA kernels, counted, not listed
+
+
+def test_compare_reads_the_same_names(explorer: Explorer) -> None:
+    with pytest.raises(KernelExplorerError, match="No candidate 'nobody' for layer 'RMSNorm'") as info:
+        explorer.compare("RMSNorm", candidates=["py-rmsnorm", "nobody"], pairs=2)  # one bad word: no run
+    assert "\n" not in str(info.value)
+    with pytest.raises(KernelExplorerError, match="names 2 candidates"):
+        explorer.compare("RMSNorm", candidates=["RMSNorm"], pairs=2)
+    assert not explorer.results.records("layer_latency")
