@@ -4,7 +4,7 @@ is whole (it read "bundled/rmsnorm:RMSNorn"), the table's columns keep their wid
 switch, and `%kernels side RMSNorm` is an HTML table with the running kernel marked. Screenshot in
 build/screenshots/.
 
-    pytest tests/browser/test_side_by_side.py -k jupyterlab
+    pytest tests/browser/test_side_by_side_page.py -k jupyterlab
 """
 
 from __future__ import annotations
