@@ -100,8 +100,8 @@ function render({ model, el }) {
 
   let waiting = false; // a ping out: a click's "change" and "click" ask once, not twice
 
-  function ping() {
-    if (lostWhy || waiting) return;
+  function ping(again = false) {
+    if (lostWhy || (waiting && !again)) return;
     waiting = true;
     const n = ++pings;
     let taken = false;
@@ -117,7 +117,10 @@ function render({ model, el }) {
       if (state !== "idle" || settled) return;
       // the pong is an earlier message of the same kernel: give the page a moment to handle it
       setTimeout(() => {
-        if (pongs.delete(n)) settle();
+        if (pongs.delete(n) || pongs.has(n - 1)) settle();
+        // one ping unanswered may be a page too busy to have handled its pong yet (a loaded
+        // machine): a second one must go unanswered too before the dashboard is called dead
+        else if (!again) ping(true);
         else lost("undelivered", true);
       }, 200);
     };
