@@ -88,10 +88,18 @@ class Side:
 
 
 def torch_sides(
-    model, kmodel, ids512, ids128, compiled: bool, decoders: list, *, eager_sides: bool = True
+    model,
+    kmodel,
+    ids512,
+    ids128,
+    compiled: bool,
+    decoders: list,
+    *,
+    eager_sides: bool = True,
+    compiled_pytorch: bool = True,
 ) -> list[Side]:
-    """The four PyTorch sides (without the eager two when not `eager_sides`); the compiled sides'
-    short decoders go in `decoders`."""
+    """The four PyTorch sides (without the eager two when not `eager_sides`, without compiled
+    PyTorch when not `compiled_pytorch`); the compiled sides' short decoders go in `decoders`."""
     import torch
     from compiled_decode import StaticDecoder
     from transformers import DynamicCache
@@ -147,7 +155,9 @@ def torch_sides(
     )
     if compiled:
         print("compiling (each side: prefill 512, prefill 128, decode step) ...", flush=True)
-        sides += [Side("compiled PyTorch", *static(model)), Side("compiled + kernels", *static(kmodel))]
+        if compiled_pytorch:
+            sides.append(Side("compiled PyTorch", *static(model)))
+        sides.append(Side("compiled + kernels", *static(kmodel)))
     return sides
 
 
@@ -395,6 +405,12 @@ def main() -> None:
         help="the eager sides (eager PyTorch, eager + kernels); auto: on the 135M model only",
     )
     parser.add_argument(
+        "--compiled-pytorch",
+        choices=["yes", "no", "auto"],
+        default="auto",
+        help="the compiled PyTorch side (float32: 6.8 GB a token on the 1.7B); auto: on the 135M model only",
+    )
+    parser.add_argument(
         "--breakdown-steps",
         type=int,
         default=16,
@@ -473,7 +489,17 @@ def main() -> None:
     }
     decoders: list = []
     eager_sides = args.eager == "yes" or (args.eager == "auto" and not large)
-    sides = torch_sides(model, kmodel, ids512, ids128, not args.no_compile, decoders, eager_sides=eager_sides)
+    compiled_pytorch = args.compiled_pytorch == "yes" or (args.compiled_pytorch == "auto" and not large)
+    sides = torch_sides(
+        model,
+        kmodel,
+        ids512,
+        ids128,
+        not args.no_compile,
+        decoders,
+        eager_sides=eager_sides,
+        compiled_pytorch=compiled_pytorch,
+    )
     if not args.no_llama:
         sides += llama_sides(gguf, args.threads, ids512, ids128)
         bytes_per_token.update({s.name: packed for s in sides if s.name.startswith("llama.cpp")})

@@ -259,7 +259,8 @@ def packed_blocks_match(
     model: Any, gguf_path: Path, names: tuple[str, ...] = ("blk.0.ffn_down.weight",)
 ) -> str:
     """Whether the kernel's own packing of the float weights gives back llama.cpp's Q4_1 blocks
-    byte for byte (the two sides run the same weights), for `names`."""
+    byte for byte (the two sides run the same weights), for `names` (not attn_q / attn_k, whose
+    rows llama.cpp's file keeps in another order)."""
     import gguf
     import torch
     from kernels import get_local_kernel
@@ -273,6 +274,6 @@ def packed_blocks_match(
     same = 0
     for name in names:
         packed = ql.quantize(params[_hf_name(name)].detach(), "q4_1")
-        raw = torch.from_numpy(np.ascontiguousarray(tensors[name].data).view(np.uint8).reshape(-1))
+        raw = torch.from_numpy(np.array(tensors[name].data).view(np.uint8).reshape(-1))
         same += bool(torch.equal(packed.reshape(-1), raw))
     return f"{same} of {len(names)} checked Q4_1 tensors packed byte for byte as llama.cpp's file"
