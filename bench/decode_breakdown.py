@@ -119,8 +119,12 @@ def torch_step_breakdown(
             and e.time_range.end <= hi
             and not e.name.startswith(("Torch-Compiled Region", "## Call CompiledFxGraph", "TorchDynamo"))
         ]
+    others: dict[str, float] = {}
     for e in _outermost(kernel_events):
-        inside[_category(e.name)] += e.time_range.end - e.time_range.start
+        took = e.time_range.end - e.time_range.start
+        inside[_category(e.name)] += took
+        if _category(e.name) == "other kernels":
+            others[e.name] = others.get(e.name, 0.0) + took
     kernels_us = sum(inside[c] for c in CATEGORIES[:3])
     total_us = profiled_s * steps * 1e6
     inside["graph dispatch and guards"] = max(region_us - kernels_us, 0.0)
@@ -131,6 +135,11 @@ def torch_step_breakdown(
     breakdown.notes.append(
         f"{len(regions) / steps:.0f} compiled region(s) a step; {len(_outermost(kernel_events)) / steps:.0f} "
         f"kernel calls a step ({named / steps:.0f} Inductor kernels named)"
+    )
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:4]
+    breakdown.notes.append(
+        "other kernels, the largest: "
+        + ", ".join(f"{name.split('::')[-1][:48]} {took / total_us:.1%}" for name, took in top)
     )
     return breakdown
 
