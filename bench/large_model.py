@@ -52,7 +52,7 @@ CONFIG: dict[str, Any] = {
     "eos_token_id": 2,
     "pad_token_id": 2,
 }
-_FORMAT = 2  # bump when what is cached changes
+_FORMAT = 3  # bump when what is cached changes (3: q/k rows un-permuted the right way)
 
 
 def cache_dir() -> Path:
@@ -151,7 +151,7 @@ def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     """A q/k weight from llama.cpp's row order (convert_hf_to_gguf's `permute`: rotary pairs
     interleaved) back to Transformers' (halves). Whole rows move: Q4_1 blocks stay intact."""
     rows = w.shape[0]
-    return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def _hf_name(gguf_name: str) -> str:
