@@ -85,14 +85,18 @@ test-oldest: $(OLDEST_STAMP)
 # builder_format.py and call_overhead.py compare two builds of the hub (old and new folders as
 # arguments): run them by hand around a change to the kernels, not in every bench
 BENCH_TWO_BUILDS := bench/builder_format.py bench/call_overhead.py
-# isa_env.py (the AVX2 emulation) and compiled_decode.py (StaticDecoder) are imported by the benches, not benches
-BENCH_HELPERS := bench/isa_env.py bench/compiled_decode.py
+# isa_env.py (the AVX2 emulation), compiled_decode.py (StaticDecoder), decode_breakdown.py (a decode
+# step's time by category) and large_model.py (the 1.7B-shaped model) are imported by the benches, not benches
+BENCH_HELPERS := bench/isa_env.py bench/compiled_decode.py bench/decode_breakdown.py bench/large_model.py
+# compare_large.py builds the 1.7B-shaped model with llama.cpp's quantizer (llama-cpp-python built
+# by hand, ~10 GB of disk, minutes): run it by hand, as its docstring says
+BENCH_LARGE := bench/compare_large.py
 # dashboard_soak.py drives JupyterLab and chromium for N minutes (10 by default): run it by hand,
 # after `make browser`: .venv/bin/python bench/dashboard_soak.py --minutes 10
 BENCH_BROWSER := bench/dashboard_soak.py
 
 bench: setup
-	@for f in $(filter-out $(BENCH_TWO_BUILDS) $(BENCH_HELPERS) $(BENCH_BROWSER),$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(filter-out $(BENCH_TWO_BUILDS) $(BENCH_HELPERS) $(BENCH_BROWSER) $(BENCH_LARGE),$(wildcard bench/*.py)); do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 lint: setup
 	$(BIN)/ruff check .

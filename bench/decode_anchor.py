@@ -53,12 +53,14 @@ import copy
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import isa_env  # first: the AVX2 emulation, set before torch is imported
 from quantized_model import PROMPTS, TEXT  # the same prompts and prefill text as the quantized bench
 from threads import use_threads
 
 PREFILL, PROMPT, DECODE = 512, 128, 64
+MODELS = ("smollm2-135m", "smollm2-1.7b-random")
 
 
 def copy_bandwidth(threads: int) -> float:
@@ -85,8 +87,19 @@ class Side:
         self.times: dict[str, list[float]] = {"prefill": [], "decode": []}
 
 
-def torch_sides(model, kmodel, ids512, ids128, compiled: bool, decoders: list) -> list[Side]:
-    """The four PyTorch sides; the compiled sides' short decoders go in `decoders`."""
+def torch_sides(
+    model,
+    kmodel,
+    ids512,
+    ids128,
+    compiled: bool,
+    decoders: list,
+    *,
+    eager_sides: bool = True,
+    compiled_pytorch: bool = True,
+) -> list[Side]:
+    """The four PyTorch sides (without the eager two when not `eager_sides`, without compiled
+    PyTorch when not `compiled_pytorch`); the compiled sides' short decoders go in `decoders`."""
     import torch
     from compiled_decode import StaticDecoder
     from transformers import DynamicCache
@@ -137,10 +150,14 @@ def torch_sides(model, kmodel, ids512, ids128, compiled: bool, decoders: list) -
 
         return prefill, decode
 
-    sides = [Side("eager PyTorch", *eager(model)), Side("eager + kernels", *eager(kmodel))]
+    sides = (
+        [Side("eager PyTorch", *eager(model)), Side("eager + kernels", *eager(kmodel))] if eager_sides else []
+    )
     if compiled:
         print("compiling (each side: prefill 512, prefill 128, decode step) ...", flush=True)
-        sides += [Side("compiled PyTorch", *static(model)), Side("compiled + kernels", *static(kmodel))]
+        if compiled_pytorch:
+            sides.append(Side("compiled PyTorch", *static(model)))
+        sides.append(Side("compiled + kernels", *static(kmodel)))
     return sides
 
 
@@ -290,9 +307,22 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
             print(line)
 
 
-def agreement(model, kmodel, tokenizer, candidate) -> None:
+def _llama_last_logits(llm, ids) -> Any:  # type: ignore[no-untyped-def]
+    """llama.cpp's logits of the prompt's last token (float64)."""
+    import numpy as np
+    import torch
+
+    llm.reset()
+    llm.eval(ids[0].tolist())
+    logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+    return torch.from_numpy(logits.astype(np.float64))
+
+
+def agreement(model, kmodel, tokenizer, candidate, llm=None, *, text: bool = True) -> None:  # type: ignore[no-untyped-def]
     """candidate: the compiled + kernels side's decoder (its decode graph; each prompt's prefill
-    runs eagerly, a one-off length), against the same kernel model uncompiled."""
+    runs eagerly, a one-off length), against the same kernel model uncompiled. `llm`: llama.cpp's
+    last-token logits against the float model too. `text=False` (random weights): no text, and no
+    eager float generation to compare it with."""
     import torch
     from compiled_decode import StaticDecoder, eager_generate
 
@@ -314,16 +344,45 @@ def agreement(model, kmodel, tokenizer, candidate) -> None:
             p = torch.log_softmax(model(ids, logits_to_keep=1).logits[0, -1].double(), -1)
             q = torch.log_softmax(kmodel(ids, logits_to_keep=1).logits[0, -1].double(), -1)
         kl = torch.sum(p.exp() * (p - q)).item()
-        eager_same = torch.equal(eager_generate(model, ids, 32), ours)
-        text = tokenizer.decode(ours[0, ids.shape[1] :])
         top1 = bool(p.argmax() == q.argmax())
-        print(
+        line = (
             f"  {prompt!r}: {'compiled' if compiled else 'eager'} kernels "
             f"{'identical to' if identical else 'DIFFERENT from'} uncompiled kernels; "
-            f"last-token KL vs eager PyTorch {kl:.1e}, top-1 {'same' if top1 else 'DIFFERENT'}; "
-            f"{'same' if eager_same else 'different'} text as eager PyTorch: {text!r}"
+            f"last-token KL vs eager PyTorch {kl:.1e}, top-1 {'same' if top1 else 'DIFFERENT'}"
         )
+        if llm is not None:
+            r = torch.log_softmax(_llama_last_logits(llm, ids), -1)
+            line += (
+                f"; llama.cpp KL {torch.sum(p.exp() * (p - r)).item():.1e}, "
+                f"top-1 {'same' if bool(p.argmax() == r.argmax()) else 'DIFFERENT'}"
+            )
+        if text:
+            eager_same = torch.equal(eager_generate(model, ids, 32), ours)
+            words = tokenizer.decode(ours[0, ids.shape[1] :])
+            line += f"; {'same' if eager_same else 'different'} text as eager PyTorch: {words!r}"
+        print(line)
     print(f"identical greedy generations (compiled + kernels vs uncompiled): {same} of {len(PROMPTS)}")
+
+
+def breakdown(kmodel, decoders: list, llm, ids128, steps: int, packed: int, bandwidth: float) -> None:  # type: ignore[no-untyped-def]
+    """Where a decode step's time goes (bench/decode_breakdown.py), for compiled + kernels and llama.cpp,
+    and the step's quantized GEMVs replayed alone against the bandwidth bound."""
+    from decode_breakdown import gemv_replay, llama_step_breakdown, torch_step_breakdown
+
+    print(f"\nwhere a decode step's time goes (after {PROMPT} tokens; load {os.getloadavg()[0]:.1f}):")
+    if decoders:
+        decoder = decoders[-1]
+        first = decoder.prefill(ids128).argmax(-1, keepdim=True)
+        print("\n".join(torch_step_breakdown(decoder, first, PROMPT, steps).lines()))
+    if llm is not None:
+        print("\n".join(llama_step_breakdown(llm, ids128[0].tolist(), 2 * steps).lines()))
+    gemv_ms, total = gemv_replay(kmodel)
+    bound_ms = total / (bandwidth * 1e9) * 1e3
+    print(
+        f"  the step's {total / 1e6:.0f} MB of quantized GEMVs alone, in model order: {gemv_ms:.2f} ms "
+        f"({total / gemv_ms / 1e6:.1f} GB/s; streaming them at the copy bandwidth: {bound_ms:.2f} ms)"
+    )
+    print(f"  load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
@@ -332,6 +391,31 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-llama", action="store_true")
+    parser.add_argument(
+        "--model",
+        choices=MODELS,
+        default=MODELS[0],
+        help="the default model (SmolLM2-135M-Instruct's GGUF), or a model of SmolLM2-1.7B's shapes with "
+        "random weights (bench/large_model.py: built once into the cache, a few minutes)",
+    )
+    parser.add_argument(
+        "--eager",
+        choices=["yes", "no", "auto"],
+        default="auto",
+        help="the eager sides (eager PyTorch, eager + kernels); auto: on the 135M model only",
+    )
+    parser.add_argument(
+        "--compiled-pytorch",
+        choices=["yes", "no", "auto"],
+        default="auto",
+        help="the compiled PyTorch side (float32: 6.8 GB a token on the 1.7B); auto: on the 135M model only",
+    )
+    parser.add_argument(
+        "--breakdown-steps",
+        type=int,
+        default=16,
+        help="decode steps profiled for the per-token breakdown (bench/decode_breakdown.py); 0: none",
+    )
     parser.add_argument(
         "--int8-passes",
         type=int,
@@ -352,10 +436,23 @@ def main() -> None:
     from kernel_explorer.build.bundled import bundled_repo_path
     from kernel_explorer.loading import default_model_gguf, load_default_model
 
+    # Inductor's C++ kernels named in the profiler (a RECORD_FUNCTION each, a few ns when it is off):
+    # without it the breakdown reads their time as dispatch
+    torch._inductor.config.cpp.enable_kernel_profile = args.breakdown_steps > 0
     threads = use_threads(args.threads)
-    model, tokenizer = load_default_model(progress=False)
-    model.eval()
-    kmodel = copy.deepcopy(model)
+    large = args.model != MODELS[0]
+    if large:
+        import large_model
+
+        gguf = large_model.build(args.threads)
+        _, tokenizer = load_default_model(progress=False)  # the same vocabulary (49152 tokens)
+        # two instances over one mapped file: the float pages are shared, not copied
+        model, kmodel = large_model.load(args.threads), large_model.load(args.threads)
+    else:
+        gguf = default_model_gguf()
+        model, tokenizer = load_default_model(progress=False)
+        model.eval()
+        kmodel = copy.deepcopy(model)
     explorer = kernel_model(kmodel, tokenizer)
     quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
     if args.int8_passes is not None:
@@ -365,6 +462,12 @@ def main() -> None:
     with open("/proc/cpuinfo") as info:
         cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "?")
     print(f"host: {cpu}, {os.cpu_count()} CPUs, {platform.machine()}; torch {torch.__version__}")
+    billions = sum(p.numel() for p in model.parameters()) / 1e9
+    print(f"model: {args.model} ({gguf.name}), {billions:.2f}B parameters")
+    if large:
+        print(
+            large_model.packed_blocks_match(kmodel, gguf, ("blk.0.ffn_down.weight", "blk.23.ffn_up.weight"))
+        )
     print(threads)
     print(f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}")
     passes = "the layers' default" if args.int8_passes is None else args.int8_passes
@@ -385,9 +488,20 @@ def main() -> None:
         "compiled + kernels": packed,
     }
     decoders: list = []
-    sides = torch_sides(model, kmodel, ids512, ids128, not args.no_compile, decoders)
+    eager_sides = args.eager == "yes" or (args.eager == "auto" and not large)
+    compiled_pytorch = args.compiled_pytorch == "yes" or (args.compiled_pytorch == "auto" and not large)
+    sides = torch_sides(
+        model,
+        kmodel,
+        ids512,
+        ids128,
+        not args.no_compile,
+        decoders,
+        eager_sides=eager_sides,
+        compiled_pytorch=compiled_pytorch,
+    )
     if not args.no_llama:
-        sides += llama_sides(default_model_gguf(), args.threads, ids512, ids128)
+        sides += llama_sides(gguf, args.threads, ids512, ids128)
         bytes_per_token.update({s.name: packed for s in sides if s.name.startswith("llama.cpp")})
     bandwidth = copy_bandwidth(args.threads)
     print(f"copy bandwidth: {bandwidth:.1f} GB/s ({args.threads} threads, 256 MB float32 copy)")
@@ -401,10 +515,18 @@ def main() -> None:
         print(f"  round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
     report(sides, bytes_per_token, bandwidth)
     print(f"\nload average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    llm = next((s.llm for s in sides if s.name.startswith("llama.cpp") and s.prefill is not None), None)
+    if args.breakdown_steps > 0:
+        breakdown(kmodel, decoders, llm, ids128, args.breakdown_steps, packed, bandwidth)
     from compiled_decode import StaticDecoder
 
     agreement(
-        model, kmodel, tokenizer, decoders[-1] if decoders else StaticDecoder(kmodel, 256, compiled=False)
+        model,
+        kmodel,
+        tokenizer,
+        decoders[-1] if decoders else StaticDecoder(kmodel, 256, compiled=False),
+        llm,
+        text=not large,
     )
 
 
