@@ -16,7 +16,10 @@ function el(tag, attrs = {}, ...children) {
 
 function render({ model, el: root }) {
   const open = new Set();
-  const busy = new Set(); // layers whose switch is in flight: their row reads "switching…"
+  // the clicks in flight, by layer (each a number Python's "done" echoes): their row reads
+  // "switching…"; a layer is busy while any of its clicks is unanswered
+  const busy = new Map();
+  let sent = 0;
   root.classList.add("kx-layer-table");
 
   // -- the link to the kernel (widgets/link_watch.js turns the whole dashboard off; here a click in
@@ -27,7 +30,7 @@ function render({ model, el: root }) {
   function linkLost(click) {
     if (unlinked) return;
     unlinked = true;
-    for (const layer of busy) undelivered.add(layer);
+    for (const layer of busy.keys()) undelivered.add(layer);
     busy.clear();
     draw();
     root.dispatchEvent(new CustomEvent("kx-link-lost", { bubbles: true, detail: { why: "undelivered", click } }));
@@ -39,16 +42,22 @@ function render({ model, el: root }) {
 
   function send(layer, message) {
     if (unlinked) return;
-    busy.add(layer);
+    const n = ++sent;
+    if (!busy.has(layer)) busy.set(layer, new Set());
+    busy.get(layer).add(n);
     draw();
     // the kernel says "idle" after every message it takes; one that took this click without
-    // answering "done" does not know this table any more (restarted where this page did not hear)
+    // answering its "done" does not know this table any more (restarted where this page did not
+    // hear). The click's own answer, by number: a second click on the layer, sent after the first's
+    // "done" but before its "idle", is not the first one unanswered.
     const status = (reply) => {
       if (reply?.content?.execution_state !== "idle") return;
-      setTimeout(() => busy.has(layer) && linkLost(true), 200); // "done" came first, if it came
+      // "done" came first if it came; the link watch's ping (asked twice) is the quicker judge, this
+      // one only the last word, so a page too loaded to have handled its "done" is not called dead
+      setTimeout(() => busy.get(layer)?.has(n) && linkLost(true), 1000);
     };
     try {
-      model.send({ layer, ...message, sent_ms: Date.now() }, { iopub: { status } }); // sent_ms: Python times the way over
+      model.send({ layer, ...message, n, sent_ms: Date.now() }, { iopub: { status } }); // sent_ms: Python times the way over
     } catch {
       linkLost(true); // JupyterLab's "Cannot send": the comm went with the kernel
     }
@@ -63,7 +72,9 @@ function render({ model, el: root }) {
   // Python answers every message with "done" (also when nothing changed): the row is free again
   model.on("msg:custom", (message) => {
     if (message && message.type === "done") {
-      busy.delete(message.layer);
+      const clicks = busy.get(message.layer);
+      clicks?.delete(message.n);
+      if (!clicks?.size || message.n === undefined) busy.delete(message.layer);
       draw();
     }
   });

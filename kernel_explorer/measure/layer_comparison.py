@@ -133,22 +133,61 @@ def compare_layer(
             reference=reference,
         )
         repeats: dict[str, int] = {}
+        ran: dict[int, tuple[str, Provenance]] = {}  # each pair's instance and what ran it
+
+        def pair_record(call: Call, values: Any) -> Record:
+            found = origin(call[0])
+            if isinstance(values, LayerLatency):
+                ran[id(values)] = (call[0], found)
+            return Record(run_id, values, name, call[0], provenance=found)
+
         aa_ratios, samples, stopped_by = yield from interleaved_series(
             lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
             calls,
-            lambda call, values: Record(run_id, values, name, call[0], provenance=origin(call[0])),
+            pair_record,
             calibration_pairs=calibration_pairs,
             stop=StopRule(pairs, precision, budget_s),
             stalls=lambda call: StallWatch(copy_seconds(2 * tensor_bytes(call[1], call[2]))),
         )
         if not conclude:
             return
+        samples, said = _one_candidates(samples, ran, origin)
         yield Record(
             run_id,
             layer_verdict(samples, aa_ratios, divergences, calls, ignores_input, stopped_by),
             name,
-            provenance=origin(calls[0][0]),
+            provenance=said or origin(calls[0][0]),
         )
+
+
+def _ran_key(found: Provenance) -> tuple[str, str, str] | None:
+    """The candidate a provenance names (kernel id, code path, label); None: PyTorch."""
+    return (found.kernel_id, found.isa or "", found.candidate or "") if found.kernel_id else None
+
+
+def _one_candidates(
+    samples: list[LayerLatency],
+    ran: dict[int, tuple[str, Provenance]],
+    origin: Callable[[str], Provenance],
+) -> tuple[list[LayerLatency], Provenance | None]:
+    """The pairs a verdict may speak for, and the provenance it names: a switch mid-comparison (a
+    dashboard's click during a Run) left pairs of two candidates (or of the kernel and PyTorch) in
+    one series, and a verdict over both would name the new candidate with the old one's speed.
+    Kept: each instance's pairs measured on what it runs now; where none was measured since the
+    switch, the pairs of the candidate that ran most, named as such. None: one candidate throughout."""
+    keys = {id(s): _ran_key(ran[id(s)][1]) for s in samples if id(s) in ran}
+    if len(set(keys.values())) < 2:
+        return samples, None
+    now = {path: _ran_key(origin(path)) for path, _ in ran.values()}
+    current = [s for s in samples if id(s) in ran and keys[id(s)] == now[ran[id(s)][0]]]
+    if current:
+        return current, origin(ran[id(current[-1])][0])
+    counts: dict[tuple[str, str, str] | None, int] = {}
+    for key in keys.values():
+        counts[key] = counts.get(key, 0) + 1
+    most = max(counts, key=lambda key: counts[key])
+    kept = [s for s in samples if keys.get(id(s), most) == most]
+    return kept, ran[id(kept[-1])][1]
 
 
 @contextlib.contextmanager

@@ -197,7 +197,7 @@ class LayerTable(anywidget.AnyWidget):
                 self.refresh()
                 # the row shows "switching…" from the click until this answer (a Linear switch packs
                 # weights for seconds); sent even when the rows did not change
-                self.send({"type": "done", "layer": content.get("layer")})
+                self.send({"type": "done", "layer": content.get("layer"), "n": content.get("n")})
 
     def _act(self, content: dict[str, Any]) -> None:
         layer = content.get("layer", "")

@@ -201,15 +201,18 @@ def test_instances_of_different_sizes_are_not_stalls_of_each_other() -> None:
 
 def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) -> None:
     """A dashboard's Run measures as things are (switch_on=False); a click mid-Run switches the
-    kernel in: the pairs from then on carry its kernel id, those before carry none."""
+    kernel in: the pairs from then on carry its kernel id, those before carry none, and the verdict
+    speaks for the kernel's pairs only (not PyTorch's before the click under the kernel's name)."""
     from kernel_explorer.measure.layer_comparison import compare_layer
 
     board, captured = _rmsnorm_board(rows=4, on=False)
     records = compare_layer(
-        board, captured, "RMSNorm", run_id="r", pairs=6, calibration_pairs=2, switch_on=False, conclude=False
+        board, captured, "RMSNorm", run_id="r", pairs=8, calibration_pairs=2, switch_on=False
     )
-    latencies = []
+    latencies, verdicts = [], []
     for record in records:
+        if type(record.values).__name__ == "LayerVerdict":
+            verdicts.append(record)
         if type(record.values).__name__ != "LayerLatency":
             continue
         latencies.append(record)
@@ -219,4 +222,8 @@ def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) ->
     assert after, "the comparison ended before the switch"
     assert all(r.provenance.kernel_id is None for r in before)
     assert all(r.provenance.kernel_id for r in after[1:])  # the pair in flight at the click may be either
+    (verdict,) = verdicts
+    on_kernel = [r for r in latencies if r.provenance.kernel_id]
+    assert verdict.provenance.kernel_id and verdict.values.kernel_on
+    assert verdict.values.pairs == len(on_kernel) < len(latencies)
     board.reset()
