@@ -101,10 +101,33 @@ def _last_cycles(log: ResultLog) -> dict[tuple[str, object, object], Any]:
     return {key: verdicts[-1] for key, verdicts in found.items() if len(verdicts) > 1}
 
 
-def _row_label(row: Mapping[str, object]) -> str:
+def candidates_by_run(log: ResultLog) -> dict[tuple[str, str], set[str]]:
+    """Per (run, layer): the candidates its pairs ran with the kernel on (their labels, short)."""
+    columns = log.columns("layer_latency")
+    found: dict[tuple[str, str], set[str]] = {}
+    for run, layer, on, candidate in zip(
+        columns["run_id"], columns["layer"], columns["kernel_on"], columns["candidate"], strict=True
+    ):
+        if on and candidate:
+            found.setdefault((str(run), str(layer)), set()).add(str(candidate).split(" (")[0])
+    return found
+
+
+def several_candidates(found: dict[tuple[str, str], set[str]]) -> set[str]:
+    """The layers measured with more than one candidate over the whole log: their every row names its
+    candidate (a run of the user's own kernel alone must not read as 'the SiLU kernel')."""
+    union: dict[str, set[str]] = {}
+    for (_, layer), labels in found.items():
+        union.setdefault(layer, set()).update(labels)
+    return {layer for layer, labels in union.items() if len(labels) > 1}
+
+
+def _row_label(row: Mapping[str, object], candidate: str | None = None) -> str:
     parts = [str(row.get("layer")), str(row.get("run_id"))]
     if row.get("kernel"):
         parts.insert(1, str(row["kernel"]))
+    elif candidate:
+        parts.insert(1, candidate)
     if row.get("mode"):
         parts.insert(1, str(row["mode"]))
     return " · ".join(parts)
@@ -114,12 +137,17 @@ def speed_chart(log: ResultLog) -> Chart | None:
     """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
     summary = log.summary("time")
     last = _last_cycles(log)
+    ran = candidates_by_run(log)
+    named = several_candidates(ran)
     rows = []
     for row in summary.rows:
         cell = row.get("speedup")
         verdict = row.get("verdict")
         if not isinstance(cell, IntervalCell) or getattr(verdict, "verdict", None) == Verdict.KERNEL_OFF:
             continue
+        labels = ran.get((str(row.get("run_id")), str(row.get("layer"))), set())
+        candidate = next(iter(labels)) if row.get("layer") in named and len(labels) == 1 else None
+        name = _row_label(row, candidate)
         css = verdict_css(verdict)
         marks: list[Point] = [
             Point(
@@ -128,7 +156,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
                 cell.high,
                 css,
                 label=format_number(cell.median, "x"),
-                hover=f"{_row_label(row)}, whole run: {cell.text()} {verdict}, {row.get('pairs')} pairs",
+                hover=f"{name}, whole run: {cell.text()} {verdict}, {row.get('pairs')} pairs",
             )
         ]
         ended = last.get((str(row["run_id"]), row["layer"], row.get("mode") or "inference"))
@@ -141,12 +169,12 @@ def speed_chart(log: ResultLog) -> Chart | None:
                     verdict_css(ended.verdict),
                     hollow=True,
                     label=format_number(ended.speedup, "x"),
-                    hover=f"{_row_label(row)}, last cycle: "
+                    hover=f"{name}, last cycle: "
                     f"{format_interval(ended.speedup, ended.speedup_low, ended.speedup_high)} "
                     f"{ended.verdict}, {ended.pairs} pairs",
                 )
             )
-        rows.append(Row(_row_label(row), tuple(marks)))
+        rows.append(Row(name, tuple(marks)))
     if not rows:
         return None
     several = any(len(r.marks) > 1 for r in rows)
@@ -204,10 +232,7 @@ def pair_chart(log: ResultLog) -> Chart | None:
             candidates[index] if columns["kernel_on"][index] else "",
         )
         keys.setdefault(key, []).append(int(index))
-    per_layer: dict[tuple[Any, Any], set[str]] = {}
-    for run, layer, _, on, candidate in keys:
-        if on:
-            per_layer.setdefault((run, layer), set()).add(candidate)
+    named = several_candidates(candidates_by_run(log))
     rows = []
     beyond_total = 0
     for (run, layer, mode, on, candidate), at in keys.items():
@@ -216,7 +241,7 @@ def pair_chart(log: ResultLog) -> Chart | None:
         label = [str(layer)]
         if mode != "inference":
             label.append(str(mode))
-        if on and len(per_layer.get((run, layer), ())) > 1:
+        if on and layer in named:
             label.append(candidate.split(" (")[0])
         if not on:
             label.append("kernel off")

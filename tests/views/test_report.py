@@ -217,3 +217,23 @@ def test_the_values_summary_keeps_kernel_off_periods_a_row_of_their_own(session:
             if (d.run_id, d.layer) == (row["run_id"], row["layer"]) and d.values.kernel_on == on
         ]
         assert errors and row["kernel_err64"].value == max(errors)
+
+
+def test_a_layer_measured_with_two_candidates_names_its_candidate_on_every_row() -> None:
+    """A compare of the user's own SiLU alone (run-2) after one of the bundled (run-1): each row says
+    which kernel it was, so 'SiLU 0.2x slower' does not read as every SiLU kernel's speed."""
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.records import LayerLatency, ResultLog
+    from kernel_explorer.views.report_charts import pair_chart
+
+    log = ResultLog()
+    for run, label, speedup in (
+        ("run-1", "bundled/activation:Silu", 1.5),
+        ("run-2", "peer/plain-silu:Silu", 0.2),
+    ):
+        origin = Provenance(kernel_id=f"k-{run}", candidate=label)
+        for i in range(8):
+            ratio = speedup * (1 + i / 100)
+            log.append(Record(run, LayerLatency(ratio, 1.0, ratio), "SiLU", "m.act", provenance=origin))
+    rows = [row.label for row in pair_chart(log).rows]
+    assert sorted(rows) == ["SiLU · bundled/activation:Silu · run-1", "SiLU · peer/plain-silu:Silu · run-2"]
