@@ -286,19 +286,21 @@ def test_a_row_picks_its_candidate_and_every_click_is_answered(dashboard: Dashbo
     labels = [c["label"] for c in row["candidates"]]
     assert len(labels) >= 2 and row["candidate"] == labels[0]
     q4 = next(label for label in labels if "Q4_1" in label)
-    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q4}, None)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q4, "n": 1}, None)
     assert next(r for r in table.rows if r["name"] == "Linear")["candidate"] == q4
-    table._handle_message(None, {"type": "toggle", "layer": "Linear", "on": True}, None)
+    table._handle_message(None, {"type": "toggle", "layer": "Linear", "on": True, "n": 2}, None)
     gate = explorer.model.model.layers[0].mlp.gate_proj
     assert gate.forward.kernel.__func__.__qualname__.startswith("Q4_1Linear.")  # what runs...
     row = next(r for r in table.rows if r["name"] == "Linear")
     assert "Q4_1Linear" in row["runs"]  # ...is what the row says (it named the repository's first class)
     q8 = next(label for label in labels if "Q8_0" in label)
-    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q8}, None)
+    table._handle_message(None, {"type": "choose", "layer": "Linear", "candidate": q8, "n": 3}, None)
     assert gate.forward.kernel.__func__.__qualname__.startswith("Q8_0Linear.")  # re-switched
     assert "Q8_0Linear" in next(r for r in table.rows if r["name"] == "Linear")["runs"]
-    table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True}, None)  # an error
-    assert answered == [{"type": "done", "layer": name} for name in ("Linear", "Linear", "Linear", "Nope")]
+    table._handle_message(None, {"type": "toggle", "layer": "Nope", "on": True, "n": 4}, None)  # an error
+    # each click answered by its own number (the page tells a second click on a layer from the first)
+    names = ("Linear", "Linear", "Linear", "Nope")
+    assert answered == [{"type": "done", "layer": name, "n": n} for n, name in enumerate(names, 1)]
     script = dashboard.table._esm
     assert 'model.on("msg:custom"' in script and "switching…" in script and "kx-candidate-pick" in script
     explorer.reset()
