@@ -261,6 +261,7 @@ class Explorer:
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
         from kernel_explorer._backend.locks import read_pins
+        from kernel_explorer.inspect.running import kernels_running
         from kernel_explorer.inventory.table import build_inventory
 
         pins = read_pins(self.project) if self.project is not None else ()
@@ -271,7 +272,7 @@ class Explorer:
             self._switchboard,
             mode=self.mode,
             query_hub=query_hub,
-            measured=self.results.latest_verdicts(),
+            measured=self.results.latest_verdicts(kernels_running(self._switchboard.running())),
             shares=self.results.latest_shares(),
             pins=pins,
             kernel_config=self._kernel_config,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,9 +286,12 @@ class ResultLog:
         model speedup with every measured kernel on, or with only the layers `on`."""
         return breakdown_kind.summarize_phase(self, phase, on).to_pandas()
 
-    def latest_verdicts(self) -> dict[str, LayerVerdict]:
-        """The last verdict per layer name measured on a kernel (what the inventory shows as measured)."""
-        return time_kind.latest_verdicts(self)
+    def latest_verdicts(
+        self, running: Mapping[str, Collection[str]] | None = None
+    ) -> dict[str, LayerVerdict]:
+        """The last verdict per layer name measured on a kernel (what the inventory shows as measured);
+        with `running` (layer: kernel ids running now), only those kernels' verdicts."""
+        return time_kind.latest_verdicts(self, running)
 
     def latest_shares(self, phase: str = "prefill") -> dict[str, float]:
         """Each category's share of the last time breakdown of `phase` (empty before `breakdown()`)."""

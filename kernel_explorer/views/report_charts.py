@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.records import IntervalCell, Verdict, format_interval, format_number
@@ -77,12 +77,16 @@ def runs(log: ResultLog) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def measured_in(log: ResultLog) -> dict[str, str]:
-    """Per layer, where its last measured speedup (`latest_verdicts`, the switch table's) comes
-    from: "run-1, its last cycle (of 3)" for a Run, "run-2 (whole run, 1 cycle)" for a compare."""
+def measured_in(log: ResultLog, running: Mapping[str, Collection[str]] | None = None) -> dict[str, str]:
+    """Per layer, where its last measured speedup (`latest_verdicts`, the switch table's, with the
+    same `running`) comes from: "run-1, its last cycle (of 3)" for a Run, "run-2 (whole run, 1
+    cycle)" for a compare."""
     cycles = cycles_per_run(log)
     found = {}
     for record in log.records("layer_verdict"):
+        now = (running or {}).get(record.layer or "")
+        if now and (record.provenance is None or record.provenance.kernel_id not in now):
+            continue
         if record.layer and record.values.kernel_on and record.values.mode == "inference":
             count = cycles.get(record.run_id, 1)
             found[record.layer] = (

@@ -291,3 +291,24 @@ def test_a_dashboard_opened_after_a_run_and_a_compare_shows_the_runs_throughput(
         assert set(_by_name(plots.latency)) == {"SiLU · peer plain-silu"}  # the latest run's pairs
     finally:
         plots.close()
+
+
+def test_what_runs_now_is_shown_with_its_own_measured_speed_never_another_candidates() -> None:
+    """The switch table (inventory, report) shows the last verdict of the kernel a layer runs now:
+    the user's SiLU switched in after the bundled one was measured reads "not measured" until it
+    is (a review read plain-silu beside the bundled one's 1.31x)."""
+    from kernel_explorer.views.report_charts import measured_in
+
+    bundled = _pairs("run-1", "SiLU", 1.5, 12, BUNDLED)
+    log = ResultLog()
+    for record in [*bundled, _verdict("run-1", "SiLU", bundled, BUNDLED, at=1e9)]:
+        log.append(record)
+    assert log.latest_verdicts()["SiLU"].speedup > 1.3  # the layer's last verdict, whatever ran it
+    assert "SiLU" not in log.latest_verdicts({"SiLU": {PEER.kernel_id}})  # the peer runs: not measured
+    assert "SiLU" not in measured_in(log, {"SiLU": {PEER.kernel_id}})
+    peer = _pairs("run-2", "SiLU", 0.2, 12, PEER, t0=3.0)
+    for record in [*peer, _verdict("run-2", "SiLU", peer, PEER, at=2e9)]:
+        log.append(record)
+    assert log.latest_verdicts({"SiLU": {BUNDLED.kernel_id}})["SiLU"].speedup > 1.3
+    assert log.latest_verdicts({"SiLU": {PEER.kernel_id}})["SiLU"].speedup < 0.3
+    assert measured_in(log, {"SiLU": {BUNDLED.kernel_id}})["SiLU"].startswith("run-1")

@@ -12,7 +12,7 @@ May import: _backend, build, catalog, errors, inspect, numerics
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.comparison import Comparison
@@ -289,15 +289,23 @@ def _mark_runs_that_disagree(rows: list[dict[str, Any]]) -> None:
             )
 
 
-def latest_verdicts(source: RecordSource) -> dict[str, LayerVerdict]:
+def latest_verdicts(
+    source: RecordSource, running: Mapping[str, Collection[str]] | None = None
+) -> dict[str, LayerVerdict]:
     """The last inference verdict per layer name measured on a kernel (what the inventory shows as
     measured). A layer measured only while its kernel was off compared PyTorch with itself: that is
-    no measured speedup, so it does not count here."""
-    return {
-        r.layer: r.values
-        for r in records_of(source, LayerVerdict)
-        if r.layer and r.values.kernel_on and r.values.mode == INFERENCE
-    }
+    no measured speedup, so it does not count here. With `running` (layer: the kernel ids it runs
+    now), a layer on a kernel takes only that kernel's verdicts: the user's own kernel switched in
+    after the bundled one was measured is "not measured", never the bundled one's speed."""
+    found = {}
+    for r in records_of(source, LayerVerdict):
+        if not (r.layer and r.values.kernel_on and r.values.mode == INFERENCE):
+            continue
+        now = (running or {}).get(r.layer)
+        if now and (r.provenance is None or r.provenance.kernel_id not in now):
+            continue
+        found[r.layer] = r.values
+    return found
 
 
 def machine_table(source: RecordSource, *, wide: bool = False) -> pd.DataFrame:
