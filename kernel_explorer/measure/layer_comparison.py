@@ -137,6 +137,9 @@ def compare_layer(
 
         def pair_record(call: Call, values: Any) -> Record:
             found = origin(call[0])
+            if isinstance(values, LayerLatency) and values.kernel_on != bool(found.kernel_id):
+                # a switch landed between the pair and its switch event: what the pair ran says
+                found = origin(call[0], fresh=True)
             if isinstance(values, LayerLatency):
                 ran[id(values)] = (call[0], found)
             return Record(run_id, values, name, call[0], provenance=found)
@@ -168,7 +171,7 @@ def _ran_key(found: Provenance) -> tuple[str, str, str] | None:
 def _one_candidates(
     samples: list[LayerLatency],
     ran: dict[int, tuple[str, Provenance]],
-    origin: Callable[[str], Provenance],
+    origin: Callable[..., Provenance],
 ) -> tuple[list[LayerLatency], Provenance | None]:
     """The pairs a verdict may speak for, and the provenance it names: a switch mid-comparison (a
     dashboard's click during a Run) left pairs of two candidates (or of the kernel and PyTorch) in
@@ -191,7 +194,7 @@ def _one_candidates(
 
 
 @contextlib.contextmanager
-def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[[str], Provenance]]:
+def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[..., Provenance]]:
     """An instance's provenance by path, read on first use (60 instances must not delay the first
     record), from its first call, and read again after any switch: a candidate switched in during
     a comparison (a dashboard's click mid-Run) names the pairs measured from then on."""
@@ -200,8 +203,8 @@ def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable
         first.setdefault(path, (args, kwargs))
     found: dict[str, Provenance] = {}
 
-    def origin(path: str) -> Provenance:
-        known = found.get(path)  # the switch's thread may clear `found` between a test and a read
+    def origin(path: str, fresh: bool = False) -> Provenance:
+        known = None if fresh else found.get(path)  # the switch's thread may clear `found` meanwhile
         if known is None:
             known = found[path] = provenance(board, name, path, *first[path])
         return known

@@ -222,6 +222,7 @@ def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) ->
     assert after, "the comparison ended before the switch"
     assert all(r.provenance.kernel_id is None for r in before)
     assert all(r.provenance.kernel_id for r in after[1:])  # the pair in flight at the click may be either
+    assert all(bool(r.provenance.kernel_id) == r.values.kernel_on for r in latencies)  # named as it ran
     (verdict,) = verdicts
     on_kernel = [r for r in latencies if r.provenance.kernel_id]
     assert verdict.provenance.kernel_id and verdict.values.kernel_on
