@@ -261,8 +261,8 @@ class Explorer:
     def inventory(self, *, query_hub: bool = False) -> Inventory:
         """The model's kernel layers, their candidates here, what runs now and the last measured speedup."""
         from kernel_explorer._backend.locks import read_pins
-        from kernel_explorer.inspect.running import kernels_running
         from kernel_explorer.inventory.table import build_inventory
+        from kernel_explorer.measure.kinds.time import kernels_running
 
         pins = read_pins(self.project) if self.project is not None else ()
         self._catalog.use_pins(pins)  # each Hub candidate's lock column compares with them

@@ -30,6 +30,7 @@ from kernel_explorer.measure.kinds.model.records import (
     TrainingAgreement,
 )
 from kernel_explorer.measure.kinds.outputs import ModelAgreement
+from kernel_explorer.measure.kinds.time import kernels_running
 from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.log import ResultLog
@@ -110,6 +111,7 @@ __all__ = [
     "describe",
     "format_interval",
     "format_number",
+    "kernels_running",
     "kind",
     "kinds",
     "kinds_in_run",

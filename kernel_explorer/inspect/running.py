@@ -7,7 +7,6 @@ can name it without importing the switching.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kernel_explorer.inspect.kernel_paths import RunningPath
@@ -46,13 +45,3 @@ class RunningNow:
             name += f":{self.layer_class}" if self.layer_class else ""
         variant = f", variant {self.variant}" if self.variant else ""
         return f"{self.instance}: {name} (kernel {self.kernel_id}{variant})"
-
-
-def kernels_running(running: Iterable[RunningNow]) -> dict[str, set[str]]:
-    """Per layer, the kernel ids its instances run now (layers on PyTorch left out): what picks the
-    measured speed a view shows beside what runs (`ResultLog.latest_verdicts(running=...)`)."""
-    found: dict[str, set[str]] = {}
-    for now in running:
-        if now.kernel_id is not None:
-            found.setdefault(now.layer_name, set()).add(now.kernel_id)
-    return found

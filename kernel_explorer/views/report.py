@@ -348,7 +348,7 @@ def write_report(log: ResultLog, path: Path, *, title: str, context: ReportConte
 def explorer_report(explorer: Explorer, path: str | Path) -> str:
     """Write every result of `explorer` so far, with the model, machine, date and switch state, to
     one self-contained HTML file; returns its path. A path that cannot be written: one line."""
-    from kernel_explorer.inspect.running import kernels_running
+    from kernel_explorer.records import kernels_running
     from kernel_explorer.views.report_charts import measured_in
 
     model = explorer.model

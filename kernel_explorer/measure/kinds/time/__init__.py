@@ -12,7 +12,7 @@ May import: _backend, build, catalog, errors, inspect, numerics
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.comparison import Comparison
@@ -36,7 +36,18 @@ from kernel_explorer.measure.verdict import Verdict
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["KIND", "RUN_TO_RUN", "latest_verdicts", "layer_mode", "machine_table", "plan", "summarize"]
+    from kernel_explorer.inspect.running import RunningNow
+
+__all__ = [
+    "KIND",
+    "RUN_TO_RUN",
+    "kernels_running",
+    "latest_verdicts",
+    "layer_mode",
+    "machine_table",
+    "plan",
+    "summarize",
+]
 
 TITLE = "Layer speed: kernel against PyTorch, 95% intervals"
 
@@ -287,6 +298,16 @@ def _mark_runs_that_disagree(rows: list[dict[str, Any]]) -> None:
                 if not others
                 else all(o["speedup"].low <= mine.high and mine.low <= o["speedup"].high for o in others)
             )
+
+
+def kernels_running(running: Iterable[RunningNow]) -> dict[str, set[str]]:
+    """Per layer, the kernel ids its instances run now (layers on PyTorch left out): what picks the
+    measured speed a view shows beside what runs (`latest_verdicts(running=...)`)."""
+    found: dict[str, set[str]] = {}
+    for now in running:
+        if now.kernel_id is not None:
+            found.setdefault(now.layer_name, set()).add(now.kernel_id)
+    return found
 
 
 def latest_verdicts(
