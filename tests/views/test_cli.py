@@ -146,7 +146,7 @@ def test_report_writes_the_html_of_a_compare_run_with_no_carriage_returns(tmp_pa
     out = tmp_path / "out.html"
     done = _run("report", str(out), "RMSNorm", "--precision", "0.2", "--budget", "2")
     assert done.returncode == 0, done.stderr
-    assert out.stat().st_size > 100_000 and "RMSNorm" in out.read_text()
+    assert 10_000 < out.stat().st_size < 1_500_000 and "RMSNorm" in out.read_text()  # SVG, no plotly
     assert f"Report written to {out}" in done.stdout and "RMSNorm" in done.stdout and "x [" in done.stdout
     assert "\r" not in done.stdout + done.stderr  # redirected: no progress bars
     assert "Loading weights" not in done.stderr
