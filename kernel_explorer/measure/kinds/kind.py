@@ -15,7 +15,7 @@ depend on it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -124,3 +124,13 @@ class Kind:
     samples: tuple[type[RecordValues], ...] = ()
     #: its plot for the report and a notebook (a plotly figure from its summary; plotly imported lazily)
     figure: Callable[[Summary], Any] | None = None
+
+
+def candidate_name(key: tuple[str, str, str], keys: Collection[tuple[str, str, str]]) -> str:
+    """How a summary names one candidate (kernel id, code path, label) among the `keys` one group
+    measured: its kernel id, `@path` where that kernel ran several paths, and `(label)` where that
+    still repeats. One rule for every kind that splits a row by candidate (time, values)."""
+    kid, isa, label = key
+    same = [k for k in keys if k[:2] == (kid, isa)]
+    name = kid if sum(k[0] == kid for k in keys) == 1 else f"{kid}@{isa}"
+    return name + (f" ({label})" if len(same) > 1 else "")

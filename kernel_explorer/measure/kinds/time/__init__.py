@@ -16,7 +16,14 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.measure.comparison import Comparison
-from kernel_explorer.measure.kinds.kind import Kind, LayerRequest, Measurement, RecordSource, records_of
+from kernel_explorer.measure.kinds.kind import (
+    Kind,
+    LayerRequest,
+    Measurement,
+    RecordSource,
+    candidate_name,
+    records_of,
+)
 from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
 from kernel_explorer.measure.kinds.values import output_numbers, worst_gradient
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDivergence
@@ -272,11 +279,9 @@ def per_kernel(
         if len(ids) < 2:
             yield group, None, kinds
             continue
-        for kid, isa, label in sorted(ids):
-            same = [k for k in ids if k[:2] == (kid, isa)]
-            name = kid if sum(k[0] == kid for k in ids) == 1 else f"{kid}@{isa}"
-            split = {kind: mine(found, (kid, isa, label)) for kind, found in kinds.items()}
-            yield group, name + (f" ({label})" if len(same) > 1 else ""), split
+        for key in sorted(ids):
+            split = {kind: mine(found, key) for kind, found in kinds.items()}
+            yield group, candidate_name(key, ids), split
 
 
 def _mark_runs_that_disagree(rows: list[dict[str, Any]]) -> None:

@@ -15,7 +15,14 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.measure.kinds.kind import Kind, LayerRequest, Measurement, RecordSource, records_of
+from kernel_explorer.measure.kinds.kind import (
+    Kind,
+    LayerRequest,
+    Measurement,
+    RecordSource,
+    candidate_name,
+    records_of,
+)
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.records import INFERENCE, TRAINING
 from kernel_explorer.measure.summary import Column, NumberCell, Summary, columns_in_use
@@ -111,10 +118,9 @@ def _kernel_names(ran: set[tuple[str, str, str] | str]) -> dict[tuple[str, str, 
     if ran == set(kernels) and len(kernels) < 2:
         return {k: None for k in ran}
     names: dict[tuple[str, str, str] | str, str | None] = {KERNEL_OFF: KERNEL_OFF, _SOME_KERNEL: "kernel on"}
-    for kid, isa, label in (k for k in kernels if k != _SOME_KERNEL):
-        same = [k for k in kernels if k[:2] == (kid, isa)]
-        name = kid if sum(k[0] == kid for k in kernels) == 1 else f"{kid}@{isa}"
-        names[(kid, isa, label)] = name + (f" ({label})" if len(same) > 1 else "")
+    for key in kernels:
+        if key != _SOME_KERNEL:
+            names[key] = candidate_name(key, kernels)
     return names
 
 
