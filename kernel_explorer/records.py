@@ -30,7 +30,7 @@ from kernel_explorer.measure.kinds.model.records import (
     TrainingAgreement,
 )
 from kernel_explorer.measure.kinds.outputs import ModelAgreement
-from kernel_explorer.measure.kinds.time import kernels_running
+from kernel_explorer.measure.kinds.time import kernels_running, latest_verdict_records
 from kernel_explorer.measure.kinds.time.records import LayerCalibration, LayerLatency, LayerVerdict
 from kernel_explorer.measure.kinds.values.records import GradientDivergence, LayerDeterminism, LayerDivergence
 from kernel_explorer.measure.log import ResultLog
@@ -115,6 +115,7 @@ __all__ = [
     "kind",
     "kinds",
     "kinds_in_run",
+    "latest_verdict_records",
     "measured_by_compare",
     "noise_warning",
     "revision_notes",

@@ -15,7 +15,13 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.records import IntervalCell, Verdict, format_interval, format_number
+from kernel_explorer.records import (
+    IntervalCell,
+    Verdict,
+    format_interval,
+    format_number,
+    latest_verdict_records,
+)
 from kernel_explorer.views.svg_chart import Box, Chart, Point, Row, Share, SharesChart
 
 if TYPE_CHECKING:
@@ -83,17 +89,13 @@ def measured_in(log: ResultLog, running: Mapping[str, Collection[str]] | None = 
     cycle)" for a compare."""
     cycles = cycles_per_run(log)
     found = {}
-    for record in log.records("layer_verdict"):
-        now = (running or {}).get(record.layer or "")
-        if now and (record.provenance is None or record.provenance.kernel_id not in now):
-            continue
-        if record.layer and record.values.kernel_on and record.values.mode == "inference":
-            count = cycles.get(record.run_id, 1)
-            found[record.layer] = (
-                f"{record.run_id}, its last cycle (of {count})"
-                if count > 1
-                else f"{record.run_id} (whole run, 1 cycle)"
-            )
+    for layer, record in latest_verdict_records(log, running).items():
+        count = cycles.get(record.run_id, 1)
+        found[layer] = (
+            f"{record.run_id}, its last cycle (of {count})"
+            if count > 1
+            else f"{record.run_id} (whole run, 1 cycle)"
+        )
     return found
 
 

@@ -44,11 +44,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from kernel_explorer.inspect.running import RunningNow
+    from kernel_explorer.measure.records import Record
 
 __all__ = [
     "KIND",
     "RUN_TO_RUN",
     "kernels_running",
+    "latest_verdict_records",
     "latest_verdicts",
     "layer_mode",
     "machine_table",
@@ -315,14 +317,15 @@ def kernels_running(running: Iterable[RunningNow]) -> dict[str, set[str]]:
     return found
 
 
-def latest_verdicts(
+def latest_verdict_records(
     source: RecordSource, running: Mapping[str, Collection[str]] | None = None
-) -> dict[str, LayerVerdict]:
-    """The last inference verdict per layer name measured on a kernel (what the inventory shows as
-    measured). A layer measured only while its kernel was off compared PyTorch with itself: that is
-    no measured speedup, so it does not count here. With `running` (layer: the kernel ids it runs
-    now), a layer on a kernel takes only that kernel's verdicts: the user's own kernel switched in
-    after the bundled one was measured is "not measured", never the bundled one's speed."""
+) -> dict[str, Record]:
+    """The record of the last inference verdict per layer name measured on a kernel (what the
+    inventory shows as measured, and the run it comes from). A layer measured only while its kernel
+    was off compared PyTorch with itself: that is no measured speedup, so it does not count here.
+    With `running` (layer: the kernel ids it runs now), a layer on a kernel takes only that kernel's
+    verdicts: the user's own kernel switched in after the bundled one was measured is "not
+    measured", never the bundled one's speed."""
     found = {}
     for r in records_of(source, LayerVerdict):
         if not (r.layer and r.values.kernel_on and r.values.mode == INFERENCE):
@@ -330,8 +333,15 @@ def latest_verdicts(
         now = (running or {}).get(r.layer)
         if now and (r.provenance is None or r.provenance.kernel_id not in now):
             continue
-        found[r.layer] = r.values
+        found[r.layer] = r
     return found
+
+
+def latest_verdicts(
+    source: RecordSource, running: Mapping[str, Collection[str]] | None = None
+) -> dict[str, LayerVerdict]:
+    """The verdicts of `latest_verdict_records`."""
+    return {layer: record.values for layer, record in latest_verdict_records(source, running).items()}
 
 
 def machine_table(source: RecordSource, *, wide: bool = False) -> pd.DataFrame:
