@@ -26,6 +26,7 @@ from kernel_explorer.measure.compiled_decode import EagerDecoder, StaticDecoder,
 
 __all__ = [
     "DIRECT_ATTENTION",
+    "ELEMENTWISE",
     "StaticDecoder",
     "eager_generate",
     "explain_decode",
@@ -33,6 +34,8 @@ __all__ = [
     "use_direct_attention",
 ]
 
+#: the layers `kernel_model(elementwise=False)` leaves to PyTorch (and under compile to Inductor)
+ELEMENTWISE = ("RMSNorm", "SiLU", "rotary_pos_emb")
 DIRECT_ATTENTION = "kx_direct_attention"  # no "flash" in it: Transformers would take it for flash-attention
 
 
@@ -57,19 +60,28 @@ def use_direct_attention(model: Any) -> None:
 
 
 def kernel_model(
-    model: Any, tokenizer: Any = None, *, quantized: bool = True, mode: str = "torch.compile"
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    quantized: bool = True,
+    mode: str = "torch.compile",
+    elementwise: bool = True,
 ) -> Any:
     """Switch every bundled layer kernel on (kernels' `mode`), the decoder Linears on Q4_1 and
     lm_head on Q8_0 (the GGUF's own formats) when `quantized`, attention on the direct
     `attention_forward`; pack the quantized weights with one eager forward (compile traces the
-    packed tensors). Returns the Explorer that holds the switches."""
+    packed tensors). `elementwise=False` leaves RMSNorm, SiLU and rotary on PyTorch: under
+    torch.compile Inductor fuses each with its neighbours (the residual add, the gate's product),
+    which a kernel's opaque op prevents. Returns the Explorer that holds the switches."""
     import torch
     from torch import nn
 
     from kernel_explorer import Explorer
 
     explorer = Explorer(model, tokenizer=tokenizer)
-    layers = [name for name in explorer.layers if name != "attention"]
+    layers = [
+        name for name in explorer.layers if name != "attention" and (elementwise or name not in ELEMENTWISE)
+    ]
     if quantized:
         explorer.extend("Linear", nn.Linear, "model.layers.*")
         explorer.extend("LMHead", nn.Linear, "lm_head")

@@ -10,6 +10,9 @@ round runs every side once, the order rotating):
   bundled flash_attn's direct `attention_forward`,
 - compiled PyTorch and compiled + kernels: `torch.compile` over the model's forward with a static
   KV cache (bench/compiled_decode.py: one graph per shape bucket, compiled before the rounds),
+- compiled + GEMV/attn kernels: the same with only the quantized Linears and attention on kernels,
+  RMSNorm, SiLU and rotary left to Inductor, which fuses each with its neighbours (a kernel's op is
+  opaque to it); `--gemv-attn-side no` leaves it out,
 - llama.cpp (llama-cpp-python) on the very GGUF file, when `llama_cpp` is importable, as it runs by
   default (ggml's extra buffer types: AMX tiles and repacked weights where the CPU has them). Where
   its batches crash on those (an AVX-512/AMX VM did), decode is measured on them with the prompt fed
@@ -25,6 +28,11 @@ tokens of compiled + kernels against the same kernel model uncompiled on 3 promp
 last-token logits' KL and top-1 against eager PyTorch.
 
     python bench/decode_anchor.py [--rounds 5] [--threads 2] [--no-compile] [--no-llama] [--int8-passes 1]
+                                  [--cpp-wrapper] [--gemv-attn-side no] [--model smollm2-1.7b-random]
+
+`--cpp-wrapper` compiles every compiled side with Inductor's C++ wrapper (the graph's kernel calls
+from generated C++, not Python). On the Zen 4 host it read no faster and compiled ~20x longer
+(`bench/results/decode_anchor-zen4-cpp-wrapper-2026-12-06.txt`).
 
 llama.cpp is not a dependency of the package or its tests. To build it from source (about 10
 minutes on 2 cores), in the project's environment:
@@ -60,6 +68,7 @@ from quantized_model import PROMPTS, TEXT  # the same prompts and prefill text a
 from threads import use_threads
 
 PREFILL, PROMPT, DECODE = 512, 128, 64
+KERNELS, LEAN = "compiled + kernels", "compiled + GEMV/attn kernels"
 MODELS = ("smollm2-135m", "smollm2-1.7b-random")
 
 
@@ -93,13 +102,16 @@ def torch_sides(
     ids512,
     ids128,
     compiled: bool,
-    decoders: list,
+    decoders: dict,
     *,
     eager_sides: bool = True,
     compiled_pytorch: bool = True,
+    lean=None,
+    cpp_wrapper: bool = False,
 ) -> list[Side]:
     """The four PyTorch sides (without the eager two when not `eager_sides`, without compiled
-    PyTorch when not `compiled_pytorch`); the compiled sides' short decoders go in `decoders`."""
+    PyTorch when not `compiled_pytorch`), and compiled `lean` (the GEMV/attention kernel model) when
+    given; the compiled sides' short decoders go in `decoders`, by side name."""
     import torch
     from compiled_decode import StaticDecoder
     from transformers import DynamicCache
@@ -125,9 +137,9 @@ def torch_sides(
 
         return prefill, decode
 
-    def static(m) -> tuple[Callable[[], float], Callable[[], float]]:
-        long = StaticDecoder(m, PREFILL + 8, compiled=True)
-        short = StaticDecoder(m, PROMPT + DECODE + 8, compiled=True)
+    def static(m, name: str) -> tuple[Callable[[], float], Callable[[], float]]:
+        long = StaticDecoder(m, PREFILL + 8, compiled=True, cpp_wrapper=cpp_wrapper)
+        short = StaticDecoder(m, PROMPT + DECODE + 8, compiled=True, cpp_wrapper=cpp_wrapper)
         t0 = time.perf_counter()
         long.prefill(ids512)
         first = short.prefill(ids128).argmax(-1, keepdim=True)
@@ -135,7 +147,7 @@ def torch_sides(
         took = ", ".join(f"{k} {v:.0f} s" for d in (long, short) for k, v in d.compile_s.items())
         print(f"  compiled {took} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
 
-        decoders.append(short)
+        decoders[name] = short
 
         def prefill() -> float:
             t0 = time.perf_counter()
@@ -155,9 +167,9 @@ def torch_sides(
     )
     if compiled:
         print("compiling (each side: prefill 512, prefill 128, decode step) ...", flush=True)
-        if compiled_pytorch:
-            sides.append(Side("compiled PyTorch", *static(model)))
-        sides.append(Side("compiled + kernels", *static(kmodel)))
+        named = [("compiled PyTorch", model)] if compiled_pytorch else []
+        named += [(KERNELS, kmodel)] + ([(LEAN, lean)] if lean is not None else [])
+        sides += [Side(name, *static(m, name)) for name, m in named]
     return sides
 
 
@@ -279,16 +291,18 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
     from kernel_explorer.measure.stats import median_interval, speedup_interval
 
     anchors = [s for s in sides if s.name.startswith("llama.cpp")]
+    # the explorer's compare_model(compiled=True) ratio, to hold against it (bench/compare_large.py)
+    pytorch = next((s for s in sides if s.name == "compiled PyTorch"), None)
     for measure, tokens in (("prefill", PREFILL), ("decode", DECODE)):
         what = f"{PREFILL} tokens" if measure == "prefill" else f"{DECODE} tokens after {PROMPT}"
         print(f"\n{measure} {what}: tokens/s median [interval]")
         for side in sides:
             if not side.times[measure]:
-                print(f"  {side.name:26} not measured (its batches crash here)")
+                print(f"  {side.name:30} not measured (its batches crash here)")
                 continue
             rates = [tokens / t for t in side.times[measure]]
             iv = median_interval(rates)
-            line = f"  {side.name:26} {iv.median:8.1f} [{iv.low:7.1f}, {iv.high:7.1f}]"
+            line = f"  {side.name:30} {iv.median:8.1f} [{iv.low:7.1f}, {iv.high:7.1f}]"
             if iv.too_few:
                 line += f" ({iv.confidence:.0%})"
             for anchor in anchors:
@@ -298,6 +312,10 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
                 ratio = speedup_interval([a / s for a, s in pairs])
                 label = "llama.cpp" if len(anchors) == 1 else anchor.name.removeprefix("llama.cpp, ")
                 line += f"   {ratio.median:5.2f}x {label} [{ratio.low:.2f}, {ratio.high:.2f}]"
+            if pytorch is not None and side.name in (KERNELS, LEAN) and pytorch.times[measure]:
+                pairs = zip(pytorch.times[measure], side.times[measure], strict=True)
+                ratio = speedup_interval([a / s for a, s in pairs])
+                line += f"   {ratio.median:5.2f}x compiled PyTorch [{ratio.low:.2f}, {ratio.high:.2f}]"
             if measure == "decode" and side.name in bytes_per_token:
                 weights = bytes_per_token[side.name]
                 limit = bandwidth * 1e9 / weights
@@ -364,16 +382,17 @@ def agreement(model, kmodel, tokenizer, candidate, llm=None, *, text: bool = Tru
     print(f"identical greedy generations (compiled + kernels vs uncompiled): {same} of {len(PROMPTS)}")
 
 
-def breakdown(kmodel, decoders: list, llm, ids128, steps: int, packed: int, bandwidth: float) -> None:  # type: ignore[no-untyped-def]
-    """Where a decode step's time goes (bench/decode_breakdown.py), for compiled + kernels and llama.cpp,
-    and the step's quantized GEMVs replayed alone against the bandwidth bound."""
+def breakdown(kmodel, decoders: dict, llm, ids128, steps: int, packed: int, bandwidth: float) -> None:  # type: ignore[no-untyped-def]
+    """Where a decode step's time goes (bench/decode_breakdown.py), for each compiled kernel side and
+    llama.cpp, and the step's quantized GEMVs replayed alone against the bandwidth bound."""
     from decode_breakdown import gemv_replay, llama_step_breakdown, torch_step_breakdown
 
     print(f"\nwhere a decode step's time goes (after {PROMPT} tokens; load {os.getloadavg()[0]:.1f}):")
-    if decoders:
-        decoder = decoders[-1]
+    for name, decoder in decoders.items():
+        if name == "compiled PyTorch":
+            continue
         first = decoder.prefill(ids128).argmax(-1, keepdim=True)
-        print("\n".join(torch_step_breakdown(decoder, first, PROMPT, steps).lines()))
+        print("\n".join(torch_step_breakdown(decoder, first, PROMPT, steps, side=name).lines()))
     if llm is not None:
         print("\n".join(llama_step_breakdown(llm, ids128[0].tolist(), 2 * steps).lines()))
     gemv_ms, total = gemv_replay(kmodel)
@@ -424,6 +443,18 @@ def main() -> None:
         "decode alike: 1 is GGML's way (decode then runs the int8 GEMV); default: the layers' own "
         "(two int8 passes for float32, decode on Q4_1's GEMV layout; lm_head's Q8_0 decode: the float GEMV)",
     )
+    parser.add_argument(
+        "--gemv-attn-side",
+        choices=["yes", "no"],
+        default="yes",
+        help="a compiled side with only the quantized Linears and attention on kernels (RMSNorm, SiLU and "
+        "rotary left to Inductor's fusion)",
+    )
+    parser.add_argument(
+        "--cpp-wrapper",
+        action="store_true",
+        help="every compiled side on Inductor's C++ wrapper (kernel calls from C++; a slower first compile)",
+    )
     args = parser.parse_args()
 
     import platform
@@ -454,9 +485,13 @@ def main() -> None:
         model.eval()
         kmodel = copy.deepcopy(model)
     explorer = kernel_model(kmodel, tokenizer)
+    lean = None
+    if args.gemv_attn_side == "yes" and not args.no_compile:
+        lean = large_model.load(args.threads) if large else copy.deepcopy(model)
+        kernel_model(lean, tokenizer, elementwise=False)
     quantized = get_local_kernel(bundled_repo_path("quantized_linear"))
     if args.int8_passes is not None:
-        for module in kmodel.modules():
+        for module in [*kmodel.modules(), *(lean.modules() if lean is not None else ())]:
             if isinstance(module, nn.Linear):
                 quantized.layers.use_int8_gemm(module, args.int8_passes)
     with open("/proc/cpuinfo") as info:
@@ -471,7 +506,8 @@ def main() -> None:
     print(threads)
     print(f"{isa_env.describe(quantized.isa())}, int8 dot {quantized.int8_dot()}")
     passes = "the layers' default" if args.int8_passes is None else args.int8_passes
-    print(f"kernel Linears' int8 passes: {passes}")
+    wrapper = "C++" if args.cpp_wrapper else "Python"
+    print(f"kernel Linears' int8 passes: {passes}; Inductor's {wrapper} wrapper")
     running = sorted({f"{n.layer_name}: {n.kernel_id}" for n in explorer.running() if n.is_kernel})
     print("kernels:", ", ".join(running), "; attention:", kmodel.config._attn_implementation)
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -485,9 +521,10 @@ def main() -> None:
         "eager PyTorch": fp32,
         "compiled PyTorch": fp32,
         "eager + kernels": packed,
-        "compiled + kernels": packed,
+        KERNELS: packed,
+        LEAN: packed,
     }
-    decoders: list = []
+    decoders: dict = {}
     eager_sides = args.eager == "yes" or (args.eager == "auto" and not large)
     compiled_pytorch = args.compiled_pytorch == "yes" or (args.compiled_pytorch == "auto" and not large)
     sides = torch_sides(
@@ -499,6 +536,8 @@ def main() -> None:
         decoders,
         eager_sides=eager_sides,
         compiled_pytorch=compiled_pytorch,
+        lean=lean,
+        cpp_wrapper=args.cpp_wrapper,
     )
     if not args.no_llama:
         sides += llama_sides(gguf, args.threads, ids512, ids128)
@@ -524,7 +563,7 @@ def main() -> None:
         model,
         kmodel,
         tokenizer,
-        decoders[-1] if decoders else StaticDecoder(kmodel, 256, compiled=False),
+        decoders.get(KERNELS) or StaticDecoder(kmodel, 256, compiled=False),
         llm,
         text=not large,
     )

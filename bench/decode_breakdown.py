@@ -83,10 +83,16 @@ def _outermost(events: list[Any]) -> list[Any]:
 
 
 def torch_step_breakdown(
-    decoder: Any, first: Any, start: int, steps: int = 16, repeats: int = 3
+    decoder: Any,
+    first: Any,
+    start: int,
+    steps: int = 16,
+    repeats: int = 3,
+    *,
+    side: str = "compiled + kernels",
 ) -> StepBreakdown:
-    """compiled + kernels' decode step (see the module docstring): `steps` steps after the token
-    `first` at cache position `start`, the unprofiled time the median of `repeats` runs."""
+    """A compiled kernel side's decode step (see the module docstring), named `side`: `steps` steps
+    after the token `first` at cache position `start`, the unprofiled time the median of `repeats` runs."""
     import statistics
 
     from torch.profiler import ProfilerActivity, profile
@@ -130,7 +136,7 @@ def torch_step_breakdown(
     inside["graph dispatch and guards"] = max(region_us - kernels_us, 0.0)
     inside["Python around the graph"] = max(total_us - region_us, 0.0)
     shares = {c: inside[c] / total_us for c in CATEGORIES}
-    breakdown = StepBreakdown("compiled + kernels", step_s * 1e3, profiled_s * 1e3, shares)
+    breakdown = StepBreakdown(side, step_s * 1e3, profiled_s * 1e3, shares)
     named = sum(1 for e in kernel_events if e.name.startswith("graph_") or "cpp_fused" in e.name)
     breakdown.notes.append(
         f"{len(regions) / steps:.0f} compiled region(s) a step; {len(_outermost(kernel_events)) / steps:.0f} "

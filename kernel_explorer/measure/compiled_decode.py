@@ -186,7 +186,15 @@ class StaticDecoder(_GreedyLoop):
     """Greedy prefill/decode of a causal LM with a static KV cache, compiled once per shape bucket
     (or eager with `compiled=False`)."""
 
-    def __init__(self, model: nn.Module, max_cache_len: int, *, compiled: bool = True) -> None:
+    def __init__(
+        self, model: nn.Module, max_cache_len: int, *, compiled: bool = True, cpp_wrapper: bool = False
+    ) -> None:
+        """`cpp_wrapper`: Inductor calls the graph's kernels from generated C++ instead of its Python
+        wrapper. Off by default: on SmolLM2-135M's decode step (~530 kernel calls, "graph dispatch
+        and guards" ~21% of a 8-9 ms token in `bench/decode_anchor.py`'s breakdown) it read no
+        faster against llama.cpp (1.07x either way, torch 2.13, Zen 4), the dispatch share stayed,
+        and each bucket's first compile took ~20x longer (478-532 s against 21-26 s on 2 cores).
+        Kept to check that again on another torch or host (`decode_anchor.py --cpp-wrapper`)."""
         import torch
         from transformers import StaticCache
 
@@ -211,7 +219,11 @@ class StaticDecoder(_GreedyLoop):
             torch.compile(
                 _own_code(self._forward),
                 dynamic=False,
-                options={"size_asserts": False, "guard_filter_fn": _without_derived_tensor_guards},
+                options={
+                    "size_asserts": False,
+                    "guard_filter_fn": _without_derived_tensor_guards,
+                    "cpp_wrapper": cpp_wrapper,
+                },
             )
             if compiled
             else self._forward

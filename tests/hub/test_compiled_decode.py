@@ -117,3 +117,25 @@ def test_a_compiled_prefill_runs_the_attention_kernel_on_the_prompts_keys(hub: d
     assert prefill_mask(**chunk, q_offset=5).shape == (1, 1, 3, 8)  # a chunk at position 5: masked
     with _from_start():
         assert prefill_mask(**chunk, q_offset=torch.tensor(0)) is None
+
+
+@pytest.mark.slow
+def test_the_cpp_wrapper_decodes_the_same_with_the_elementwise_layers_left_to_inductor(hub: dict) -> None:
+    """The bench's other compiled sides: `kernel_model(elementwise=False)` keeps RMSNorm, SiLU and
+    rotary on PyTorch (Inductor fuses them) with the quantized Linears still on kernels, and
+    `StaticDecoder(cpp_wrapper=True)` calls the graph's kernels from C++; both decode what the
+    uncompiled model does."""
+    from compiled_decode import ELEMENTWISE, StaticDecoder, kernel_model
+
+    from kernel_explorer.loading import tiny_llama
+
+    model = tiny_llama()
+    explorer = kernel_model(model, elementwise=False)
+    running = {now.layer_name for now in explorer.running() if now.is_kernel}
+    assert "Linear" in running and not running & set(ELEMENTWISE), running
+    ids = torch.randint(0, 256, (1, 9), generator=torch.Generator().manual_seed(2))
+    eager = StaticDecoder(model, 32, compiled=False).generate(ids, 8)
+    decoder = StaticDecoder(model, 32, compiled=True, cpp_wrapper=True)
+    # the decode step's graph only: a C++ wrapper's first compile is the slow part (minutes cold)
+    assert torch.equal(decoder.generate(ids, 8, compiled_prefill=False), eager)
+    assert set(decoder.compile_s) == {"decode"}
