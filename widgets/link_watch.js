@@ -9,7 +9,11 @@
 //   process), "dead" (shut down, or a restart that failed); its connection "disconnected";
 // - ipywidgets' own signals on this widget's model: "comm_live_update" (the manager marks every
 //   model of a restarting kernel as no longer live) and "comm:close" (closed from Python);
-// - a restart the page never hears of (another tab, the REST API) shows at the first click: each
+// - a restart nobody announced to this page (another tab, the REST API) whose new kernel the page
+//   hears from: every message a kernel publishes carries its process's session id, so a message
+//   from another session is a new kernel (the new process's "starting" status is often sent before
+//   the page's connection reaches it, and then never heard; its next messages are);
+// - a restart the page never hears of at all shows at the first click: each
 //   click on a control of the dashboard sends this widget a ping; the kernel answers "idle" to
 //   every message it takes, and a kernel that takes the ping without a pong does not know this
 //   dashboard any more. A click whose message cannot even leave the page (its comm disposed:
@@ -83,6 +87,18 @@ function render({ model, el }) {
     if (status === "disconnected") lost("disconnected");
   };
   const onDisposed = () => lost("dead");
+  // the first session heard is this dashboard's kernel's; another one is a new kernel process
+  let session = null;
+  const onIopub = (_, message) => {
+    const id = message?.header?.session;
+    // the server's own status messages ("restarting", "autorestarting", "dead") are in its session,
+    // not a kernel's: the status handler above reads them
+    const state = message?.content?.execution_state;
+    if (!id || state === "restarting" || state === "autorestarting" || state === "dead") return;
+    if (session === null) session = id;
+    else if (id !== session) lost("starting");
+  };
+  kernel?.iopubMessage?.connect(onIopub);
   kernel?.statusChanged?.connect(onStatus);
   kernel?.connectionStatusChanged?.connect(onConnection);
   kernel?.disposed?.connect(onDisposed);
@@ -157,6 +173,7 @@ function render({ model, el }) {
   document.addEventListener("kx-link-lost", onLost);
 
   return () => {
+    kernel?.iopubMessage?.disconnect(onIopub);
     kernel?.statusChanged?.disconnect(onStatus);
     kernel?.connectionStatusChanged?.disconnect(onConnection);
     kernel?.disposed?.disconnect(onDisposed);

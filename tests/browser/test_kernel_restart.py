@@ -93,7 +93,10 @@ def test_a_restart_turns_the_old_dashboard_off_and_says_so(lab: Lab, page: Page)
 
 
 def test_a_restart_through_the_rest_api_turns_it_off_too(lab: Lab, page: Page) -> None:
-    """A restart this page did not ask for (the REST API: a script, another tab)."""
+    """A restart this page did not ask for (the REST API: a script, another tab). The server tells
+    the page nothing; the page hears the new kernel when its messages reach the page's connection
+    (another session id), which depends on whether the connection caught up with the new process
+    before it spoke (CI's run of 2026-12-06 did not). When it did not, the first click says so."""
     if lab.app != "jupyterlab":
         pytest.skip("Notebook 7 runs the same widget manager: JupyterLab is enough")
     page.goto(lab.notebook("rest.ipynb", CELLS))
@@ -108,8 +111,14 @@ def test_a_restart_through_the_rest_api_turns_it_off_too(lab: Lab, page: Page) -
     answer = page.request.post(f"{lab.url}/api/kernels/{kernel}/restart?token={lab.token}")
     assert answer.ok, answer.status
     line = page.locator(".kx-link-line")
-    expect(line).to_contain_text("this dashboard is no longer live", timeout=10_000)
-    print("the line:", line.inner_text())
+    try:
+        expect(line).to_contain_text("this dashboard is no longer live", timeout=10_000)
+        print("heard on its own:", line.inner_text())
+    except AssertionError:
+        page.locator('input.kx-layer-switch[data-layer="SiLU"]').click()
+        clicked = time.monotonic()
+        expect(line).to_contain_text("this dashboard is no longer live", timeout=5_000)
+        print(f"said {time.monotonic() - clicked:.2f} s after the first click:", line.inner_text())
     count, enabled = page.evaluate(_CONTROLS)
     assert count >= 8 and enabled == [], enabled
 
