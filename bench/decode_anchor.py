@@ -69,6 +69,7 @@ from threads import use_threads
 
 PREFILL, PROMPT, DECODE = 512, 128, 64
 KERNELS, LEAN = "compiled + kernels", "compiled + GEMV/attn kernels"
+UNBATCHED = "compiled + kernels, unbatched"  # without the kernels' graph passes (sibling GEMVs batched)
 MODELS = ("smollm2-135m", "smollm2-1.7b-random")
 
 
@@ -108,10 +109,12 @@ def torch_sides(
     compiled_pytorch: bool = True,
     lean=None,
     cpp_wrapper: bool = False,
+    unbatched: bool = False,
 ) -> list[Side]:
     """The four PyTorch sides (without the eager two when not `eager_sides`, without compiled
-    PyTorch when not `compiled_pytorch`), and compiled `lean` (the GEMV/attention kernel model) when
-    given; the compiled sides' short decoders go in `decoders`, by side name."""
+    PyTorch when not `compiled_pytorch`), compiled `lean` (the GEMV/attention kernel model) when
+    given, and the kernel model compiled without its kernels' graph passes when `unbatched`; the
+    compiled sides' short decoders go in `decoders`, by side name."""
     import torch
     from compiled_decode import StaticDecoder
     from transformers import DynamicCache
@@ -138,14 +141,27 @@ def torch_sides(
         return prefill, decode
 
     def static(m, name: str) -> tuple[Callable[[], float], Callable[[], float]]:
-        long = StaticDecoder(m, PREFILL + 8, compiled=True, cpp_wrapper=cpp_wrapper)
-        short = StaticDecoder(m, PROMPT + DECODE + 8, compiled=True, cpp_wrapper=cpp_wrapper)
+        passes = name != UNBATCHED
+        long = StaticDecoder(m, PREFILL + 8, compiled=True, cpp_wrapper=cpp_wrapper, graph_passes=passes)
+        short = StaticDecoder(
+            m, PROMPT + DECODE + 8, compiled=True, cpp_wrapper=cpp_wrapper, graph_passes=passes
+        )
         t0 = time.perf_counter()
         long.prefill(ids512)
         first = short.prefill(ids128).argmax(-1, keepdim=True)
         short.decode(first, PROMPT, 3)
         took = ", ".join(f"{k} {v:.0f} s" for d in (long, short) for k, v in d.compile_s.items())
-        print(f"  compiled {took} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+        print(f"  {name}: compiled {took} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+        for offered in short.graph_passes:
+            batched = getattr(offered.graph_pass, "batched", None)
+            said = (
+                f": decode step, {len(batched)} groups of calls batched ({sum(batched)} calls)"
+                if batched
+                else ""
+            )
+            print(f"    graph pass {offered}{said}", flush=True)
+        for refused in short.passes_left_out:
+            print(f"    graph pass left out: {refused}", flush=True)
 
         decoders[name] = short
 
@@ -168,7 +184,8 @@ def torch_sides(
     if compiled:
         print("compiling (each side: prefill 512, prefill 128, decode step) ...", flush=True)
         named = [("compiled PyTorch", model)] if compiled_pytorch else []
-        named += [(KERNELS, kmodel)] + ([(LEAN, lean)] if lean is not None else [])
+        named += [(KERNELS, kmodel)] + ([(UNBATCHED, kmodel)] if unbatched else [])
+        named += [(LEAN, lean)] if lean is not None else []
         sides += [Side(name, *static(m, name)) for name, m in named]
     return sides
 
@@ -293,6 +310,7 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
     anchors = [s for s in sides if s.name.startswith("llama.cpp")]
     # the explorer's compare_model(compiled=True) ratio, to hold against it (bench/compare_large.py)
     pytorch = next((s for s in sides if s.name == "compiled PyTorch"), None)
+    unbatched = next((s for s in sides if s.name == UNBATCHED), None)  # what the graph passes gain
     for measure, tokens in (("prefill", PREFILL), ("decode", DECODE)):
         what = f"{PREFILL} tokens" if measure == "prefill" else f"{DECODE} tokens after {PROMPT}"
         print(f"\n{measure} {what}: tokens/s median [interval]")
@@ -312,10 +330,14 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
                 ratio = speedup_interval([a / s for a, s in pairs])
                 label = "llama.cpp" if len(anchors) == 1 else anchor.name.removeprefix("llama.cpp, ")
                 line += f"   {ratio.median:5.2f}x {label} [{ratio.low:.2f}, {ratio.high:.2f}]"
-            if pytorch is not None and side.name in (KERNELS, LEAN) and pytorch.times[measure]:
+            if pytorch is not None and side.name in (KERNELS, UNBATCHED, LEAN) and pytorch.times[measure]:
                 pairs = zip(pytorch.times[measure], side.times[measure], strict=True)
                 ratio = speedup_interval([a / s for a, s in pairs])
                 line += f"   {ratio.median:5.2f}x compiled PyTorch [{ratio.low:.2f}, {ratio.high:.2f}]"
+            if unbatched is not None and side.name == KERNELS and unbatched.times[measure]:
+                pairs = zip(unbatched.times[measure], side.times[measure], strict=True)
+                ratio = speedup_interval([a / s for a, s in pairs])
+                line += f"   {ratio.median:5.2f}x unbatched [{ratio.low:.2f}, {ratio.high:.2f}]"
             if measure == "decode" and side.name in bytes_per_token:
                 weights = bytes_per_token[side.name]
                 limit = bandwidth * 1e9 / weights
@@ -451,6 +473,13 @@ def main() -> None:
         "rotary left to Inductor's fusion)",
     )
     parser.add_argument(
+        "--unbatched-side",
+        choices=["yes", "no"],
+        default="yes",
+        help="the kernel model also compiled without its kernels' graph passes (quantized_linear's batching "
+        "of a layer's q/k/v and gate/up GEMVs into one call each), to measure what they gain in the same run",
+    )
+    parser.add_argument(
         "--cpp-wrapper",
         action="store_true",
         help="every compiled side on Inductor's C++ wrapper (kernel calls from C++; a slower first compile)",
@@ -523,6 +552,7 @@ def main() -> None:
         "eager + kernels": packed,
         KERNELS: packed,
         LEAN: packed,
+        UNBATCHED: packed,
     }
     decoders: dict = {}
     eager_sides = args.eager == "yes" or (args.eager == "auto" and not large)
@@ -538,6 +568,7 @@ def main() -> None:
         compiled_pytorch=compiled_pytorch,
         lean=lean,
         cpp_wrapper=args.cpp_wrapper,
+        unbatched=args.unbatched_side == "yes",
     )
     if not args.no_llama:
         sides += llama_sides(gguf, args.threads, ids512, ids128)

@@ -126,6 +126,17 @@ def kernel_origin(function: Any) -> KernelOrigin | None:
     return None
 
 
+def kernel_package(function: Any) -> Any | None:
+    """The loaded kernel package (its top-level module) a layer forward belongs to, or None."""
+    from kernels import get_loaded_kernels
+
+    kernel_id = (getattr(function, "__module__", "") or "").split(".", 1)[0]
+    for loaded in get_loaded_kernels():
+        if loaded.metadata.id == kernel_id:
+            return loaded.module
+    return None
+
+
 def bound_function(forward: Any) -> Any:
     """The plain function behind a bound forward (`MethodType`), or the object itself."""
     return forward.__func__ if isinstance(forward, MethodType) else forward

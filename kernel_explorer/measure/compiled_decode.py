@@ -47,6 +47,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
+from kernel_explorer.measure.graph_passes import OfferedPasses, kernel_graph_passes
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -187,9 +189,21 @@ class StaticDecoder(_GreedyLoop):
     (or eager with `compiled=False`)."""
 
     def __init__(
-        self, model: nn.Module, max_cache_len: int, *, compiled: bool = True, cpp_wrapper: bool = False
+        self,
+        model: nn.Module,
+        max_cache_len: int,
+        *,
+        compiled: bool = True,
+        cpp_wrapper: bool = False,
+        graph_passes: bool = True,
     ) -> None:
-        """`cpp_wrapper`: Inductor calls the graph's kernels from generated C++ instead of its Python
+        """`graph_passes`: compile with the Inductor passes the model's kernels offer for their own
+        ops (`measure/graph_passes.py`; `self.graph_passes` lists them, `self.passes_left_out` the
+        offers refused). The bundled quantized_linear's batches a layer's q, k and v (and gate and
+        up) into one call: SmolLM2-135M's decode step from 531 kernel calls to 441. The outputs are
+        bitwise those of the calls it batches.
+
+        `cpp_wrapper`: Inductor calls the graph's kernels from generated C++ instead of its Python
         wrapper. Off by default: on SmolLM2-135M's decode step (~530 kernel calls, "graph dispatch
         and guards" ~21% of a 8-9 ms token in `bench/decode_anchor.py`'s breakdown) it read no
         faster against llama.cpp (1.07x either way, torch 2.13, Zen 4), the dispatch share stayed,
@@ -211,6 +225,9 @@ class StaticDecoder(_GreedyLoop):
         self.max_cache_len = max_cache_len
         self.compiled = compiled
         self.cache = StaticCache(config=_config(model), max_cache_len=max_cache_len)
+        offered = kernel_graph_passes(model) if compiled and graph_passes else OfferedPasses()
+        self.graph_passes = offered.passes
+        self.passes_left_out = offered.left_out
         # Inductor's Python wrapper checks the size and stride of every input and every custom op's
         # output on each call: ~900 checks in SmolLM2's decode step (576 inputs, 300 kernel calls),
         # ~0.75 ms of an 11 ms token. The shapes are fixed per bucket and Dynamo's guards have
@@ -223,6 +240,7 @@ class StaticDecoder(_GreedyLoop):
                     "size_asserts": False,
                     "guard_filter_fn": _without_derived_tensor_guards,
                     "cpp_wrapper": cpp_wrapper,
+                    "post_grad_custom_post_pass": [p.graph_pass for p in self.graph_passes] or None,
                 },
             )
             if compiled

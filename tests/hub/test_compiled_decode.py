@@ -56,6 +56,22 @@ def test_tiny_llama_decodes_the_same_compiled_with_every_kernel(hub: dict) -> No
     assert torch.equal(decoder.generate(ids, 8), eager)
     assert set(decoder.compile_s) == {"prefill 9", "decode"}
     assert "0 graph break(s)" in explain_decode(decoder, ids)
+    # the quantized Linears' graph pass: per layer q, k, v in one call and gate, up in another,
+    # o and down their own; without the pass every projection is its own call, the tokens the same
+    assert [p.name for p in decoder.graph_passes] == ["SiblingLinears"]
+    unbatched = StaticDecoder(model, 32, compiled=True, graph_passes=False)
+    assert unbatched.graph_passes == [] and torch.equal(unbatched.generate(ids, 8), eager)
+    layers = model.config.num_hidden_layers
+    for each, (many, single) in ((decoder, (2, 2)), (unbatched, (0, 7))):
+        first = each.prefill(ids).argmax(-1, keepdim=True)
+        each.decode(first, ids.shape[1], 3)  # any recompile (explain_decode above traced the step) first
+        with torch.profiler.profile() as prof:
+            each.decode(first, ids.shape[1], 3)  # the first token is prefill's: two steps
+        calls = {
+            e.key.rsplit("::", 1)[-1]: e.count for e in prof.key_averages() if "quantized_linear" in e.key
+        }
+        assert calls.get("linear_q4_1_many", 0) == 2 * layers * many, calls
+        assert calls.get("linear_q4_1", 0) == 2 * layers * single, calls
 
 
 @pytest.mark.slow

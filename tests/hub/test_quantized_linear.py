@@ -357,6 +357,88 @@ def test_compiled_layer_runs_on_the_gemv_layout(ql) -> None:
         assert torch.equal(compiled(x), eager)
 
 
+# ---------------------------------------------------------------------------------------------
+# Sibling linears on one input in one call, and the graph pass that batches them
+
+
+def _siblings(ql, ns: tuple[int, ...] = (576, 192, 192), k: int = 576) -> tuple[list, list]:
+    """A layer's q, k and v shapes by default: packed weights and their GEMV layouts."""
+    packed = [ql.quantize(_randn(n, k, seed=20 + i, scale=0.05), "q4_1") for i, n in enumerate(ns)]
+    return packed, [ql.gemv_layout(p) for p in packed]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 5, 8, 9], ids=lambda r: f"rows{r}")
+def test_linear_many_gives_each_weights_own_call_bitwise(ql, isa: str, rows: int) -> None:
+    """One call for several weights on one input is, output for output, what each weight's own call
+    gives: on the batched path (decode rows, every weight in the GEMV layout, int8 passes), on the
+    GEMM above 8 rows, with float32 arithmetic, for bfloat16 input, with and without bias, and with
+    a weight without the layout among them (each weight's own path then)."""
+    packed, grouped = _siblings(ql)
+    bias = [None, _randn(192, seed=5), None]
+    for dtype in DTYPES:
+        x = _randn(rows, 576, seed=rows, scale=2.0).to(dtype)
+        for passes in (None, 0, 1, 2):
+            for layouts in (grouped, [grouped[0], None, grouped[2]]):
+                own = [
+                    ql.linear(x, p, "q4_1", b, int8_passes=passes, gemv=g)
+                    for p, b, g in zip(packed, bias, layouts, strict=True)
+                ]
+                many = ql.linear_many(x, packed, layouts, bias, int8_passes=passes)
+                assert len(many) == 3
+                for one, batched in zip(own, many, strict=True):
+                    assert batched.dtype == dtype and torch.equal(batched, one), (dtype, passes)
+
+
+def test_linear_many_bad_calls_name_the_problem(ql) -> None:
+    packed, grouped = _siblings(ql, ns=(32, 16))
+    with pytest.raises(RuntimeError, match=r"one bias and one gemv entry .* for each packed weight"):
+        ql.ops.linear_q4_1_many(torch.ones(1, 576), packed, [None], grouped, -1)
+    other = ql.quantize(torch.ones(16, 64), "q4_1")
+    with pytest.raises(
+        RuntimeError, match=r"last dimension \(576\) must be in_features of the packed weight \(64\)"
+    ):
+        ql.linear_many(torch.ones(1, 576), [packed[0], other], [grouped[0], None])
+    with pytest.raises(RuntimeError, match="int8_passes must be"):
+        ql.linear_many(torch.ones(1, 576), packed, grouped, int8_passes=3)
+
+
+def _three_projections(ql) -> tuple[list[nn.Linear], list[nn.Linear]]:
+    """q, k, v of one input and an out projection of another, as Q4_1 layers packed eagerly."""
+    torch.manual_seed(0)
+    qkv = [nn.Linear(576, n, bias=False) for n in (576, 192, 192)]
+    out = [nn.Linear(192, 576, bias=False)]
+    with torch.no_grad():
+        for lin in qkv + out:
+            ql.layers.Q4_1Linear.forward(lin, torch.ones(1, lin.in_features))  # packs
+    return qkv, out
+
+
+def test_graph_pass_batches_sibling_linears_into_one_call(ql) -> None:
+    """Under torch.compile with the kernel's graph pass the three projections of one input become
+    one `linear_q4_1_many` call and the projection of another input stays its own; the compiled
+    outputs are bitwise the eager layers'. Without the pass nothing is batched."""
+    qkv, (out,) = _three_projections(ql)
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, k, v = (ql.layers.Q4_1Linear.forward(lin, x) for lin in qkv)
+        return q, k, v, ql.layers.Q4_1Linear.forward(out, k + v)
+
+    x = _randn(1, 576, seed=3)
+    with torch.no_grad():
+        eager = forward(x)
+        (graph_pass,) = ql.graph_passes()
+        torch._dynamo.reset()
+        options = {"post_grad_custom_post_pass": graph_pass, "fx_graph_cache": False}
+        compiled = torch.compile(forward, dynamic=False, options=options)(x)
+        assert graph_pass.batched == [3]
+        for got, want in zip(compiled, eager, strict=True):
+            assert torch.equal(got, want)
+        torch._dynamo.reset()
+        unbatched = ql.graph_passes()[0]
+        torch.compile(forward, dynamic=False, options={"fx_graph_cache": False})(x)
+        assert unbatched.batched == []  # a pass not given to the compile never ran
+
+
 def test_layer_option_keeps_pytorchs_numbers(ql) -> None:
     """`use_int8_gemm(module, 0)`: the layer's prefill is F.linear on the dequantized weight
     (ATen's matmul, the same rounding); by default it is two int8 passes, 1 one pass: neither is."""
@@ -693,6 +775,17 @@ def test_opcheck_passes_for_every_op(ql, dtype: torch.dtype) -> None:
             (f"linear_{fmt}", (_randn(3, 64).to(dtype), packed, None)),
             (f"linear_{fmt}", (_randn(2, 20, 64).to(dtype), packed, _randn(7).to(dtype))),
         ]
+        if fmt == "q4_1":
+            siblings = [ql.quantize(_randn(n, 64, seed=n), fmt) for n in (16, 32)]
+            layouts = [ql.gemv_layout(p) for p in siblings]
+            x = _randn(1, 64).to(dtype)
+            cases += [
+                ("linear_q4_1_many", (x, siblings, [None, _randn(32).to(dtype)], layouts, -1)),
+                (
+                    "linear_q4_1_many",
+                    (_randn(2, 20, 64).to(dtype), siblings, [None, None], [None, layouts[1]], 1),
+                ),
+            ]
         for name, args in cases:
             result = torch.library.opcheck(getattr(ql.ops, name), args)
             assert set(result.values()) == {"SUCCESS"}, (name, result)

@@ -136,14 +136,27 @@ T* thread_scratch(size_t n) {
   return data.get();
 }
 
-// y (M, N) float32 = x (M, K) float32 @ W^T + bias on the int8 GEMV (qlinear_gemv_i8.h): the rows
+// One weight of an int8 GEMV call: its packed blocks, the same in the GEMV layout (Q4_1, or null),
+// its float32 bias (or null) and where its (M, N) float32 output goes.
+struct GemvTarget {
+  const uint8_t* w;
+  const uint8_t* grouped;
+  const float* bias;
+  float* y;
+  int64_t N;
+};
+
+// y = x (M, K) float32 @ W^T + bias for every target, on the int8 GEMV (qlinear_gemv_i8.h): the rows
 // of x quantized once (with `passes` 2, their residual too), then passes of up to kGemvRows rows
-// each stream the packed weight once, threads taking runs of output features.
+// each stream the packed weights once, threads taking runs of output features.
 //
-// `grouped` (Q4_1 only, or null): the same weight in the GEMV layout (qlinear_gemv_x16.h), whose
-// GEMV takes the same activations 16 output rows at a time; threads take runs of those groups.
-void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const uint8_t* grouped, const at::Tensor& x,
-                  const float* bias, at::Tensor& y, int64_t N) {
+// Targets in the GEMV layout (qlinear_gemv_x16.h, Q4_1) take the same activations 16 output rows at
+// a time, threads taking runs of those groups across all the targets: one parallel region for
+// several weights on one input (linear_q4_1_many: a layer's q, k and v, or gate and up), where one
+// call each woke the pool and joined it again per weight. Each output is the same, bitwise, as the
+// weight's own call gives (the same activations, groups and order of sums). Several targets must
+// all be in the GEMV layout; one row-major target is split by output features.
+void gemv_i8_path(int format, int64_t passes, const at::Tensor& x, const std::vector<GemvTarget>& targets) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / kQBlock;
   const bool two = passes >= 2;
   // the calling thread's scratch, not two at::empty per call (~0.3 ms of a SmolLM2 token's 210)
@@ -151,28 +164,44 @@ void gemv_i8_path(int format, int64_t passes, const uint8_t* w, const uint8_t* g
   int8_t* q2p = two ? qp + M * K : nullptr;
   float* sp = thread_scratch<float>(static_cast<size_t>(M * nb * kx::kGemvI8Scales));
   table().gemv_i8_acts(x.data_ptr<float>(), M, K, two, qp, q2p, sp);
-  float* yp = y.data_ptr<float>();
-  const auto fn = table().gemv_i8[format];
   const int64_t grain = std::max<int64_t>(1, kx::kSerialBelow / K);
+  int64_t groups = 0, outputs = 0;
+  for (const GemvTarget& t : targets) {
+    groups += t.grouped != nullptr ? t.N / kx::kGemvGroupRows : 0;
+    outputs += t.N;
+  }
+  const bool serial = outputs * K < kx::kSerialBelow;
   for (int64_t r0 = 0; r0 < M; r0 += kx::kGemvRows) {
     const int64_t rows = std::min(kx::kGemvRows, M - r0);
     const int8_t* q1r = qp + r0 * K;
     const int8_t* q2r = two ? q2p + r0 * K : nullptr;
     const float* sr = sp + r0 * nb * kx::kGemvI8Scales;
-    float* yr = yp + r0 * N;
-    if (grouped != nullptr) {
-      const int64_t groups = N / kx::kGemvGroupRows;
-      const auto fx = table().gemv_x16_q4_1;
-      if (N * K < kx::kSerialBelow) {
-        fx(grouped, q1r, q2r, sr, rows, K, bias, yr, N, 0, groups);
+    if (targets.front().grouped == nullptr) {
+      const GemvTarget& t = targets.front();
+      const auto fn = table().gemv_i8[format];
+      float* yr = t.y + r0 * t.N;
+      if (serial) {
+        fn(t.w, q1r, q2r, sr, rows, K, t.bias, yr, t.N, 0, t.N);
       } else {
-        at::parallel_for(0, groups, std::max<int64_t>(1, grain / kx::kGemvGroupRows),
-                         [&](int64_t b, int64_t e) { fx(grouped, q1r, q2r, sr, rows, K, bias, yr, N, b, e); });
+        at::parallel_for(0, t.N, grain, [&](int64_t b, int64_t e) { fn(t.w, q1r, q2r, sr, rows, K, t.bias, yr, t.N, b, e); });
       }
-    } else if (N * K < kx::kSerialBelow) {
-      fn(w, q1r, q2r, sr, rows, K, bias, yr, N, 0, N);
+      continue;
+    }
+    // groups [b, e) of the targets laid end to end: each target's share of them, in its own numbering
+    const auto run = [&](int64_t b, int64_t e) {
+      int64_t first = 0;
+      for (const GemvTarget& t : targets) {
+        const int64_t count = t.N / kx::kGemvGroupRows, lo = std::max(b, first), hi = std::min(e, first + count);
+        if (lo < hi) {
+          table().gemv_x16_q4_1(t.grouped, q1r, q2r, sr, rows, K, t.bias, t.y + r0 * t.N, t.N, lo - first, hi - first);
+        }
+        first += count;
+      }
+    };
+    if (serial) {
+      run(0, groups);
     } else {
-      at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) { fn(w, q1r, q2r, sr, rows, K, bias, yr, N, b, e); });
+      at::parallel_for(0, groups, std::max<int64_t>(1, grain / kx::kGemvGroupRows), run);
     }
   }
 }
@@ -242,9 +271,17 @@ void int8_gemm_path(int format, int64_t passes, const uint8_t* w, const at::Tens
   });
 }
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
-                  int64_t int8_passes, const std::optional<at::Tensor>& gemv, const char* op) {
-  kx::dtype_code(x, op);
+// One packed weight of a linear call, checked against the input `x`: its shape, its GEMV layout
+// (null without one) and its bias as float32 (undefined without one).
+struct LinearWeight {
+  int64_t N, K;
+  const uint8_t* w;
+  const uint8_t* grouped;
+  at::Tensor bias;
+};
+
+LinearWeight checked_weight(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                            int format, const std::optional<at::Tensor>& gemv, const char* op) {
   auto [N, K] = packed_shape(packed, format, op);
   const uint8_t* grouped = nullptr;
   if (gemv.has_value() && gemv->defined()) {
@@ -263,30 +300,43 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
                 " does not match out_features ", N);
     b = bias->to(at::kFloat).contiguous();
   }
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = N;
-  at::Tensor out = at::empty(shape, x.options());
-  const int64_t M = x.numel() / K;
-  if (M == 0 || N == 0) return out;
-  const uint8_t* w = packed.data_ptr<uint8_t>();
+  return {N, K, packed.data_ptr<uint8_t>(), grouped, b};
+}
+
+// The int8 passes a call runs with: `int8_passes` itself, or for -1 the default.
+// 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their own
+// rounding's order, and a second would lose to the 16-bit GEMMs F.linear runs. Up to kGemvMaxRows
+// on GGML's row-major blocks the float GEMV: the int8 GEMV with two passes was no faster there
+// (bench/decode_gemvs.py); on the GEMV layout two passes were 1.4-1.9x the float GEMV on every
+// path and host measured, with its accuracy (the residual pass: ~250 times less error than one).
+int64_t resolved_passes(int64_t int8_passes, int64_t M, bool grouped, const at::Tensor& x, const char* op) {
   TORCH_CHECK(int8_passes >= -1 && int8_passes <= 2, op, ": int8_passes must be 0 (dequantize and matmul), ",
               "1 (int8 activations), 2 (int8 activations and their int8 residual) or -1 (2 for float32 ",
               "activations, 1 for 16-bit ones; up to 8 rows without the GEMV layout, the float GEMV), got ",
               int8_passes);
-  // 16-bit activations carry 8 (bfloat16) or 11 bits already: one int8 pass's error is of their own
-  // rounding's order, and a second would lose to the 16-bit GEMMs F.linear runs. Up to kGemvMaxRows
-  // on GGML's row-major blocks the float GEMV: the int8 GEMV with two passes was no faster there
-  // (bench/decode_gemvs.py); on the GEMV layout two passes were 1.4-1.9x the float GEMV on every
-  // path and host measured, with its accuracy (the residual pass: ~250 times less error than one).
-  if (int8_passes < 0) {
-    int8_passes = M <= kGemvMaxRows && grouped == nullptr ? 0 : x.scalar_type() == at::kFloat ? 2 : 1;
-  }
+  if (int8_passes >= 0) return int8_passes;
+  return M <= kGemvMaxRows && !grouped ? 0 : x.scalar_type() == at::kFloat ? 2 : 1;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias, int format,
+                  int64_t int8_passes, const std::optional<at::Tensor>& gemv, const char* op) {
+  kx::dtype_code(x, op);
+  const LinearWeight lw = checked_weight(x, packed, bias, format, gemv, op);
+  const int64_t N = lw.N, K = lw.K;
+  const at::Tensor& b = lw.bias;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  at::Tensor out = at::empty(shape, x.options());
+  const int64_t M = x.numel() / K;
+  int8_passes = resolved_passes(int8_passes, M, lw.grouped != nullptr, x, op);
+  if (M == 0 || N == 0) return out;
+  const uint8_t* w = lw.w;
   if (int8_passes > 0) {
     at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
     at::Tensor y = x.scalar_type() == at::kFloat ? out.view({M, N}) : at::empty({M, N}, xf.options());
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     if (M <= kGemvMaxRows) {
-      gemv_i8_path(format, int8_passes, w, grouped, xf, bp, y, N);
+      gemv_i8_path(format, int8_passes, xf, {{w, lw.grouped, bp, y.data_ptr<float>(), N}});
     } else {
       int8_gemm_path(format, int8_passes, w, xf, bp, y, N);
     }
@@ -310,6 +360,52 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, const std::opti
   }
   if (x.scalar_type() != at::kFloat) out.view({M, N}).copy_(y);
   return out;
+}
+
+// Several Q4_1 linears on one input: what linear_q4_1 gives for each weight, bitwise, in one call.
+// Why: a decode step of a small model is mostly fixed costs per call (the op's dispatch, waking the
+// thread pool and joining it, quantizing the activations), and a layer's q, k and v (or gate and
+// up) read the same input: SmolLM2-135M's 7 GEMVs a layer become 4 calls under the graph pass that
+// batches them (quantized_linear.graph_passes). Decode rows on weights that all have the GEMV layout
+// share one activation quantization and one parallel region; anything else is linear_q4_1 per weight.
+std::vector<at::Tensor> linear_q4_1_many(const at::Tensor& x, at::TensorList packed,
+                                         const c10::List<std::optional<at::Tensor>>& bias,
+                                         const c10::List<std::optional<at::Tensor>>& gemv, int64_t int8_passes) {
+  const char* op = "linear_q4_1_many";
+  const size_t n = packed.size();
+  TORCH_CHECK(n > 0 && bias.size() == n && gemv.size() == n, op,
+              ": give one bias and one gemv entry (None where there is none) for each packed weight; got ", n,
+              " weights, ", bias.size(), " biases, ", gemv.size(), " gemv entries");
+  kx::dtype_code(x, op);
+  std::vector<LinearWeight> weights;
+  bool all_grouped = true;
+  for (size_t i = 0; i < n; ++i) {
+    weights.push_back(checked_weight(x, packed[i], bias.get(i), kx::kQ4_1, gemv.get(i), op));
+    all_grouped = all_grouped && weights.back().grouped != nullptr;
+  }
+  const int64_t K = weights.front().K, M = x.numel() / K;
+  const int64_t passes = resolved_passes(int8_passes, M, all_grouped, x, op);
+  std::vector<at::Tensor> outs;
+  if (!(all_grouped && passes > 0 && M > 0 && M <= kGemvMaxRows)) {
+    for (size_t i = 0; i < n; ++i) outs.push_back(linear(x, packed[i], bias.get(i), kx::kQ4_1, int8_passes, gemv.get(i), op));
+    return outs;
+  }
+  at::Tensor xf = x.reshape({M, K}).to(at::kFloat).contiguous();
+  std::vector<at::Tensor> ys;
+  std::vector<GemvTarget> targets;
+  for (const LinearWeight& lw : weights) {
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = lw.N;
+    outs.push_back(at::empty(shape, x.options()));
+    ys.push_back(x.scalar_type() == at::kFloat ? outs.back().view({M, lw.N}) : at::empty({M, lw.N}, xf.options()));
+    targets.push_back({lw.w, lw.grouped, lw.bias.defined() ? lw.bias.data_ptr<float>() : nullptr,
+                       ys.back().data_ptr<float>(), lw.N});
+  }
+  gemv_i8_path(kx::kQ4_1, passes, xf, targets);
+  if (x.scalar_type() != at::kFloat) {
+    for (size_t i = 0; i < n; ++i) outs[i].view({M, weights[i].N}).copy_(ys[i]);
+  }
+  return outs;
 }
 
 at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
@@ -341,6 +437,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
   m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
   m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1, Tensor? gemv=None) -> Tensor");
+  m.def("linear_q4_1_many(Tensor x, Tensor[] packed, Tensor?[] bias, Tensor?[] gemv, int int8_passes=-1) -> Tensor[]");
   m.def("gemv_layout_q4_1(Tensor packed) -> Tensor");
   m.def("int8_dot() -> str", &int8_dot);
   m.def("set_int8_dot(str kind) -> str", &set_int8_dot);
@@ -358,6 +455,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("dequantize_q4_1", &dequantize_q4_1);
   m.impl("linear_q8_0", &linear_q8_0);
   m.impl("linear_q4_1", &linear_q4_1);
+  m.impl("linear_q4_1_many", &linear_q4_1_many);
   m.impl("gemv_layout_q4_1", &gemv_layout_q4_1);
 }
 
@@ -367,7 +465,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
 // no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
-                         "linear_q4_1", "gemv_layout_q4_1"}) {
+                         "linear_q4_1", "linear_q4_1_many", "gemv_layout_q4_1"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }

@@ -86,6 +86,17 @@ def gemv_layout(packed: torch.Tensor) -> torch.Tensor:
     return ops.gemv_layout_q4_1(packed)
 
 
+def _check_input(x: torch.Tensor) -> None:
+    if not x.is_cpu:
+        raise RuntimeError(
+            f"quantized-linear: this is a CPU kernel, got a tensor on {x.device}; use PyTorch there"
+        )
+    if x.dtype not in _DTYPES:
+        raise TypeError(
+            f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
+        )
+
+
 def linear(
     x: torch.Tensor,
     packed: torch.Tensor,
@@ -104,20 +115,33 @@ def linear(
     which the int8 GEMV (up to 8 rows) reads instead of `packed`: the same numbers up to rounding
     order, 16 output rows per instruction."""
     _check_format(format)
-    if not x.is_cpu:
-        raise RuntimeError(
-            f"quantized-linear: this is a CPU kernel, got a tensor on {x.device}; use PyTorch there"
-        )
-    if x.dtype not in _DTYPES:
-        raise TypeError(
-            f"quantized-linear: supports float32, bfloat16 and float16 inputs, got {x.dtype}; use PyTorch"
-        )
+    _check_input(x)
     passes = -1 if int8_passes is None else int(int8_passes)
     if gemv is not None:
         if format != "q4_1":
             raise ValueError(f"quantized-linear: the GEMV layout is Q4_1's; {format} takes gemv=None")
         return ops.linear_q4_1(x, packed, bias, passes, gemv)
     return getattr(ops, f"linear_{format}")(x, packed, bias, passes)
+
+
+def linear_many(
+    x: torch.Tensor,
+    packed: list[torch.Tensor],
+    gemv: list[torch.Tensor | None],
+    bias: list[torch.Tensor | None] | None = None,
+    *,
+    int8_passes: int | None = None,
+) -> list[torch.Tensor]:
+    """Several Q4_1 linears on one input: `[linear(x, p, "q4_1", b, gemv=g, int8_passes=...)]` for
+    each weight, bitwise, in one call. Decode rows on weights that all have their GEMV layout share
+    one quantization of x and one parallel region (a layer's q, k and v: one call's fixed costs
+    instead of three); anything else runs each weight's own path. `graph_passes()` rewrites a
+    compiled graph's sibling calls into this."""
+    _check_input(x)
+    if bias is None:
+        bias = [None] * len(packed)
+    passes = -1 if int8_passes is None else int(int8_passes)
+    return list(ops.linear_q4_1_many(x, packed, bias, gemv, passes))
 
 
 def isa() -> str:
@@ -161,18 +185,31 @@ def set_int8_dot(kind: str) -> str:
 
 from . import _registrations, layers  # noqa: E402, F401  (fake kernels; layers use the functions above)
 
+
+def graph_passes() -> list:
+    """The Inductor graph passes this kernel offers for its own ops, for a caller's own compile
+    (`torch.compile(..., options={"post_grad_custom_post_pass": graph_passes()})`): one,
+    `SiblingLinears`, which batches Q4_1 linears on one input into `linear_many`'s op. Imported
+    here, not with the package: Inductor is a heavy import an eager user never needs."""
+    from ._graph_passes import SiblingLinears
+
+    return [SiblingLinears()]
+
+
 __all__ = [
     "BLOCK",
     "BLOCK_BYTES",
     "FORMATS",
     "dequantize",
     "gemv_layout",
+    "graph_passes",
     "int8_dot",
     "isa",
     "isa_paths",
     "isa_reason",
     "layers",
     "linear",
+    "linear_many",
     "pack_error",
     "quantize",
     "reset_isa",

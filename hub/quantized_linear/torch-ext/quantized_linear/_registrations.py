@@ -30,6 +30,18 @@ def _packed_shape(packed: torch.Tensor, format: str) -> tuple[int, int]:
     return packed.shape[0], packed.shape[1] // nbytes * _BLOCK
 
 
+def _linear_out(
+    x: torch.Tensor, packed: torch.Tensor, format: str, gemv: torch.Tensor | None
+) -> torch.Tensor:
+    n, k = _packed_shape(packed, format)
+    torch._check(x.shape[-1] == k, lambda: "the input's last dimension must be in_features")
+    torch._check(
+        gemv is None or gemv.shape == packed.shape,
+        lambda: "gemv must be gemv_layout_q4_1 of the packed weight",
+    )
+    return x.new_empty((*x.shape[:-1], n))
+
+
 def _register(format: str) -> None:
     nbytes = _BLOCK_BYTES[format]
 
@@ -52,13 +64,22 @@ def _register(format: str) -> None:
         int8_passes: int = -1,
         gemv: torch.Tensor | None = None,  # linear_q4_1's only
     ) -> torch.Tensor:
-        n, k = _packed_shape(packed, format)
-        torch._check(x.shape[-1] == k, lambda: "the input's last dimension must be in_features")
-        torch._check(
-            gemv is None or gemv.shape == packed.shape,
-            lambda: "gemv must be gemv_layout_q4_1 of the packed weight",
-        )
-        return x.new_empty((*x.shape[:-1], n))
+        return _linear_out(x, packed, format, gemv)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("linear_q4_1_many"))
+def _linear_many_fake(
+    x: torch.Tensor,
+    packed: list[torch.Tensor],
+    bias: list[torch.Tensor | None],
+    gemv: list[torch.Tensor | None],
+    int8_passes: int = -1,
+) -> list[torch.Tensor]:
+    torch._check(
+        len(packed) > 0 and len(bias) == len(packed) and len(gemv) == len(packed),
+        lambda: "give one bias and one gemv entry (None where there is none) for each packed weight",
+    )
+    return [_linear_out(x, p, "q4_1", g) for p, g in zip(packed, gemv, strict=True)]
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gemv_layout_q4_1"))
