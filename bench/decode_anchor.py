@@ -463,7 +463,7 @@ def main() -> None:
         choices=[0, 1, 2],
         help="the kernel Linears' int8 passes (quantized_linear.layers.use_int8_gemm) for prefill and "
         "decode alike: 1 is GGML's way (decode then runs the int8 GEMV); default: the layers' own "
-        "(two int8 passes for float32, decode on Q4_1's GEMV layout; lm_head's Q8_0 decode: the float GEMV)",
+        "(two int8 passes for float32, decode on the GEMV layouts, Q4_1's and lm_head's Q8_0)",
     )
     parser.add_argument(
         "--gemv-attn-side",

@@ -307,8 +307,66 @@ def test_gemv_layout_bad_inputs_say_what_to_do(ql) -> None:
     packed = ql.quantize(_randn(32, 64), "q4_1")
     with pytest.raises(RuntimeError, match="gemv must be gemv_layout_q4_1 of the packed weight"):
         ql.linear(_randn(1, 64), packed, "q4_1", int8_passes=1, gemv=ql.gemv_layout(packed)[:16])
-    with pytest.raises(ValueError, match="the GEMV layout is Q4_1's; q8_0 takes gemv=None"):
+    with pytest.raises(RuntimeError, match="gemv must be gemv_layout_q8_0 of the packed weight"):
         ql.linear(_randn(1, 64), ql.quantize(_randn(32, 64), "q8_0"), "q8_0", gemv=ql.gemv_layout(packed))
+    with pytest.raises(ValueError, match="unknown format 'q4_0'"):
+        ql.gemv_layout(packed, "q4_0")
+
+
+@pytest.mark.parametrize("shape", [(192, 576), (49152 // 16, 576), (48, 96)], ids=str)
+def test_q8_0_gemv_layout_computes_the_int8_gemvs_numbers(ql, isa: str, shape: tuple[int, int]) -> None:
+    """Q8_0 (a GGUF's lm_head) has a GEMV layout too, whose int8 GEMV (signed weights: |q_w| times
+    q_x with q_w's sign) takes the same activations and integers as on GGML's row-major blocks and
+    differs from it in float32 rounding order only, 1 to 8 rows, one pass and two, with and without
+    bias; by default (None) its decode rows take two passes on the layout."""
+    n, k = shape
+    packed = ql.quantize(_randn(n, k, scale=0.05), "q8_0")
+    grouped = ql.gemv_layout(packed, "q8_0")
+    assert grouped.shape == packed.shape and not torch.equal(grouped, packed)
+    assert torch.equal(grouped.flatten().sort()[0], packed.flatten().sort()[0])  # the same bytes
+    bias = _randn(n, seed=3)
+    for rows in (1, 3, 5, 8):
+        x = _randn(rows, k, seed=rows, scale=2.0)
+        for passes in (1, 2):
+            for b in (None, bias):
+                rowwise = ql.linear(x, packed, "q8_0", b, int8_passes=passes)
+                y = ql.linear(x, packed, "q8_0", b, int8_passes=passes, gemv=grouped)
+                scale = rowwise.pow(2).mean().sqrt().item()
+                torch.testing.assert_close(y, rowwise, rtol=1e-5, atol=2e-6 * scale)
+        assert torch.equal(
+            ql.linear(x, packed, "q8_0", gemv=grouped),
+            ql.linear(x, packed, "q8_0", int8_passes=2, gemv=grouped),
+        )
+
+
+def test_q8_0_gemv_layout_all_isas_agree_and_the_layer_keeps_it(ql) -> None:
+    """Every path, the portable one included, computes the same integers and scales them in the same
+    order: bitwise-equal results. A Q8_0 layer of out_features a multiple of 16 keeps the layout
+    (decode reads it) unless float32 arithmetic is asked for."""
+    packed = ql.quantize(_randn(1536, 576, scale=0.05), "q8_0")
+    grouped = ql.gemv_layout(packed, "q8_0")
+    x, bias = _randn(3, 576, seed=9), _randn(1536, seed=4)
+    results = {}
+    try:
+        for isa in ql.isa_paths():
+            ql.set_isa(isa)
+            results[isa] = [ql.linear(x, packed, "q8_0", bias, int8_passes=p, gemv=grouped) for p in (1, 2)]
+    finally:
+        ql.reset_isa()
+    first = results[ql.isa_paths()[0]]
+    for isa, ys in results.items():
+        assert all(torch.equal(y, f) for y, f in zip(ys, first, strict=True)), isa
+    lin = _linear(k=576, n=64)
+    x1 = _randn(1, 576, seed=1)
+    y = ql.layers.Q8_0Linear.forward(lin, x1)
+    data, layout = lin._kernel_packed.data, lin._kernel_packed.gemv
+    assert torch.equal(layout, ql.gemv_layout(data, "q8_0"))
+    assert torch.equal(y, ql.linear(x1, data, "q8_0", lin.bias, int8_passes=2, gemv=layout))
+    ql.layers.use_int8_gemm(lin, 0)
+    assert torch.equal(
+        ql.layers.Q8_0Linear.forward(lin, x1), ql.linear(x1, data, "q8_0", lin.bias, int8_passes=0)
+    )
+    assert lin._kernel_packed.gemv is None
 
 
 def test_layer_keeps_the_gemv_layout_unless_float32_arithmetic_is_asked(ql) -> None:
@@ -774,6 +832,12 @@ def test_opcheck_passes_for_every_op(ql, dtype: torch.dtype) -> None:
             (f"dequantize_{fmt}", (packed,)),
             (f"linear_{fmt}", (_randn(3, 64).to(dtype), packed, None)),
             (f"linear_{fmt}", (_randn(2, 20, 64).to(dtype), packed, _randn(7).to(dtype))),
+        ]
+        w16 = _randn(16, 64).to(dtype)
+        p16 = ql.quantize(w16, fmt)
+        cases += [
+            (f"gemv_layout_{fmt}", (p16,)),
+            (f"linear_{fmt}", (_randn(2, 64).to(dtype), p16, None, -1, ql.gemv_layout(p16, fmt))),
         ]
         if fmt == "q4_1":
             siblings = [ql.quantize(_randn(n, 64, seed=n), fmt) for n in (16, 32)]

@@ -29,5 +29,10 @@ inline int64_t block_bytes(int format) { return format == kQ8_0 ? kQ8_0Bytes : k
 // in that order: row-major blocks of group g are its rows 16g .. 16g+15.
 constexpr int64_t kGemvGroupRows = 16;
 constexpr int64_t kQ4_1GroupBlockBytes = kGemvGroupRows * kQ4_1Bytes;  // 320
+// A Q8_0 weight's GEMV layout, likewise: per group and block kQ8_0GroupBlockBytes bytes, the 16
+// rows' d (float16, row order), then 8 chunks c of 16 rows x 4 bytes, row i's 4 bytes being its
+// q[4c .. 4c+3] (int8).
+constexpr int64_t kQ8_0GroupBlockBytes = kGemvGroupRows * kQ8_0Bytes;  // 544
+inline int64_t group_block_bytes(int format) { return format == kQ8_0 ? kQ8_0GroupBlockBytes : kQ4_1GroupBlockBytes; }
 
 }  // namespace kx

@@ -17,11 +17,19 @@
 // which is the row-major int8 GEMV's sum d (d_x dot + 8 r) + m X (see qlinear_gemv_i8.h) in
 // another order. The integer dot products are exact on every path (vpdpbusd, or vpmaddubsw's int16
 // pairs: 8 of them per row and block add up to at most 8 * 2 * 15 * 127 < 2^15, then vpmaddwd).
+//
+// Q8_0 (lm_head in a GGUF: a third of SmolLM2-135M's bytes a token) in its GEMV layout, per row o
+// and block b:  t = float(dot(q_w, q_x)) * d_x;  two passes  t = fma(float(dot(q_w, q_r)), d_r, t)
+//   acc[b & 1] = fma(d, t, acc[b & 1]);  y = (acc[0] + acc[1]) (+ bias)
+// The weights are signed: each multiply takes |q_w| (unsigned) and q_x with q_w's sign, which is
+// q_w q_x exactly (|q_w| <= 128, |q_x| <= 127: vpmaddubsw's pairs stay below 2^15 and are widened
+// per chunk).
 
 namespace gemv16 {
 
 using kx::kGemvGroupRows;
 using kx::kQ4_1GroupBlockBytes;
+using kx::kQ8_0GroupBlockBytes;
 
 #if defined(CPU_CAPABILITY_AVX512)
 inline __m512i bcast4(const int8_t* a) {
@@ -79,6 +87,65 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
         if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16(lo, hi, q2 + at)), _mm512_set1_ps(s[1]), t);
         a[r] = _mm512_fmadd_ps(d, t, a[r]);
         a[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(8.f * s[3]), a[r]);
+      }
+    };
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      step(b, acc[0]);
+      step(b + 1, acc[1]);
+    }
+    if (b < nb) step(b, acc[0]);
+    for (int r = 0; r < R; ++r) {
+      __m512 v = _mm512_add_ps(acc[0][r], acc[1][r]);
+      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + g * kGemvGroupRows));
+      _mm512_storeu_ps(y + r * ldy + g * kGemvGroupRows, v);
+    }
+  }
+}
+
+// The 16 rows' integer dot products of one Q8_0 block with 32 activations `a`: w[c] holds the
+// weights q[4c .. 4c+3] of every row (int8).
+inline __m512i dot16_q8(const __m512i (&w)[8], const int8_t* a) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  for (int c = 0; c < 8; ++c) {
+    const __m512i x = bcast4(a + 4 * c);
+    const __m512i u = _mm512_abs_epi8(w[c]);
+    const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w[c]), _mm512_setzero_si512(), x);
+#if defined(__AVX512VNNI__)
+    __m512i& s = c & 1 ? s1 : s0;
+    s = _mm512_dpbusd_epi32(s, u, sx);
+#else
+    const __m512i pairs = _mm512_madd_epi16(_mm512_maddubs_epi16(u, sx), _mm512_set1_epi16(1));
+    if (c & 1) {
+      s1 = _mm512_add_epi32(s1, pairs);
+    } else {
+      s0 = _mm512_add_epi32(s0, pairs);
+    }
+#endif
+  }
+  return _mm512_add_epi32(s0, s1);
+}
+
+template <int R, bool kTwo>
+void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
+             float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
+    __m512 acc[2][R];
+    for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
+    auto step = [&](int64_t b, __m512 (&a)[R]) {
+      const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
+      for (int line = 0; line < kQ8_0GroupBlockBytes; line += 64) __builtin_prefetch(p + 4 * kQ8_0GroupBlockBytes + line);
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      __m512i wq[8];
+      for (int c = 0; c < 8; ++c) wq[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+      for (int r = 0; r < R; ++r) {
+        const int64_t at = r * K + b * kx::kQBlock;
+        const float* s = scales + (r * nb + b) * gemv8::kScales;
+        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q + at)), _mm512_set1_ps(s[0]));
+        if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q2 + at)), _mm512_set1_ps(s[1]), t);
+        a[r] = _mm512_fmadd_ps(d, t, a[r]);
       }
     };
     int64_t b = 0;
@@ -162,6 +229,58 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
     }
   }
 }
+
+// As the AVX-512 dot16_q8, for the 8 rows of one half of the group (vpsignb gives q_x q_w's sign).
+inline __m256i dot8_q8(const __m256i (&w)[8], const int8_t* a) {
+  __m256i s = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w[c]), _mm256_sign_epi8(bcast4(a + 4 * c), w[c]));
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  return s;
+}
+
+template <int R, bool kTwo>
+void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
+             float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
+    for (int half = 0; half < 2; ++half) {  // rows 0..7, then 8..15 (the group is in L1 by then)
+      __m256 acc[2][R];
+      for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+      auto step = [&](int64_t b, __m256 (&a)[R]) {
+        const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
+        if (half == 0) {
+          for (int line = 0; line < kQ8_0GroupBlockBytes; line += 64)
+            __builtin_prefetch(p + 4 * kQ8_0GroupBlockBytes + line);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
+        __m256i wq[8];
+        for (int c = 0; c < 8; ++c) wq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * half));
+        for (int r = 0; r < R; ++r) {
+          const int64_t at = r * K + b * kx::kQBlock;
+          const float* s = scales + (r * nb + b) * gemv8::kScales;
+          __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(dot8_q8(wq, q + at)), _mm256_set1_ps(s[0]));
+          if constexpr (kTwo) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot8_q8(wq, q2 + at)), _mm256_set1_ps(s[1]), t);
+          a[r] = _mm256_fmadd_ps(d, t, a[r]);
+        }
+      };
+      int64_t b = 0;
+      for (; b + 2 <= nb; b += 2) {
+        step(b, acc[0]);
+        step(b + 1, acc[1]);
+      }
+      if (b < nb) step(b, acc[0]);
+      const int64_t o = g * kGemvGroupRows + 8 * half;
+      for (int r = 0; r < R; ++r) {
+        __m256 v = _mm256_add_ps(acc[0][r], acc[1][r]);
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + o));
+        _mm256_storeu_ps(y + r * ldy + o, v);
+      }
+    }
+  }
+}
 #else
 // Portable: the same sums, row by row, in the same order (std::fma for the fused steps).
 template <int R, bool kTwo>
@@ -199,23 +318,65 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
     }
   }
 }
+template <int R, bool kTwo>
+void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
+             float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t nb = K / kx::kQBlock;
+  const float* H = half_table();
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
+    for (int i = 0; i < kGemvGroupRows; ++i) {
+      for (int r = 0; r < R; ++r) {
+        float acc[2] = {0.f, 0.f};
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
+          const int64_t at = r * K + b * kx::kQBlock;
+          int32_t dot = 0, dot2 = 0;
+          for (int c = 0; c < 8; ++c) {
+            for (int j = 0; j < 4; ++j) {
+              const int32_t v = static_cast<int8_t>(p[32 + 64 * c + 4 * i + j]);
+              dot += v * q[at + 4 * c + j];
+              if (kTwo) dot2 += v * q2[at + 4 * c + j];
+            }
+          }
+          const float* s = scales + (r * nb + b) * gemv8::kScales;
+          float t = static_cast<float>(dot) * s[0];
+          if (kTwo) t = std::fma(static_cast<float>(dot2), s[1], t);
+          float& a = acc[b & 1];
+          a = std::fma(half_at(H, p + 2 * i), t, a);
+        }
+        const int64_t o = g * kGemvGroupRows + i;
+        const float v = acc[0] + acc[1];
+        y[r * ldy + o] = bias ? v + bias[o] : v;
+      }
+    }
+  }
+}
 #endif
 
-// The table's entry: specialised on the row count (1 to kGemvRows) and the passes; [g_begin, g_end)
-// are groups of kGemvGroupRows output rows.
-inline void gemv_rows(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t rows,
-                      int64_t K, const float* bias, float* y, int64_t ldy, int64_t g0, int64_t g1) {
+// The table's entry: specialised on the format, the row count (1 to kGemvRows) and the passes;
+// [g_begin, g_end) are groups of kGemvGroupRows output rows.
+template <int F>
+void gemv_rows(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t rows, int64_t K,
+               const float* bias, float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const bool two = q2 != nullptr;
-  switch (rows * 2 + (two ? 1 : 0)) {
-    case 2: return gemv<1, false>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 3: return gemv<1, true>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 4: return gemv<2, false>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 5: return gemv<2, true>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 6: return gemv<3, false>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 7: return gemv<3, true>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    case 8: return gemv<4, false>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
-    default: return gemv<4, true>(w, q, q2, scales, K, bias, y, ldy, g0, g1);
+#define KX_X16(R, TWO)                                                    \
+  if constexpr (F == kx::kQ8_0) {                                         \
+    return gemv_q8<R, TWO>(w, q, q2, scales, K, bias, y, ldy, g0, g1);    \
+  } else {                                                                \
+    return gemv<R, TWO>(w, q, q2, scales, K, bias, y, ldy, g0, g1);       \
   }
+  switch (rows * 2 + (two ? 1 : 0)) {
+    case 2: KX_X16(1, false)
+    case 3: KX_X16(1, true)
+    case 4: KX_X16(2, false)
+    case 5: KX_X16(2, true)
+    case 6: KX_X16(3, false)
+    case 7: KX_X16(3, true)
+    case 8: KX_X16(4, false)
+    default: KX_X16(4, true)
+  }
+#undef KX_X16
 }
 
 }  // namespace gemv16

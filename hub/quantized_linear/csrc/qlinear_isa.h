@@ -476,5 +476,5 @@ extern const kx::QLinearTable KX_CAT(kx_qlinear_table_, KX_ISA) = {
     KX_ISA_NS::i8_dot,
     KX_ISA_NS::gemv8::quant_acts,
     {KX_ISA_NS::gemv8::gemv_rows<kx::kQ8_0>, KX_ISA_NS::gemv8::gemv_rows<kx::kQ4_1>},
-    KX_ISA_NS::gemv16::gemv_rows,
+    {KX_ISA_NS::gemv16::gemv_rows<kx::kQ8_0>, KX_ISA_NS::gemv16::gemv_rows<kx::kQ4_1>},
 };

@@ -78,12 +78,14 @@ at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op)
   return packed;
 }
 
-at::Tensor gemv_layout_q4_1(const at::Tensor& packed, const char* op) {
+at::Tensor gemv_layout(const at::Tensor& packed, int format, const char* op) {
+  const char* name = format == kQ8_0 ? "quantize_q8_0" : "quantize_q4_1";
+  const int64_t bytes = block_bytes(format), group_bytes = group_block_bytes(format);
   TORCH_CHECK(packed.device().is_cpu() && packed.scalar_type() == at::kByte && packed.dim() == 2 &&
-                  packed.is_contiguous() && packed.size(1) > 0 && packed.size(1) % kQ4_1Bytes == 0,
-              op, ": takes a contiguous 2-D uint8 CPU tensor from quantize_q4_1, got ", packed.scalar_type(), " ",
+                  packed.is_contiguous() && packed.size(1) > 0 && packed.size(1) % bytes == 0,
+              op, ": takes a contiguous 2-D uint8 CPU tensor from ", name, ", got ", packed.scalar_type(), " ",
               packed.sizes(), " on ", packed.device());
-  const int64_t N = packed.size(0), nb = packed.size(1) / kQ4_1Bytes;
+  const int64_t N = packed.size(0), nb = packed.size(1) / bytes;
   TORCH_CHECK(N % kGemvGroupRows == 0, op, ": the GEMV layout takes out_features in groups of ", kGemvGroupRows,
               ", got ", N, "; such a weight keeps GGML's layout (the row-major GEMVs)");
   at::Tensor out = at::empty_like(packed);
@@ -92,12 +94,16 @@ at::Tensor gemv_layout_q4_1(const at::Tensor& packed, const char* op) {
   at::parallel_for(0, N / kGemvGroupRows, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* p = dst + (g * nb + b) * kQ4_1GroupBlockBytes;
+        uint8_t* p = dst + (g * nb + b) * group_bytes;
         for (int64_t i = 0; i < kGemvGroupRows; ++i) {
-          const uint8_t* block = src + ((g * kGemvGroupRows + i) * nb + b) * kQ4_1Bytes;
-          std::memcpy(p + 2 * i, block, 2);            // d
-          std::memcpy(p + 32 + 2 * i, block + 2, 2);   // m
-          for (int64_t c = 0; c < 4; ++c) std::memcpy(p + 64 + 64 * c + 4 * i, block + 4 + 4 * c, 4);
+          const uint8_t* block = src + ((g * kGemvGroupRows + i) * nb + b) * bytes;
+          std::memcpy(p + 2 * i, block, 2);  // d
+          if (format == kQ8_0) {
+            for (int64_t c = 0; c < 8; ++c) std::memcpy(p + 32 + 64 * c + 4 * i, block + 2 + 4 * c, 4);
+          } else {
+            std::memcpy(p + 32 + 2 * i, block + 2, 2);  // m
+            for (int64_t c = 0; c < 4; ++c) std::memcpy(p + 64 + 64 * c + 4 * i, block + 4 + 4 * c, 4);
+          }
         }
       }
     }

@@ -8,8 +8,8 @@ namespace kx {
 // weight (out, in), float32 / bfloat16 / float16, in % 32 == 0 -> uint8 (out, in / 32 * block bytes).
 at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op);
 
-// A Q4_1 packed weight (N, K / 32 * 20), N a multiple of kGemvGroupRows -> the same blocks in the
-// GEMV layout (qlinear_format.h), a tensor of the same shape.
-at::Tensor gemv_layout_q4_1(const at::Tensor& packed, const char* op);
+// A packed weight (N, K / 32 * block bytes), N a multiple of kGemvGroupRows -> the same blocks in
+// the GEMV layout (qlinear_format.h), a tensor of the same shape.
+at::Tensor gemv_layout(const at::Tensor& packed, int format, const char* op);
 
 }  // namespace kx

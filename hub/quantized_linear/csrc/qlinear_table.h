@@ -40,7 +40,7 @@ using GemvI8ActsFn = void (*)(const float* x, int64_t rows, int64_t K, bool two,
 using GemvI8Fn = void (*)(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t rows,
                           int64_t K, const float* bias, float* y, int64_t ldy, int64_t o_begin, int64_t o_end);
 constexpr int64_t kGemvI8Scales = 4;  // floats per row and block that GemvI8ActsFn writes
-// The int8 GEMV on a Q4_1 weight in the GEMV layout (qlinear_format.h, qlinear_gemv_x16.h): as
+// The int8 GEMV on a weight in the GEMV layout (qlinear_format.h, qlinear_gemv_x16.h): as
 // GemvI8Fn from the same activations, for the output rows of groups [g_begin, g_end).
 using GemvX16Fn = void (*)(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t rows,
                            int64_t K, const float* bias, float* y, int64_t ldy, int64_t g_begin, int64_t g_end);
@@ -55,7 +55,7 @@ struct QLinearTable {
   Int8DotFn int8_dot;
   GemvI8ActsFn gemv_i8_acts;
   GemvI8Fn gemv_i8[2];
-  GemvX16Fn gemv_x16_q4_1;
+  GemvX16Fn gemv_x16[2];  // [QFormat]
 };
 
 }  // namespace kx

@@ -136,7 +136,7 @@ T* thread_scratch(size_t n) {
   return data.get();
 }
 
-// One weight of an int8 GEMV call: its packed blocks, the same in the GEMV layout (Q4_1, or null),
+// One weight of an int8 GEMV call: its packed blocks, the same in the GEMV layout (or null),
 // its float32 bias (or null) and where its (M, N) float32 output goes.
 struct GemvTarget {
   const uint8_t* w;
@@ -150,7 +150,7 @@ struct GemvTarget {
 // of x quantized once (with `passes` 2, their residual too), then passes of up to kGemvRows rows
 // each stream the packed weights once, threads taking runs of output features.
 //
-// Targets in the GEMV layout (qlinear_gemv_x16.h, Q4_1) take the same activations 16 output rows at
+// Targets in the GEMV layout (qlinear_gemv_x16.h) take the same activations 16 output rows at
 // a time, threads taking runs of those groups across all the targets: one parallel region for
 // several weights on one input (linear_q4_1_many: a layer's q, k and v, or gate and up), where one
 // call each woke the pool and joined it again per weight. Each output is the same, bitwise, as the
@@ -193,7 +193,7 @@ void gemv_i8_path(int format, int64_t passes, const at::Tensor& x, const std::ve
       for (const GemvTarget& t : targets) {
         const int64_t count = t.N / kx::kGemvGroupRows, lo = std::max(b, first), hi = std::min(e, first + count);
         if (lo < hi) {
-          table().gemv_x16_q4_1(t.grouped, q1r, q2r, sr, rows, K, t.bias, t.y + r0 * t.N, t.N, lo - first, hi - first);
+          table().gemv_x16[format](t.grouped, q1r, q2r, sr, rows, K, t.bias, t.y + r0 * t.N, t.N, lo - first, hi - first);
         }
         first += count;
       }
@@ -287,8 +287,8 @@ LinearWeight checked_weight(const at::Tensor& x, const at::Tensor& packed, const
   if (gemv.has_value() && gemv->defined()) {
     TORCH_CHECK(gemv->device().is_cpu() && gemv->scalar_type() == at::kByte && gemv->is_contiguous() &&
                     gemv->sizes() == packed.sizes() && N % kx::kGemvGroupRows == 0,
-                op, ": gemv must be gemv_layout_q4_1 of the packed weight (", packed.sizes(), "), got ",
-                gemv->scalar_type(), " ", gemv->sizes());
+                op, ": gemv must be gemv_layout_", format_name(format), " of the packed weight (", packed.sizes(),
+                "), got ", gemv->scalar_type(), " ", gemv->sizes());
     grouped = gemv->data_ptr<uint8_t>();
   }
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == K, op, ": the input's last dimension (", x.dim() ? x.size(-1) : 0,
@@ -409,14 +409,15 @@ std::vector<at::Tensor> linear_q4_1_many(const at::Tensor& x, at::TensorList pac
 }
 
 at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
-                       int64_t int8_passes) {
-  return linear(x, packed, bias, kx::kQ8_0, int8_passes, std::nullopt, "linear_q8_0");
+                       int64_t int8_passes, const std::optional<at::Tensor>& gemv) {
+  return linear(x, packed, bias, kx::kQ8_0, int8_passes, gemv, "linear_q8_0");
 }
 at::Tensor linear_q4_1(const at::Tensor& x, const at::Tensor& packed, const std::optional<at::Tensor>& bias,
                        int64_t int8_passes, const std::optional<at::Tensor>& gemv) {
   return linear(x, packed, bias, kx::kQ4_1, int8_passes, gemv, "linear_q4_1");
 }
-at::Tensor gemv_layout_q4_1(const at::Tensor& packed) { return kx::gemv_layout_q4_1(packed, "gemv_layout_q4_1"); }
+at::Tensor gemv_layout_q8_0(const at::Tensor& packed) { return kx::gemv_layout(packed, kx::kQ8_0, "gemv_layout_q8_0"); }
+at::Tensor gemv_layout_q4_1(const at::Tensor& packed) { return kx::gemv_layout(packed, kx::kQ4_1, "gemv_layout_q4_1"); }
 
 // What the measured dispatch times (kx_choice.h): a Q4_1 weight of SmolLM2's MLP shape (1536 x 576)
 // on 128 rows (the GEMM path, prefill) and on one row four times (the GEMV path, decode).
@@ -435,9 +436,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_q4_1(Tensor weight) -> Tensor");
   m.def("dequantize_q8_0(Tensor packed) -> Tensor");
   m.def("dequantize_q4_1(Tensor packed) -> Tensor");
-  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1) -> Tensor");
+  m.def("linear_q8_0(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1, Tensor? gemv=None) -> Tensor");
   m.def("linear_q4_1(Tensor x, Tensor packed, Tensor? bias=None, int int8_passes=-1, Tensor? gemv=None) -> Tensor");
   m.def("linear_q4_1_many(Tensor x, Tensor[] packed, Tensor?[] bias, Tensor?[] gemv, int int8_passes=-1) -> Tensor[]");
+  m.def("gemv_layout_q8_0(Tensor packed) -> Tensor");
   m.def("gemv_layout_q4_1(Tensor packed) -> Tensor");
   m.def("int8_dot() -> str", &int8_dot);
   m.def("set_int8_dot(str kind) -> str", &set_int8_dot);
@@ -456,6 +458,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("linear_q8_0", &linear_q8_0);
   m.impl("linear_q4_1", &linear_q4_1);
   m.impl("linear_q4_1_many", &linear_q4_1_many);
+  m.impl("gemv_layout_q8_0", &gemv_layout_q8_0);
   m.impl("gemv_layout_q4_1", &gemv_layout_q4_1);
 }
 
@@ -465,7 +468,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CPU, m) {
 // no_grad), 211 times per decoded token. The fake kernels are in the package's _registrations.py.
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, Autograd, m) {
   for (const char* op : {"quantize_q8_0", "quantize_q4_1", "dequantize_q8_0", "dequantize_q4_1", "linear_q8_0",
-                         "linear_q4_1", "linear_q4_1_many", "gemv_layout_q4_1"}) {
+                         "linear_q4_1", "linear_q4_1_many", "gemv_layout_q8_0", "gemv_layout_q4_1"}) {
     m.impl(op, torch::autograd::autogradNotImplementedFallback());
   }
 }

@@ -14,7 +14,7 @@ a logits KL of 1.9e-3 against PyTorch). `int8_passes=2`, the GEMM's default for 
 activations, quantizes the residual too and adds its products in the same sweep (x ~ d q + d_r q_r,
 about 254 times less error, half the speed); bfloat16 and float16 activations default to one pass
 there, whose error is of the order of their own rounding (and a second would lose to the 16-bit
-GEMMs F.linear runs). The GEMV takes the same default where it is given Q4_1's GEMV layout
+GEMMs F.linear runs). The GEMV takes the same default where it is given the GEMV layout
 (`gemv_layout`: there two passes were 1.4-1.9x the float GEMV on every path of the hosts measured,
 `bench/decode_gemvs.py`) and float32 arithmetic on GGML's row-major blocks (where two passes were
 no faster than it). `int8_passes=0` (`layers.use_int8_gemm(module, 0)`
@@ -80,10 +80,11 @@ def dequantize(packed: torch.Tensor, format: str) -> torch.Tensor:
     return getattr(ops, f"dequantize_{format}")(packed)
 
 
-def gemv_layout(packed: torch.Tensor) -> torch.Tensor:
-    """A Q4_1 packed weight's blocks regrouped for decode (16 output rows read together; same shape
-    and bytes, another order): what `linear(..., gemv=)` takes. out_features must be a multiple of 16."""
-    return ops.gemv_layout_q4_1(packed)
+def gemv_layout(packed: torch.Tensor, format: str = "q4_1") -> torch.Tensor:
+    """A packed weight's blocks regrouped for decode (16 output rows read together; same shape and
+    bytes, another order): what `linear(..., gemv=)` takes. out_features must be a multiple of 16."""
+    _check_format(format)
+    return getattr(ops, f"gemv_layout_{format}")(packed)
 
 
 def _check_input(x: torch.Tensor) -> None:
@@ -111,17 +112,13 @@ def linear(
     `int8_passes` 1 or 2 quantizes x per block of 32 to int8 (2: and its residual; see the module
     docstring): the int8 GEMV up to 8 rows, the int8 GEMM above; 0 keeps float32 arithmetic (the
     float GEMV, or dequantized panels and ATen's matmul); None: 2 for float32 x and 1 for 16-bit
-    x, but the float GEMV up to 8 rows without `gemv`. `gemv` (Q4_1 only): `gemv_layout(packed)`,
+    x, but the float GEMV up to 8 rows without `gemv`. `gemv`: `gemv_layout(packed, format)`,
     which the int8 GEMV (up to 8 rows) reads instead of `packed`: the same numbers up to rounding
     order, 16 output rows per instruction."""
     _check_format(format)
     _check_input(x)
     passes = -1 if int8_passes is None else int(int8_passes)
-    if gemv is not None:
-        if format != "q4_1":
-            raise ValueError(f"quantized-linear: the GEMV layout is Q4_1's; {format} takes gemv=None")
-        return ops.linear_q4_1(x, packed, bias, passes, gemv)
-    return getattr(ops, f"linear_{format}")(x, packed, bias, passes)
+    return getattr(ops, f"linear_{format}")(x, packed, bias, passes, gemv)
 
 
 def linear_many(

@@ -37,7 +37,7 @@ def _linear_out(
     torch._check(x.shape[-1] == k, lambda: "the input's last dimension must be in_features")
     torch._check(
         gemv is None or gemv.shape == packed.shape,
-        lambda: "gemv must be gemv_layout_q4_1 of the packed weight",
+        lambda: f"gemv must be gemv_layout_{format} of the packed weight",
     )
     return x.new_empty((*x.shape[:-1], n))
 
@@ -56,13 +56,19 @@ def _register(format: str) -> None:
         n, k = _packed_shape(packed, format)
         return packed.new_empty((n, k), dtype=torch.float32)
 
+    @torch.library.register_fake(add_op_namespace_prefix(f"gemv_layout_{format}"))
+    def _gemv_layout_fake(packed: torch.Tensor) -> torch.Tensor:
+        n, _ = _packed_shape(packed, format)
+        torch._check(n % 16 == 0, lambda: "the GEMV layout takes out_features in groups of 16")
+        return torch.empty_like(packed)
+
     @torch.library.register_fake(add_op_namespace_prefix(f"linear_{format}"))
     def _linear_fake(
         x: torch.Tensor,
         packed: torch.Tensor,
         bias: torch.Tensor | None = None,
         int8_passes: int = -1,
-        gemv: torch.Tensor | None = None,  # linear_q4_1's only
+        gemv: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return _linear_out(x, packed, format, gemv)
 
@@ -80,13 +86,6 @@ def _linear_many_fake(
         lambda: "give one bias and one gemv entry (None where there is none) for each packed weight",
     )
     return [_linear_out(x, p, "q4_1", g) for p, g in zip(packed, gemv, strict=True)]
-
-
-@torch.library.register_fake(add_op_namespace_prefix("gemv_layout_q4_1"))
-def _gemv_layout_fake(packed: torch.Tensor) -> torch.Tensor:
-    n, _ = _packed_shape(packed, "q4_1")
-    torch._check(n % 16 == 0, lambda: "the GEMV layout takes out_features in groups of 16")
-    return torch.empty_like(packed)
 
 
 for _format in _BLOCK_BYTES:

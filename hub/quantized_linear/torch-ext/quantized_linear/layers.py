@@ -9,10 +9,11 @@ packed raises ValueError with a one-line reason (`pack_error`).
 
 Prefill (more than 8 rows) takes the int8 GEMM: a different numeric path from PyTorch's (the
 activations are quantized to int8 per block of 32, and by default float32 ones' residual too).
-Decode (up to 8 rows) takes the int8 GEMV, two passes for float32 activations, on a Q4_1 weight of
+Decode (up to 8 rows) takes the int8 GEMV, two passes for float32 activations, on a weight of
 out_features a multiple of 16, which keeps its blocks regrouped for it (`PackedWeight.gemv`,
 `gemv_layout`: 16 output rows per instruction; decode reads only that copy, prefill only the GGML
 blocks, and the module holds both: twice the packed bytes); other weights take the float GEMV.
+(Q8_0 took the float GEMV until 2026-12-07: 1.05 ms for SmolLM2's 30 MB lm_head on the Zen 4 host.)
 `use_int8_gemm(module, 1)` takes one int8 pass for both (GGML's, faster, less accurate),
 `use_int8_gemm(module, 2)` two everywhere, `use_int8_gemm(module, 0)` float32 arithmetic (and no
 GEMV layout) for a module that needs PyTorch's numbers; the choice is the plain instance attribute
@@ -31,8 +32,8 @@ from ._ops import ops
 
 #: the attribute a packed weight is kept under on the module
 PACKED_ATTR = "_kernel_packed"
-#: Q4_1 weights of out_features a multiple of this also keep the GEMV layout (`gemv_layout`),
-#: unless float32 arithmetic is asked for (`use_int8_gemm(module, 0)`)
+#: weights of out_features a multiple of this also keep the GEMV layout (`gemv_layout`), unless
+#: float32 arithmetic is asked for (`use_int8_gemm(module, 0)`)
 GEMV_GROUP = 16
 #: the attribute that sets one module's int8 passes (absent: -1, the default: see use_int8_gemm)
 INT8_GEMM_ATTR = "_kernel_int8_passes"
@@ -58,7 +59,7 @@ class PackedWeight(NamedTuple):
     dtype: torch.dtype
     shape: torch.Size
     data: torch.Tensor  # uint8 GGML blocks
-    gemv: torch.Tensor | None = None  # Q4_1: the same blocks in the GEMV layout (decode reads these)
+    gemv: torch.Tensor | None = None  # the same blocks in the GEMV layout (decode reads these)
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +82,7 @@ def packed_weight(module: nn.Module, format: str) -> PackedWeight:
     weight = module.weight
     cached = module.__dict__.get(PACKED_ATTR)
     int8 = module.__dict__.get(INT8_GEMM_ATTR, -1)
-    grouped = format == "q4_1" and int8 != 0 and weight.shape[0] % GEMV_GROUP == 0
+    grouped = int8 != 0 and weight.shape[0] % GEMV_GROUP == 0
     if (
         cached is not None
         and cached.data_ptr == weight.data_ptr()
@@ -92,7 +93,7 @@ def packed_weight(module: nn.Module, format: str) -> PackedWeight:
     ):
         if (cached.gemv is not None) == grouped:
             return cached
-        packed = cached._replace(gemv=gemv_layout(cached.data) if grouped else None)
+        packed = cached._replace(gemv=gemv_layout(cached.data, format) if grouped else None)
     else:
         reason = pack_error(weight)
         if reason is not None:
@@ -106,7 +107,7 @@ def packed_weight(module: nn.Module, format: str) -> PackedWeight:
             weight.dtype,
             weight.shape,
             data,
-            gemv_layout(data) if grouped else None,
+            gemv_layout(data, format) if grouped else None,
         )
     object.__setattr__(module, PACKED_ATTR, packed)
     return packed
@@ -146,9 +147,9 @@ class Q8_0Linear(nn.Module):
         # the op straight away (its C++ checks the input): a decode step makes 211 of these calls
         if torch.compiler.is_compiling():
             packed = traced_packed_weight(self, "q8_0")
-            return ops.linear_q8_0(input, packed.data, self.bias, _traced_int8_passes(self))
-        int8 = self.__dict__.get(INT8_GEMM_ATTR, -1)
-        return ops.linear_q8_0(input, packed_weight(self, "q8_0").data, self.bias, int8)
+            return ops.linear_q8_0(input, packed.data, self.bias, _traced_int8_passes(self), packed.gemv)
+        packed, int8 = packed_weight(self, "q8_0"), self.__dict__.get(INT8_GEMM_ATTR, -1)
+        return ops.linear_q8_0(input, packed.data, self.bias, int8, packed.gemv)
 
 
 class Q4_1Linear(nn.Module):
