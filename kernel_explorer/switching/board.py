@@ -18,9 +18,10 @@ around its forward calls, so a switch never lands in the middle of one.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fnmatch
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer._backend.layer_forwards import model_device
@@ -158,8 +159,9 @@ class Switchboard:
             return self.groups[name]
         except KeyError:
             have = ", ".join(self.groups) or "none"
+            hint = _did_you_mean(name, self.groups)
             raise KernelExplorerError(
-                f"The model has no kernel layer {name!r}. Its kernel layers: {have}."
+                f"The model has no kernel layer {name!r}.{hint} Its kernel layers: {have}."
             ) from None
 
     def select(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[str]:
@@ -325,3 +327,11 @@ def _quietly(read: Callable[[], Any]) -> Any:
         return read()
     except Exception:
         return None
+
+
+def _did_you_mean(word: str, names: Iterable[str]) -> str:
+    """' Did you mean X?' for the layer name nearest to a mistyped one (case aside: 'rmsnorm',
+    'RMSnorm' and 'RMSNorms' all mean RMSNorm), or ''."""
+    by_lower = {name.lower(): name for name in names}
+    near = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" Did you mean {by_lower[near[0]]!r}?" if near else ""

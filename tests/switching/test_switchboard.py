@@ -192,7 +192,13 @@ def test_training_mode_keeps_pytorch_for_a_kernel_without_backward_and_says_why(
         (lambda e: e.on("RMSNorm", ["model.layers.9.input_layernorm"]), "matches no instance"),
         (lambda e: e.on("RMSNorm", mode="fast"), "Unknown mode 'fast'"),
         (lambda e: e.on("RMSNorm", candidate="someone/else@v1"), "No candidate 'someone/else@v1'"),
-        (lambda e: e.off("Nope"), "Its kernel layers: rotary_pos_emb, SiLU, RMSNorm"),
+        (lambda e: e.off("Nope"), r"'Nope'\. Its kernel layers: rotary_pos_emb, SiLU, RMSNorm"),
+        (
+            lambda e: e.on("rmsnorm"),
+            r"no kernel layer 'rmsnorm'\. Did you mean 'RMSNorm'\? Its kernel layers",
+        ),
+        (lambda e: e.off("silu_"), "Did you mean 'SiLU'"),
+        (lambda e: e.on("rotary"), "Did you mean 'rotary_pos_emb'"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_changes_nothing(explorer: Explorer, call, message: str) -> None:  # type: ignore[no-untyped-def]
