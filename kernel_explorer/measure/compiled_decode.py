@@ -232,17 +232,14 @@ class StaticDecoder(_GreedyLoop):
         # output on each call: ~900 checks in SmolLM2's decode step (576 inputs, 300 kernel calls),
         # ~0.75 ms of an 11 ms token. The shapes are fixed per bucket and Dynamo's guards have
         # checked the inputs already, so these graphs are built without them.
+        options: dict[str, Any] = {  # Any: torch types the options' values narrower than Inductor takes
+            "size_asserts": False,
+            "guard_filter_fn": _without_derived_tensor_guards,
+            "cpp_wrapper": cpp_wrapper,
+            "post_grad_custom_post_pass": [p.graph_pass for p in self.graph_passes] or None,
+        }
         self._fn = (
-            torch.compile(
-                _own_code(self._forward),
-                dynamic=False,
-                options={
-                    "size_asserts": False,
-                    "guard_filter_fn": _without_derived_tensor_guards,
-                    "cpp_wrapper": cpp_wrapper,
-                    "post_grad_custom_post_pass": [p.graph_pass for p in self.graph_passes] or None,
-                },
-            )
+            torch.compile(_own_code(self._forward), dynamic=False, options=options)
             if compiled
             else self._forward
         )
