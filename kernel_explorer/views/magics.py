@@ -471,7 +471,8 @@ class KernelsMagic:
         still = [h.run_id for h in running if not h.wait(timeout=30)]
         stopped = ", ".join(h.run_id for h in running if h.run_id not in still)
         if stopped:
-            print(f"stopped run {stopped}; every layer is back as it was before the run")
+            # the run's own switches are undone; one the user made while it went is the user's and stays
+            print(f"stopped run {stopped}; each layer runs what it ran before, or what you switched since")
         if still:
             raise MagicUsageError(f"run {', '.join(still)} did not stop within 30 s; run %kernels stop again")
 
