@@ -112,29 +112,27 @@ class KernelOrigin:
     repository: str  # Hub repo id, or the local repository folder
 
 
+def kernel_id_of(function: Any) -> str:
+    """The metadata id of the kernel package a function is defined in (its top-level module's
+    name), or the top-level module of code that is not a kernel's."""
+    return (getattr(function, "__module__", "") or "").split(".", 1)[0]
+
+
+def _loaded_kernel(kernel_id: str) -> Any | None:
+    from kernels import get_loaded_kernels
+
+    return next((loaded for loaded in get_loaded_kernels() if loaded.metadata.id == kernel_id), None)
+
+
 def kernel_origin(function: Any) -> KernelOrigin | None:
     """The loaded kernel a layer forward belongs to, or None for code that is not a kernel."""
-    from kernels import get_loaded_kernels
-
-    package = getattr(function, "__module__", "") or ""
-    kernel_id = package.split(".", 1)[0]
-    for loaded in get_loaded_kernels():
-        if loaded.metadata.id == kernel_id:
-            variant_dir = Path(loaded.module.__file__ or ".").parent
-            repo = loaded.repo_info.repo_id if loaded.repo_info else str(variant_dir.parent.parent)
-            return KernelOrigin(kernel_id, variant_dir.name, repo)
-    return None
-
-
-def kernel_package(function: Any) -> Any | None:
-    """The loaded kernel package (its top-level module) a layer forward belongs to, or None."""
-    from kernels import get_loaded_kernels
-
-    kernel_id = (getattr(function, "__module__", "") or "").split(".", 1)[0]
-    for loaded in get_loaded_kernels():
-        if loaded.metadata.id == kernel_id:
-            return loaded.module
-    return None
+    kernel_id = kernel_id_of(function)
+    loaded = _loaded_kernel(kernel_id)
+    if loaded is None:
+        return None
+    variant_dir = Path(loaded.module.__file__ or ".").parent
+    repo = loaded.repo_info.repo_id if loaded.repo_info else str(variant_dir.parent.parent)
+    return KernelOrigin(kernel_id, variant_dir.name, repo)
 
 
 def bound_function(forward: Any) -> Any:
@@ -156,12 +154,8 @@ def model_device(model: nn.Module) -> str:
 
 def kernel_module(kernel_id: str) -> Any | None:
     """The loaded kernel module with metadata id `kernel_id`, or None."""
-    from kernels import get_loaded_kernels
-
-    for loaded in get_loaded_kernels():
-        if loaded.metadata.id == kernel_id:
-            return loaded.module
-    return None
+    loaded = _loaded_kernel(kernel_id)
+    return loaded.module if loaded is not None else None
 
 
 def check_layer_fits(repository: Any, cls: type[nn.Module]) -> None:

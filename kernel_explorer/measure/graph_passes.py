@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer._backend.layer_forwards import installed_forward, kernel_package
+from kernel_explorer._backend.layer_forwards import installed_forward, kernel_id_of, kernel_module
 
 if TYPE_CHECKING:
     from torch import nn
@@ -59,7 +59,7 @@ def kernel_graph_passes(model: nn.Module) -> OfferedPasses:
         # kernelize's bound method, or the explorer's fallback wrapper: both name the kernel's
         # plain function `__func__` (kernels reads it too)
         function = getattr(installed_forward(module), "__func__", None)
-        package = kernel_package(function) if function is not None else None
+        package = kernel_module(kernel_id_of(function)) if function is not None else None
         if package is None or package.__name__ in asked:
             continue
         asked.add(package.__name__)

@@ -152,10 +152,9 @@ def try_layer(
 
 def kernel_package(forward: Any) -> Any | None:
     """The loaded kernel package a (bound) layer forward comes from, for naming what its build lacks."""
-    from kernel_explorer._backend.layer_forwards import bound_function, kernel_module, kernel_origin
+    from kernel_explorer._backend.layer_forwards import bound_function, kernel_id_of, kernel_module
 
-    origin = kernel_origin(bound_function(forward))
-    return None if origin is None else kernel_module(origin.kernel_id)
+    return kernel_module(kernel_id_of(bound_function(forward)))
 
 
 def verdict_key(host: DoorHost) -> tuple[Any, ...]:
