@@ -59,48 +59,61 @@ inline __m512i dot16(const __m512i (&lo)[4], const __m512i (&hi)[4], const int8_
 #endif
 }
 
-template <int R, bool kTwo>
-void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
-          float* y, int64_t ldy, int64_t g0, int64_t g1) {
+// The GEMV layout's walk, shared by the formats: per group of 16 rows, its blocks of kBytes in
+// order (each prefetched 4 blocks ahead) into two accumulator chains, even and odd blocks, so that
+// each chain takes one multiply-add every other block (one chain bound the loop at twice the
+// multiply-add's latency); `step(p, b, acc)` adds block b, at p, to the R rows' sums.
+template <int R, int64_t kBytes, typename Step>
+void walk_groups(const uint8_t* w, int64_t K, const float* bias, float* y, int64_t ldy, int64_t g0, int64_t g1,
+                 Step step) {
   const int64_t nb = K / kx::kQBlock;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
   for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ4_1GroupBlockBytes;
+    const uint8_t* group = w + g * nb * kBytes;
     __m512 acc[2][R];
     for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
-    auto step = [&](int64_t b, __m512 (&a)[R]) {
-      const uint8_t* p = group + b * kQ4_1GroupBlockBytes;
-      for (int line = 0; line < kQ4_1GroupBlockBytes; line += 64) __builtin_prefetch(p + 4 * kQ4_1GroupBlockBytes + line);
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
-      __m512i lo[4], hi[4];
-      for (int c = 0; c < 4; ++c) {
-        const __m512i v = _mm512_loadu_si512(p + 64 + 64 * c);
-        lo[c] = _mm512_and_si512(v, nibble);
-        hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-      }
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = r * K + b * kx::kQBlock;
-        const float* s = scales + (r * nb + b) * gemv8::kScales;
-        __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16(lo, hi, q + at)), _mm512_set1_ps(s[0]),
-                                   _mm512_set1_ps(8.f * s[2]));
-        if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16(lo, hi, q2 + at)), _mm512_set1_ps(s[1]), t);
-        a[r] = _mm512_fmadd_ps(d, t, a[r]);
-        a[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(8.f * s[3]), a[r]);
-      }
+    auto one = [&](int64_t b, __m512 (&a)[R]) {
+      const uint8_t* p = group + b * kBytes;
+      for (int line = 0; line < kBytes; line += 64) __builtin_prefetch(p + 4 * kBytes + line);
+      step(p, b, a);
     };
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      step(b, acc[0]);
-      step(b + 1, acc[1]);
+      one(b, acc[0]);
+      one(b + 1, acc[1]);
     }
-    if (b < nb) step(b, acc[0]);
+    if (b < nb) one(b, acc[0]);
     for (int r = 0; r < R; ++r) {
       __m512 v = _mm512_add_ps(acc[0][r], acc[1][r]);
       if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + g * kGemvGroupRows));
       _mm512_storeu_ps(y + r * ldy + g * kGemvGroupRows, v);
     }
   }
+}
+
+template <int R, bool kTwo>
+void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
+          float* y, int64_t ldy, int64_t g0, int64_t g1) {
+  const int64_t nb = K / kx::kQBlock;
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  walk_groups<R, kQ4_1GroupBlockBytes>(w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, __m512 (&a)[R]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i v = _mm512_loadu_si512(p + 64 + 64 * c);
+      lo[c] = _mm512_and_si512(v, nibble);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = r * K + b * kx::kQBlock;
+      const float* s = scales + (r * nb + b) * gemv8::kScales;
+      __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16(lo, hi, q + at)), _mm512_set1_ps(s[0]),
+                                 _mm512_set1_ps(8.f * s[2]));
+      if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16(lo, hi, q2 + at)), _mm512_set1_ps(s[1]), t);
+      a[r] = _mm512_fmadd_ps(d, t, a[r]);
+      a[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(8.f * s[3]), a[r]);
+    }
+  });
 }
 
 // The 16 rows' integer dot products of one Q8_0 block with 32 activations `a`: w[c] holds the
@@ -130,36 +143,18 @@ template <int R, bool kTwo>
 void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
              float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t nb = K / kx::kQBlock;
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
-    __m512 acc[2][R];
-    for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_ps();
-    auto step = [&](int64_t b, __m512 (&a)[R]) {
-      const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
-      for (int line = 0; line < kQ8_0GroupBlockBytes; line += 64) __builtin_prefetch(p + 4 * kQ8_0GroupBlockBytes + line);
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      __m512i wq[8];
-      for (int c = 0; c < 8; ++c) wq[c] = _mm512_loadu_si512(p + 32 + 64 * c);
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = r * K + b * kx::kQBlock;
-        const float* s = scales + (r * nb + b) * gemv8::kScales;
-        __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q + at)), _mm512_set1_ps(s[0]));
-        if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q2 + at)), _mm512_set1_ps(s[1]), t);
-        a[r] = _mm512_fmadd_ps(d, t, a[r]);
-      }
-    };
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      step(b, acc[0]);
-      step(b + 1, acc[1]);
-    }
-    if (b < nb) step(b, acc[0]);
+  walk_groups<R, kQ8_0GroupBlockBytes>(w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, __m512 (&a)[R]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512i wq[8];
+    for (int c = 0; c < 8; ++c) wq[c] = _mm512_loadu_si512(p + 32 + 64 * c);
     for (int r = 0; r < R; ++r) {
-      __m512 v = _mm512_add_ps(acc[0][r], acc[1][r]);
-      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + g * kGemvGroupRows));
-      _mm512_storeu_ps(y + r * ldy + g * kGemvGroupRows, v);
+      const int64_t at = r * K + b * kx::kQBlock;
+      const float* s = scales + (r * nb + b) * gemv8::kScales;
+      __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q + at)), _mm512_set1_ps(s[0]));
+      if constexpr (kTwo) t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot16_q8(wq, q2 + at)), _mm512_set1_ps(s[1]), t);
+      a[r] = _mm512_fmadd_ps(d, t, a[r]);
     }
-  }
+  });
 }
 #elif defined(CPU_CAPABILITY_AVX2)
 inline __m256i bcast4(const int8_t* a) {
@@ -179,22 +174,47 @@ inline __m256i dot8(const __m256i (&lo)[4], const __m256i (&hi)[4], const int8_t
   return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
 }
 
+// As the AVX-512 walk_groups, a group's 16 rows in two halves of 8 (a ymm each): rows 0..7, then
+// 8..15 (the group is in L1 by then, so only the first half prefetches); `step(p, b, half, acc)`.
+template <int R, int64_t kBytes, typename Step>
+void walk_groups(const uint8_t* w, int64_t K, const float* bias, float* y, int64_t ldy, int64_t g0, int64_t g1,
+                 Step step) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w + g * nb * kBytes;
+    for (int half = 0; half < 2; ++half) {
+      __m256 acc[2][R];
+      for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+      auto one = [&](int64_t b, __m256 (&a)[R]) {
+        const uint8_t* p = group + b * kBytes;
+        if (half == 0) {
+          for (int line = 0; line < kBytes; line += 64) __builtin_prefetch(p + 4 * kBytes + line);
+        }
+        step(p, b, half, a);
+      };
+      int64_t b = 0;
+      for (; b + 2 <= nb; b += 2) {
+        one(b, acc[0]);
+        one(b + 1, acc[1]);
+      }
+      if (b < nb) one(b, acc[0]);
+      const int64_t o = g * kGemvGroupRows + 8 * half;
+      for (int r = 0; r < R; ++r) {
+        __m256 v = _mm256_add_ps(acc[0][r], acc[1][r]);
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + o));
+        _mm256_storeu_ps(y + r * ldy + o, v);
+      }
+    }
+  }
+}
+
 template <int R, bool kTwo>
 void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
           float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t nb = K / kx::kQBlock;
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ4_1GroupBlockBytes;
-    for (int half = 0; half < 2; ++half) {  // rows 0..7, then 8..15 (the group is in L1 by then)
-      __m256 acc[2][R];
-      for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
-      auto step = [&](int64_t b, __m256 (&a)[R]) {
-        const uint8_t* p = group + b * kQ4_1GroupBlockBytes;
-        if (half == 0) {
-          for (int line = 0; line < kQ4_1GroupBlockBytes; line += 64)
-            __builtin_prefetch(p + 4 * kQ4_1GroupBlockBytes + line);
-        }
+  walk_groups<R, kQ4_1GroupBlockBytes>(
+      w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, int half, __m256 (&a)[R]) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
         const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * half)));
         __m256i lo[4], hi[4];
@@ -213,21 +233,7 @@ void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scal
           a[r] = _mm256_fmadd_ps(d, t, a[r]);
           a[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(8.f * s[3]), a[r]);
         }
-      };
-      int64_t b = 0;
-      for (; b + 2 <= nb; b += 2) {
-        step(b, acc[0]);
-        step(b + 1, acc[1]);
-      }
-      if (b < nb) step(b, acc[0]);
-      const int64_t o = g * kGemvGroupRows + 8 * half;
-      for (int r = 0; r < R; ++r) {
-        __m256 v = _mm256_add_ps(acc[0][r], acc[1][r]);
-        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + o));
-        _mm256_storeu_ps(y + r * ldy + o, v);
-      }
-    }
-  }
+      });
 }
 
 // As the AVX-512 dot16_q8, for the 8 rows of one half of the group (vpsignb gives q_x q_w's sign).
@@ -244,113 +250,86 @@ template <int R, bool kTwo>
 void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
              float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t nb = K / kx::kQBlock;
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
-    for (int half = 0; half < 2; ++half) {  // rows 0..7, then 8..15 (the group is in L1 by then)
-      __m256 acc[2][R];
-      for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
-      auto step = [&](int64_t b, __m256 (&a)[R]) {
-        const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
-        if (half == 0) {
-          for (int line = 0; line < kQ8_0GroupBlockBytes; line += 64)
-            __builtin_prefetch(p + 4 * kQ8_0GroupBlockBytes + line);
-        }
+  walk_groups<R, kQ8_0GroupBlockBytes>(
+      w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, int half, __m256 (&a)[R]) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half)));
         __m256i wq[8];
-        for (int c = 0; c < 8; ++c) wq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * half));
+        for (int c = 0; c < 8; ++c)
+          wq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * half));
         for (int r = 0; r < R; ++r) {
           const int64_t at = r * K + b * kx::kQBlock;
           const float* s = scales + (r * nb + b) * gemv8::kScales;
           __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(dot8_q8(wq, q + at)), _mm256_set1_ps(s[0]));
-          if constexpr (kTwo) t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot8_q8(wq, q2 + at)), _mm256_set1_ps(s[1]), t);
+          if constexpr (kTwo)
+            t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot8_q8(wq, q2 + at)), _mm256_set1_ps(s[1]), t);
           a[r] = _mm256_fmadd_ps(d, t, a[r]);
         }
-      };
-      int64_t b = 0;
-      for (; b + 2 <= nb; b += 2) {
-        step(b, acc[0]);
-        step(b + 1, acc[1]);
-      }
-      if (b < nb) step(b, acc[0]);
-      const int64_t o = g * kGemvGroupRows + 8 * half;
+      });
+}
+#else
+// Portable: the same sums, row by row, in the same order (std::fma for the fused steps).
+// `step(p, b, i, r, acc)` adds block b (at p) of the group's row i, for row r of x, to `acc`.
+template <int R, int64_t kBytes, typename Step>
+void walk_groups(const uint8_t* w, int64_t K, const float* bias, float* y, int64_t ldy, int64_t g0, int64_t g1,
+                 Step step) {
+  const int64_t nb = K / kx::kQBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* group = w + g * nb * kBytes;
+    for (int i = 0; i < kGemvGroupRows; ++i) {
       for (int r = 0; r < R; ++r) {
-        __m256 v = _mm256_add_ps(acc[0][r], acc[1][r]);
-        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + o));
-        _mm256_storeu_ps(y + r * ldy + o, v);
+        float acc[2] = {0.f, 0.f};
+        for (int64_t b = 0; b < nb; ++b) step(group + b * kBytes, b, i, r, acc[b & 1]);
+        const int64_t o = g * kGemvGroupRows + i;
+        const float v = acc[0] + acc[1];
+        y[r * ldy + o] = bias ? v + bias[o] : v;
       }
     }
   }
 }
-#else
-// Portable: the same sums, row by row, in the same order (std::fma for the fused steps).
+
 template <int R, bool kTwo>
 void gemv(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
           float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t nb = K / kx::kQBlock;
   const float* H = half_table();
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ4_1GroupBlockBytes;
-    for (int i = 0; i < kGemvGroupRows; ++i) {
-      for (int r = 0; r < R; ++r) {
-        float acc[2] = {0.f, 0.f};
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* p = group + b * kQ4_1GroupBlockBytes;
-          const int64_t at = r * K + b * kx::kQBlock;
-          int32_t dot = 0, dot2 = 0;
-          for (int c = 0; c < 4; ++c) {
-            for (int j = 0; j < 4; ++j) {
-              const uint8_t byte = p[64 + 64 * c + 4 * i + j];
-              dot += (byte & 0x0f) * q[at + 4 * c + j] + (byte >> 4) * q[at + 16 + 4 * c + j];
-              if (kTwo) dot2 += (byte & 0x0f) * q2[at + 4 * c + j] + (byte >> 4) * q2[at + 16 + 4 * c + j];
-            }
-          }
-          const float* s = scales + (r * nb + b) * gemv8::kScales;
-          float t = std::fma(static_cast<float>(dot), s[0], 8.f * s[2]);
-          if (kTwo) t = std::fma(static_cast<float>(dot2), s[1], t);
-          float& a = acc[b & 1];
-          a = std::fma(half_at(H, p + 2 * i), t, a);
-          a = std::fma(half_at(H, p + 32 + 2 * i), 8.f * s[3], a);
-        }
-        const int64_t o = g * kGemvGroupRows + i;
-        const float v = acc[0] + acc[1];
-        y[r * ldy + o] = bias ? v + bias[o] : v;
+  walk_groups<R, kQ4_1GroupBlockBytes>(w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, int i, int r, float& a) {
+    const int64_t at = r * K + b * kx::kQBlock;
+    int32_t dot = 0, dot2 = 0;
+    for (int c = 0; c < 4; ++c) {
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = p[64 + 64 * c + 4 * i + j];
+        dot += (byte & 0x0f) * q[at + 4 * c + j] + (byte >> 4) * q[at + 16 + 4 * c + j];
+        if (kTwo) dot2 += (byte & 0x0f) * q2[at + 4 * c + j] + (byte >> 4) * q2[at + 16 + 4 * c + j];
       }
     }
-  }
+    const float* s = scales + (r * nb + b) * gemv8::kScales;
+    float t = std::fma(static_cast<float>(dot), s[0], 8.f * s[2]);
+    if (kTwo) t = std::fma(static_cast<float>(dot2), s[1], t);
+    a = std::fma(half_at(H, p + 2 * i), t, a);
+    a = std::fma(half_at(H, p + 32 + 2 * i), 8.f * s[3], a);
+  });
 }
+
 template <int R, bool kTwo>
 void gemv_q8(const uint8_t* w, const int8_t* q, const int8_t* q2, const float* scales, int64_t K, const float* bias,
              float* y, int64_t ldy, int64_t g0, int64_t g1) {
   const int64_t nb = K / kx::kQBlock;
   const float* H = half_table();
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* group = w + g * nb * kQ8_0GroupBlockBytes;
-    for (int i = 0; i < kGemvGroupRows; ++i) {
-      for (int r = 0; r < R; ++r) {
-        float acc[2] = {0.f, 0.f};
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* p = group + b * kQ8_0GroupBlockBytes;
-          const int64_t at = r * K + b * kx::kQBlock;
-          int32_t dot = 0, dot2 = 0;
-          for (int c = 0; c < 8; ++c) {
-            for (int j = 0; j < 4; ++j) {
-              const int32_t v = static_cast<int8_t>(p[32 + 64 * c + 4 * i + j]);
-              dot += v * q[at + 4 * c + j];
-              if (kTwo) dot2 += v * q2[at + 4 * c + j];
-            }
-          }
-          const float* s = scales + (r * nb + b) * gemv8::kScales;
-          float t = static_cast<float>(dot) * s[0];
-          if (kTwo) t = std::fma(static_cast<float>(dot2), s[1], t);
-          float& a = acc[b & 1];
-          a = std::fma(half_at(H, p + 2 * i), t, a);
-        }
-        const int64_t o = g * kGemvGroupRows + i;
-        const float v = acc[0] + acc[1];
-        y[r * ldy + o] = bias ? v + bias[o] : v;
+  walk_groups<R, kQ8_0GroupBlockBytes>(w, K, bias, y, ldy, g0, g1, [&](const uint8_t* p, int64_t b, int i, int r, float& a) {
+    const int64_t at = r * K + b * kx::kQBlock;
+    int32_t dot = 0, dot2 = 0;
+    for (int c = 0; c < 8; ++c) {
+      for (int j = 0; j < 4; ++j) {
+        const int32_t v = static_cast<int8_t>(p[32 + 64 * c + 4 * i + j]);
+        dot += v * q[at + 4 * c + j];
+        if (kTwo) dot2 += v * q2[at + 4 * c + j];
       }
     }
-  }
+    const float* s = scales + (r * nb + b) * gemv8::kScales;
+    float t = static_cast<float>(dot) * s[0];
+    if (kTwo) t = std::fma(static_cast<float>(dot2), s[1], t);
+    a = std::fma(half_at(H, p + 2 * i), t, a);
+  });
 }
 #endif
 
