@@ -3,8 +3,8 @@ packages whose layer forwards run in the model now, once each; a stranger's offe
 gives something that is no Inductor pass is left out with its reason, nothing else changes.
 
 Real parts: the tiny Llama, the bundled quantized_linear (which offers its sibling batching) and
-RMSNorm (which offers none), and Python-only repositories written here, switched by kernels' own
-`kernelize`.
+RMSNorm (which offers none), and Python-only repositories written here, switched through the
+explorer (kernels' own loader).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from kernel_repos import write_repo
-from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
+from kernels import LocalLayerRepository
 from torch import nn
 
 from kernel_explorer import Explorer
@@ -62,11 +62,16 @@ def test_a_strangers_bad_offer_is_left_out_with_its_reason(tmp_path: Path, offer
     repo = write_repo(tmp_path, "kx-passes", init="from . import layers\n" + offer)
     model = tiny_llama()
     mapping = {"RMSNorm": {"cpu": LocalLayerRepository(repo_path=repo, layer_name="RMSNorm")}}
-    with use_kernel_mapping(mapping, inherit_mapping=False):
-        kernelize(model, mode=Mode.INFERENCE, device="cpu")
-    offered = kernel_graph_passes(model)
-    assert offered.passes == []
-    (left_out,) = offered.left_out
-    assert left_out.startswith("_kx_passes_") and reason in left_out
-    with torch.no_grad():  # the kernel itself still runs
-        assert model(torch.zeros(1, 3, dtype=torch.long)).logits.shape == (1, 3, 256)
+    # through the explorer, which puts every forward back (a bare kernelize leaves Transformers'
+    # shared function layers switched on the older kernels, for the tests after this one)
+    explorer = Explorer(model, mapping, include_bundled=False, include_transformers=False)
+    try:
+        assert all(now.is_kernel for now in explorer.on("RMSNorm", candidate="kx-passes"))
+        offered = kernel_graph_passes(model)
+        assert offered.passes == []
+        (left_out,) = offered.left_out
+        assert left_out.startswith("_kx_passes_") and reason in left_out
+        with torch.no_grad():  # the kernel itself still runs
+            assert model(torch.zeros(1, 3, dtype=torch.long)).logits.shape == (1, 3, 256)
+    finally:
+        explorer.reset()
