@@ -298,6 +298,40 @@ def test_gemv_layout_all_isas_agree(ql) -> None:
                 assert torch.equal(results[isa, passes], first), (isa, passes)
 
 
+def _anon_huge_kib(t: torch.Tensor) -> int:
+    """KiB of transparent huge pages backing t's bytes, from /proc/self/smaps."""
+    start, end, in_range, kib = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), False, 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            low, high = (int(a, 16) for a in head.split("-"))
+            in_range = low < end and high > start
+        elif in_range and head == "AnonHugePages:":
+            kib += int(line.split()[1])
+    return kib
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_large_gemv_layouts_sit_on_huge_pages(ql, fmt: str) -> None:
+    """From 2 MiB up a GEMV layout (what decode streams whole every token) is 2 MiB-aligned and
+    advised onto transparent huge pages, which back it where the system offers them; smaller ones
+    are ATen's. The numbers are the same either way, and a copy of the layout still serves."""
+    packed = ql.quantize(_randn(2048, 2048, scale=0.02), fmt)  # 2.5 / 4.25 MiB
+    grouped = ql.gemv_layout(packed, fmt)
+    assert grouped.numel() >= 2 << 20 and grouped.data_ptr() % (2 << 20) == 0
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if mode.exists() and "[never]" not in mode.read_text():
+        assert _anon_huge_kib(grouped) >= 2048, mode.read_text()
+    x = _randn(1, 2048, seed=5)
+    copied = grouped.clone()  # ATen's pages
+    assert _anon_huge_kib(copied) == 0 or "[always]" in mode.read_text()
+    assert torch.equal(ql.linear(x, packed, fmt, gemv=grouped), ql.linear(x, packed, fmt, gemv=copied))
+    small_packed = ql.quantize(_randn(192, 576), fmt)
+    small = ql.gemv_layout(small_packed, fmt)
+    assert small.numel() < 2 << 20 and torch.equal(small, ql.gemv_layout(small_packed.clone(), fmt))
+
+
 def test_gemv_layout_bad_inputs_say_what_to_do(ql) -> None:
     packed = ql.quantize(_randn(40, 64), "q4_1")
     with pytest.raises(RuntimeError, match="groups of 16, got 40; such a weight keeps GGML's layout"):

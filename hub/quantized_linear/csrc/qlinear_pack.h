@@ -9,7 +9,8 @@ namespace kx {
 at::Tensor quantize_weight(const at::Tensor& weight, int format, const char* op);
 
 // A packed weight (N, K / 32 * block bytes), N a multiple of kGemvGroupRows -> the same blocks in
-// the GEMV layout (qlinear_format.h), a tensor of the same shape.
+// the GEMV layout (qlinear_format.h), a tensor of the same shape (from 2 MiB up on transparent huge
+// pages where Linux offers them: decode streams it whole on every token).
 at::Tensor gemv_layout(const at::Tensor& packed, int format, const char* op);
 
 }  // namespace kx
