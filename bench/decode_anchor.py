@@ -23,9 +23,10 @@ Measured: prefill of 512 tokens (tokens/s) and greedy decode of 64 tokens after 
 (64 one-token steps, tokens/s), medians with their intervals over the rounds (min..max when the
 rounds are too few for 95%), each side's ratio to llama.cpp per round. The decode bound: the weight
 bytes a token reads (Linear weights: float32 for PyTorch, the packed blocks for the kernels and
-llama.cpp) over this machine's copy bandwidth measured in the same run. Then agreement: greedy
-tokens of compiled + kernels against the same kernel model uncompiled on 3 prompts, and the
-last-token logits' KL and top-1 against eager PyTorch.
+llama.cpp) over this machine's copy bandwidth measured in the same run: the run's best copy, and
+the copy measured just before each round's decodes (a share per round, with its interval). Then
+agreement: greedy tokens of compiled + kernels against the same kernel model uncompiled on 3
+prompts, and the last-token logits' KL and top-1 against eager PyTorch.
 
     python bench/decode_anchor.py [--rounds 5] [--threads 2] [--no-compile] [--no-llama] [--int8-passes 1]
                                   [--cpp-wrapper] [--gemv-attn-side no] [--model smollm2-1.7b-random]
@@ -73,15 +74,15 @@ UNBATCHED = "compiled + kernels, unbatched"  # without the kernels' graph passes
 MODELS = ("smollm2-135m", "smollm2-1.7b-random")
 
 
-def copy_bandwidth(threads: int) -> float:
-    """GB/s of a 256 MB float32 copy (bytes read + written), the best of 15 (a bound: on a shared
-    host the median reads the other jobs' load, 2.1 GB/s once at load 10 on 2 CPUs)."""
+def copy_bandwidth(threads: int, copies: int = 15) -> float:
+    """GB/s of a 256 MB float32 copy (bytes read + written), the best of `copies` (a bound: on a
+    shared host the median reads the other jobs' load, 2.1 GB/s once at load 10 on 2 CPUs)."""
     import torch
 
     a = torch.ones(64 * 2**20)
     b = torch.empty_like(a)
     times = []
-    for _ in range(16):
+    for _ in range(copies + 1):
         t0 = time.perf_counter()
         b.copy_(a)
         times.append(time.perf_counter() - t0)
@@ -304,7 +305,13 @@ def llama_sides(gguf, threads: int, ids512, ids128) -> list[Side]:
     ]
 
 
-def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: float) -> None:
+def report(
+    sides: list[Side], bytes_per_token: dict[str, float], bandwidth: float, round_bandwidths: list[float]
+) -> None:
+    """The ratios, and each side's share of the decode bound twice: against the run's best copy
+    (`bandwidth`) and, per round, against the copy bandwidth measured just before that round's
+    decodes (on a shared guest it moved from 29 to 52 GB/s between runs, so a share against one
+    moment's bandwidth says as much about the moment as about the side)."""
     from kernel_explorer.measure.stats import median_interval, speedup_interval
 
     anchors = [s for s in sides if s.name.startswith("llama.cpp")]
@@ -344,7 +351,18 @@ def report(sides: list[Side], bytes_per_token: dict[str, float], bandwidth: floa
                 line += (
                     f"   bound {limit:6.0f} tok/s ({weights / 1e6:.0f} MB/token), at {iv.median / limit:.0%}"
                 )
+                shares = [
+                    rate * weights / (gbs * 1e9) for rate, gbs in zip(rates, round_bandwidths, strict=True)
+                ]
+                share = median_interval(shares)
+                line += f"; per round {share.median:.0%} [{share.low:.0%}, {share.high:.0%}]"
             print(line)
+    if round_bandwidths:
+        bw = median_interval(round_bandwidths)
+        print(
+            f"\ncopy bandwidth before each round's decodes (best of 3): {bw.median:.1f} GB/s "
+            f"[{bw.low:.1f}, {bw.high:.1f}]; the run's best: {bandwidth:.1f} GB/s"
+        )
 
 
 def _llama_last_logits(llm, ids) -> Any:  # type: ignore[no-untyped-def]
@@ -575,15 +593,17 @@ def main() -> None:
         bytes_per_token.update({s.name: packed for s in sides if s.name.startswith("llama.cpp")})
     bandwidth = copy_bandwidth(args.threads)
     print(f"copy bandwidth: {bandwidth:.1f} GB/s ({args.threads} threads, 256 MB float32 copy)")
+    round_bandwidths = []
     for r in range(args.rounds):
         order = sides[r % len(sides) :] + sides[: r % len(sides)]
         for side in order:
             if side.prefill is not None:
                 side.times["prefill"].append(side.prefill())
+        round_bandwidths.append(copy_bandwidth(args.threads, copies=3))
         for side in order[::-1]:
             side.times["decode"].append(side.decode())
         print(f"  round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
-    report(sides, bytes_per_token, bandwidth)
+    report(sides, bytes_per_token, bandwidth, round_bandwidths)
     print(f"\nload average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     llm = next((s.llm for s in sides if s.name.startswith("llama.cpp") and s.prefill is not None), None)
     if args.breakdown_steps > 0:
