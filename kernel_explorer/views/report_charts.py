@@ -5,7 +5,9 @@ cycles' pairs pooled, as the layer table's row), its hollow mark the run's last 
 the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
 as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
 the error chart takes the worst instance over every run with the kernel on, kernel-off periods
-apart. Drawn by `views/svg_chart.py`.
+apart. A layer measured with several candidates over the log has its kernel cell filled in the
+tables with the candidate's label, as the per-pair chart names it (`short_label`, `named_rows`).
+Drawn by `views/svg_chart.py`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kernel_explorer.records import (
+    Column,
     IntervalCell,
     Verdict,
     format_interval,
@@ -25,7 +28,7 @@ from kernel_explorer.records import (
 from kernel_explorer.views.svg_chart import Box, Chart, Point, Row, Share, SharesChart
 
 if TYPE_CHECKING:
-    from kernel_explorer.records import ResultLog
+    from kernel_explorer.records import ResultLog, Summary
 
 #: whiskers reach the furthest pair within this many interquartile ranges (in log space)
 WHISKER_IQR = 1.5
@@ -107,15 +110,27 @@ def _last_cycles(log: ResultLog) -> dict[tuple[str, object, object], Any]:
     return {key: verdicts[-1] for key, verdicts in found.items() if len(verdicts) > 1}
 
 
+def short_label(candidate: object) -> str:
+    """How the report names a candidate, in every table and chart: its label without the "(device,
+    mode)" a record's label carries (`bundled/activation:Silu`); "" for none."""
+    return str(candidate or "").split(" (")[0]
+
+
 def candidates_by_run(log: ResultLog) -> dict[tuple[str, str], set[str]]:
-    """Per (run, layer): the candidates its pairs ran with the kernel on (their labels, short)."""
+    """Per (run, layer): the candidates it ran with the kernel on, timed or only checked for its
+    values (their labels, short)."""
     columns = log.columns("layer_latency")
     found: dict[tuple[str, str], set[str]] = {}
     for run, layer, on, candidate in zip(
         columns["run_id"], columns["layer"], columns["kernel_on"], columns["candidate"], strict=True
     ):
         if on and candidate:
-            found.setdefault((str(run), str(layer)), set()).add(str(candidate).split(" (")[0])
+            found.setdefault((str(run), str(layer)), set()).add(short_label(candidate))
+    for kind in ("layer_divergence", "gradient_divergence"):
+        for record in log.records(kind):
+            candidate = record.provenance.candidate if record.provenance is not None else None
+            if record.layer and getattr(record.values, "kernel_on", True) and candidate:
+                found.setdefault((record.run_id, str(record.layer)), set()).add(short_label(candidate))
     return found
 
 
@@ -126,6 +141,45 @@ def several_candidates(found: dict[tuple[str, str], set[str]]) -> set[str]:
     for (_, layer), labels in found.items():
         union.setdefault(layer, set()).update(labels)
     return {layer for layer, labels in union.items() if len(labels) > 1}
+
+
+#: the kernel cell of a values row measured with the layer's kernel off, or with an unnamed kernel
+_NOT_A_CANDIDATE = ("kernel off", "kernel on")
+#: the kernel column a table gains when the report names a candidate it did not (`named_rows`)
+KERNEL_COLUMN = Column("kernel", "kernel", what=True, line=" ({})")
+
+
+def named_rows(summary: Summary, named: Collection[str]) -> Summary:
+    """`summary` with its kernel cells the candidates' labels (`short_label`), the charts' names: a
+    row split by candidate (named by kernel id in the summary), and every row of a layer in `named`
+    (measured with several candidates over the log), also a run that measured one, whose cell the
+    summary leaves empty. A row keeps the summary's name where its data names no candidate, or where
+    two rows of one run, layer and mode would read the same (one candidate on two code paths).
+    Summaries whose data names no candidate (`extra`'s `candidate`) come back as they are."""
+    from dataclasses import replace
+
+    labels = [short_label(data.get("candidate")) for data in summary.extra]
+    if not any(labels):
+        return summary
+    rows = [dict(row) for row in summary.rows]
+    for row, label in zip(rows, labels, strict=False):
+        kernel = row.get("kernel")
+        if label and kernel not in _NOT_A_CANDIDATE and (kernel or row.get("layer") in named):
+            row["kernel"] = label
+    seen: dict[tuple[object, ...], list[int]] = {}
+    for index, row in enumerate(rows):
+        seen.setdefault((row.get("run_id"), row.get("layer"), row.get("mode"), row.get("kernel")), []).append(
+            index
+        )
+    for indices in seen.values():
+        if len(indices) > 1:
+            for index in indices:
+                rows[index]["kernel"] = summary.rows[index].get("kernel")
+    columns = summary.columns
+    if any(row.get("kernel") for row in rows) and all(c.key != "kernel" for c in columns):
+        at = next((i + 1 for i, c in enumerate(columns) if c.key == "layer"), 0)
+        columns = (*columns[:at], KERNEL_COLUMN, *columns[at:])
+    return replace(summary, columns=columns, rows=tuple(rows))
 
 
 def _row_label(row: Mapping[str, object], candidate: str | None = None) -> str:
@@ -248,7 +302,7 @@ def pair_chart(log: ResultLog) -> Chart | None:
         if mode != "inference":
             label.append(str(mode))
         if on and layer in named:
-            label.append(candidate.split(" (")[0])
+            label.append(short_label(candidate))
         if not on:
             label.append("kernel off")
         label.append(str(run))

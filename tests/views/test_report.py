@@ -237,3 +237,56 @@ def test_a_layer_measured_with_two_candidates_names_its_candidate_on_every_row()
             log.append(Record(run, LayerLatency(ratio, 1.0, ratio), "SiLU", "m.act", provenance=origin))
     rows = [row.label for row in pair_chart(log).rows]
     assert sorted(rows) == ["SiLU · bundled/activation:Silu · run-1", "SiLU · peer/plain-silu:Silu · run-2"]
+
+
+@pytest.fixture(scope="module")
+def two_candidates(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Explorer]:
+    """RMSNorm's bundled kernel and a peer compared in one run, then the peer alone in a second: the
+    tiny Llama, real kernels, a Python-only peer built here."""
+    import warnings
+
+    from kernel_repos import write_noarch_repo
+
+    from kernel_explorer.loading import tiny_llama
+
+    peer = write_noarch_repo(tmp_path_factory.mktemp("peer") / "py-rmsnorm")
+    explorer = Explorer(tiny_llama(), peers=[peer], include_transformers=False)
+    with warnings.catch_warnings():  # a busy machine warns that it is noisy: not what is tested
+        warnings.simplefilter("ignore")
+        explorer.compare("RMSNorm", candidates=["rmsnorm", "py-rmsnorm"], pairs=6)
+        explorer.compare("RMSNorm", candidates=["py-rmsnorm"], pairs=6)
+    yield explorer
+    explorer.reset()
+
+
+def _labels(explorer: Explorer) -> tuple[str, str]:
+    """The two candidates' labels as the report names them (without "(device, mode)")."""
+    found = {r.provenance.candidate for r in explorer.results.records("layer_divergence")}
+    bundled = next(c for c in found if c.startswith("bundled/"))
+    peer = next(c for c in found if c.startswith("peer/"))
+    return bundled.split(" (")[0], peer.split(" (")[0]
+
+
+def _runs(explorer: Explorer) -> list[str]:
+    """The explorer's runs in order (run ids count up over the process, not per explorer)."""
+    return list(dict.fromkeys(r.run_id for r in explorer.results.records("layer_verdict")))
+
+
+def _table_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of each body row of the report's table under `heading`."""
+    table = text[text.index(f"<h2>{heading}") :]
+    table = table[table.index("<tbody>") : table.index("</tbody>")]
+    return [re.findall(r"<td(?: class='[^']*')?>([^<]*)</td>", row) for row in table.split("<tr>")[1:]]
+
+
+def test_the_tables_name_the_one_candidate_a_run_measured(two_candidates: Explorer, tmp_path: Path) -> None:
+    """The second run measured the peer alone: its rows in the speed and accuracy tables left the
+    kernel cell blank while the charts named the peer; each cell now holds the charts' label."""
+    from kernel_explorer import report
+
+    bundled, peer = _labels(two_candidates)
+    both, alone = _runs(two_candidates)
+    text = Path(report(two_candidates, tmp_path / "r.html")).read_text()
+    for heading in ("Layer speed", "Layer values"):
+        kernels = {(cells[0], cells[2]) for cells in _table_rows(text, heading)}
+        assert kernels == {(both, bundled), (both, peer), (alone, peer)}, (heading, kernels)

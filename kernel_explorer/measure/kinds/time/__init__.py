@@ -110,7 +110,9 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
 
     Only pairs where the instance ran a kernel count toward its speedup; a layer measured only with
     its kernel off reads "PyTorch against PyTorch (kernel off)", never as a speedup. A run that
-    compared several candidates of a layer has a row per kernel (its `kernel` column).
+    compared several candidates of a layer has a row per kernel (its `kernel` column); each row's
+    data keeps the label of the candidate its pairs ran (`candidate`, "" when none or unknown), which
+    the report names every kernel by.
     """
     from kernel_explorer.measure.merge import machine_columns
 
@@ -130,7 +132,7 @@ def summarize(source: RecordSource, mode: str | None = None) -> Summary:
     for (run_id, layer, its_mode), kernel, kinds in per_kernel(grouped):
         row, data = _row(run_id, layer, its_mode, kinds)
         rows.append(row | {"kernel": kernel})
-        extra.append(data | machines(run_id))
+        extra.append(data | {"candidate": ran_label(kinds)} | machines(run_id))
     _mark_runs_that_disagree(rows)
     floors = [float(r["noise_floor"].value) for r in rows if isinstance(r.get("noise_floor"), NumberCell)]
     warning = noise_warning(max(floors, default=0.0))
@@ -260,6 +262,14 @@ def _kernel_keys(rows: Rows) -> list[tuple[str, str, str] | None]:
         (p.kernel_id, p.isa or "", p.candidate or "") if p is not None and p.kernel_id else None
         for p in (r.provenance for r in rows)
     ]
+
+
+def ran_label(kinds: Mapping[str, Rows]) -> str:
+    """The label of the one candidate a group's pairs ran with the kernel on (`"bundled/activation:Silu
+    (cpu, any mode)"`); "" when they ran none, several, or a log older than labels names none."""
+    keys = {k for k in _kernel_keys(kinds.get(LayerLatency.kind, [])) if k is not None and k[2]}
+    labels = {label for _, _, label in keys}
+    return labels.pop() if len(labels) == 1 else ""
 
 
 def per_kernel(

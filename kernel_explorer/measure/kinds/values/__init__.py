@@ -128,7 +128,8 @@ def summarize(source: RecordSource) -> Summary:
     """Per run, layer, mode and candidate: the accuracy verdict, the outputs' (or gradients') largest
     differences against PyTorch and errors against float64, and, where measured, determinism. A
     stretch with the layer's kernel off (a dashboard's Run with the layer switched off) is a row of
-    its own, `kernel off`: its numbers are PyTorch's, never counted as a kernel's error."""
+    its own, `kernel off`: its numbers are PyTorch's, never counted as a kernel's error. Each row's
+    data keeps the label of the candidate it measured (`candidate`, "" when none or unknown)."""
     from kernel_explorer.measure.merge import machine_columns
     from kernel_explorer.numerics.divergence import accuracy_verdict
 
@@ -166,7 +167,10 @@ def summarize(source: RecordSource) -> Summary:
             "mode": mode if mode != INFERENCE else None,
             "kernel": names[(run_id, layer, mode)][ran],
         }
-        data: dict[str, Any] = {"instances": len({r.instance for r in records})}
+        data: dict[str, Any] = {
+            "instances": len({r.instance for r in records}),
+            "candidate": ran[2] if isinstance(ran, tuple) else "",  # its label: the report's name for it
+        }
         if divergences:
             row["accuracy"] = accuracy_verdict(divergences)
             outputs = [d for d in divergences if isinstance(d, LayerDivergence)]
