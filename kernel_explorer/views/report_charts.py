@@ -5,8 +5,9 @@ cycles' pairs pooled, as the layer table's row), its hollow mark the run's last 
 the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
 as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
 the error chart takes the worst instance over every run with the kernel on, kernel-off periods
-apart. A layer measured with several candidates over the log has its kernel cell filled in the
-tables with the candidate's label, as the per-pair chart names it (`short_label`, `named_rows`).
+apart. A layer measured with several candidates over the log has its candidate named on every row
+of the speed and per-pair charts, and its kernel cell filled in the tables, by the candidate's label
+(`short_label`, `named_rows`): one name for a kernel, whether its run compared several or one.
 Drawn by `views/svg_chart.py`.
 """
 
@@ -182,12 +183,11 @@ def named_rows(summary: Summary, named: Collection[str]) -> Summary:
     return replace(summary, columns=columns, rows=tuple(rows))
 
 
-def _row_label(row: Mapping[str, object], candidate: str | None = None) -> str:
+def _row_label(row: Mapping[str, object]) -> str:
+    """A row of a summary as a chart names it: layer, mode, candidate, run."""
     parts = [str(row.get("layer")), str(row.get("run_id"))]
     if row.get("kernel"):
         parts.insert(1, str(row["kernel"]))
-    elif candidate:
-        parts.insert(1, candidate)
     if row.get("mode"):
         parts.insert(1, str(row["mode"]))
     return " · ".join(parts)
@@ -197,17 +197,14 @@ def speed_chart(log: ResultLog) -> Chart | None:
     """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
     summary = log.summary("time")
     last = _last_cycles(log)
-    ran = candidates_by_run(log)
-    named = several_candidates(ran)
+    shown = named_rows(summary, several_candidates(candidates_by_run(log)))
     rows = []
-    for row in summary.rows:
+    for row, named in zip(summary.rows, shown.rows, strict=True):
         cell = row.get("speedup")
         verdict = row.get("verdict")
         if not isinstance(cell, IntervalCell) or getattr(verdict, "verdict", None) == Verdict.KERNEL_OFF:
             continue
-        labels = ran.get((str(row.get("run_id")), str(row.get("layer"))), set())
-        candidate = next(iter(labels)) if row.get("layer") in named and len(labels) == 1 else None
-        name = _row_label(row, candidate)
+        name = _row_label(named)
         css = verdict_css(verdict)
         marks: list[Point] = [
             Point(

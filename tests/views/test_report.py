@@ -290,3 +290,17 @@ def test_the_tables_name_the_one_candidate_a_run_measured(two_candidates: Explor
     for heading in ("Layer speed", "Layer values"):
         kernels = {(cells[0], cells[2]) for cells in _table_rows(text, heading)}
         assert kernels == {(both, bundled), (both, peer), (alone, peer)}, (heading, kernels)
+
+
+def test_the_speed_and_pair_charts_name_a_kernel_alike(two_candidates: Explorer) -> None:
+    """The median chart named the first run's two kernels by kernel id (`_rmsnorm_cpu_039c837ecd`)
+    where the per-pair chart named them by candidate: one label for a kernel, whichever the run."""
+    from kernel_explorer.views.report_charts import pair_chart, speed_chart
+
+    bundled, peer = _labels(two_candidates)
+    both, alone = _runs(two_candidates)
+    expected = {f"RMSNorm · {bundled} · {both}", f"RMSNorm · {peer} · {both}", f"RMSNorm · {peer} · {alone}"}
+    speed, pairs = speed_chart(two_candidates.results), pair_chart(two_candidates.results)
+    assert speed is not None and pairs is not None
+    assert {row.label for row in speed.rows} == expected
+    assert {row.label for row in pairs.rows if "kernel off" not in row.label} == expected
