@@ -5,8 +5,8 @@ cycles' pairs pooled, as the layer table's row), its hollow mark the run's last 
 the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
 as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
 the error chart takes the worst instance over every run with the kernel on, kernel-off periods
-apart. A layer measured with several candidates over the log has its candidate named on every row
-of the speed and per-pair charts, and its kernel cell filled in the tables, by the candidate's label
+apart, a row per candidate. A layer measured with several candidates over the log has its candidate
+named on every row of the charts, and its kernel cell filled in the tables, by the candidate's label
 (`short_label`, `named_rows`): one name for a kernel, whether its run compared several or one.
 Drawn by `views/svg_chart.py`.
 """
@@ -345,18 +345,30 @@ def pair_chart(log: ResultLog) -> Chart | None:
 
 
 def error_chart(log: ResultLog) -> Chart | None:
-    """Per layer, the largest error against float64 of the kernel and of PyTorch, over every run."""
-    worst: dict[str, list[float]] = {}  # layer: [kernel's, PyTorch's, instances timed with the kernel on]
+    """Per layer and candidate, the largest error against float64 of the kernel and of PyTorch, over
+    every run: a layer measured with several candidates has a row per candidate, named as the other
+    charts name it; the kernel-off periods count for PyTorch's mark on each of its rows."""
+    named = several_candidates(candidates_by_run(log))
+    # (layer, candidate): [kernel's, PyTorch's, instances timed with the kernel on]
+    worst: dict[tuple[str, str], list[float]] = {}
+    off: dict[str, float] = {}  # per layer: PyTorch's largest error while its kernel was off
     zero: list[str] = []
     for record in log.records("layer_divergence"):
-        found = worst.setdefault(str(record.layer), [0.0, 0.0, 0])
-        values = record.values
-        if values.kernel_on:
-            found[2] += 1
-            found[0] = max(found[0], values.kernel_err64 or 0.0)
+        layer, values = str(record.layer), record.values
+        if not values.kernel_on:
+            off[layer] = max(off.get(layer, 0.0), values.pytorch_err64 or 0.0)
+            continue
+        candidate = record.provenance.candidate if record.provenance is not None else None
+        found = worst.setdefault((layer, short_label(candidate) if layer in named else ""), [0.0, 0.0, 0])
+        found[2] += 1
+        found[0] = max(found[0], values.kernel_err64 or 0.0)
         found[1] = max(found[1], values.pytorch_err64 or 0.0)
+    for layer in sorted(off.keys() - {layer for layer, _ in worst}):  # measured with its kernel off only
+        worst[(layer, "")] = [0.0, 0.0, 0]
     rows = []
-    for layer, (kernel, pytorch, seen) in worst.items():
+    for (layer, candidate), (kernel, pytorch, seen) in worst.items():
+        pytorch = max(pytorch, off.get(layer, 0.0))
+        name = f"{layer} · {candidate}" if candidate else layer
         marks = []
         for value, css, who, shape in (
             (kernel, "kx-kernel", "kernel", "circle"),
@@ -369,21 +381,21 @@ def error_chart(log: ResultLog) -> Chart | None:
                         css=css,
                         hollow=who == "PyTorch",
                         shape=shape,
-                        hover=f"{layer}: {who}'s largest error against float64 {value:.3g} (output's units)",
+                        hover=f"{name}: {who}'s largest error against float64 {value:.3g} (output's units)",
                     )
                 )
             elif who == "PyTorch" or seen:
-                zero.append(f"{layer}: {who} equal to float64 (error 0: not drawn on a log axis)")
+                zero.append(f"{name}: {who} equal to float64 (error 0: not drawn on a log axis)")
             else:
-                zero.append(f"{layer}: its kernel never ran while measured (no kernel error)")
+                zero.append(f"{name}: its kernel never ran while measured (no kernel error)")
         if marks:
-            rows.append(Row(layer, tuple(marks)))
+            rows.append(Row(name, tuple(marks)))
     if not rows:
         return None
     return Chart(
         "Largest error against a float64 run (lower is more accurate)",
-        "Each row: the worst instance over every run and cycle; the kernel's only while its kernel ran "
-        "(kernel-off periods count for PyTorch alone).",
+        "Each row: the worst instance over every run and cycle, per candidate where a layer had "
+        "several; the kernel's only while its kernel ran (kernel-off periods count for PyTorch alone).",
         "max abs error against float64 (the output's units, log scale)",
         tuple(rows),
         unit="",

@@ -304,3 +304,24 @@ def test_the_speed_and_pair_charts_name_a_kernel_alike(two_candidates: Explorer)
     assert speed is not None and pairs is not None
     assert {row.label for row in speed.rows} == expected
     assert {row.label for row in pairs.rows if "kernel off" not in row.label} == expected
+
+
+def test_the_error_chart_draws_each_candidate_of_a_layer_apart(two_candidates: Explorer) -> None:
+    """The error chart drew one RMSNorm row, the bundled kernel's and the peer's errors merged into
+    the larger: a row per (layer, candidate), named as the other charts name it."""
+    from kernel_explorer.views.report_charts import error_chart
+    from kernel_explorer.views.svg_chart import Point
+
+    chart = error_chart(two_candidates.results)
+    assert chart is not None
+    divergences = two_candidates.results.records("layer_divergence")
+    worst = {}
+    for label in _labels(two_candidates):
+        mine = [d for d in divergences if d.provenance.candidate.startswith(f"{label} (")]
+        errors = [d.values.kernel_err64 for d in mine]
+        worst[f"RMSNorm · {label}"] = max(errors)
+    drawn = {
+        row.label: [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
+        for row in chart.rows
+    }
+    assert drawn == {label: [value] for label, value in worst.items()}
