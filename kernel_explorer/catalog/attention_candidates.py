@@ -255,10 +255,11 @@ class AttentionChoices:
         found = self.catalog.availability(candidate, device=self.device, mode=mode, query_hub=query_hub)
         if candidate.source == "bundled" and found.state is State.NO_BUILD:
             why = f"the bundled attention repository is not built here; {BUILD_HINT}"
-            return Availability(State.NO_BUILD, why)
+            return Availability(State.NO_BUILD, why, trust=found.trust)
         if candidate.devices and self.device not in candidate.devices and found.state is not State.READY:
             listed = ", ".join(candidate.devices)
-            return Availability(State.NO_BUILD, f"Transformers lists builds for {listed} only ({found})")
+            why = f"Transformers lists builds for {listed} only ({found})"
+            return Availability(State.NO_BUILD, why, trust=found.trust)  # the Hub's trust, as any Hub row's
         tried = None
         if found.state in (State.READY, State.UNVERIFIED, State.DOWNLOADABLE):  # before it loads here
             tried = self._stranger_trial(candidate, mode)

@@ -252,7 +252,7 @@ class Inventory:
                     "variant": found.variant,
                     "reason": found.reason,
                     "size_bytes": found.size_bytes,
-                    **_trust_columns(found),
+                    **_trust_columns(c, found),
                 }
                 for row in self.rows
                 for c, found in row.here + row.elsewhere
@@ -277,13 +277,20 @@ class Inventory:
 
 #: the trust columns of `to_pandas("candidates")`, each a sentence (`catalog/trust.py`)
 TRUST_COLUMNS = ("publisher", "signature", "digest", "lock")
+#: the trust cells of PyTorch's own attention (eager, sdpa): no repository, so nothing to trust
+PYTORCH_TRUST = "none: PyTorch's own implementation, not a kernel repository"
+#: the trust cells of a repository object that names no build (neither the Hub's nor a folder)
+NO_BUILD_TRUST = "not checked: the repository names no build to check"
 
 
-def _trust_columns(found: Availability) -> dict[str, str | None]:
-    """A candidate's trust cells; None where the repository object names no build to check."""
-    if found.trust is None:
-        return dict.fromkeys(TRUST_COLUMNS)
-    return dict(found.trust.columns())
+def _trust_columns(candidate: Candidate, found: Availability) -> dict[str, str]:
+    """A candidate's trust cells, each a sentence like the rest of the frame's: where there is no
+    trust to read (PyTorch's attention, a repository object naming no build) each cell says why,
+    never a missing value (pandas shows NaN, which reads as a failed check)."""
+    if found.trust is not None:
+        return dict(found.trust.columns())
+    why = PYTORCH_TRUST if getattr(candidate, "pytorch", False) else NO_BUILD_TRUST
+    return dict.fromkeys(TRUST_COLUMNS, why)
 
 
 def build_inventory(

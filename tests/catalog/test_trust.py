@@ -137,6 +137,25 @@ def test_the_bundled_builds_match_their_digest(hub: dict) -> None:
     assert all(digest.startswith("matches: all ") for digest in bundled.digest), bundled.digest.tolist()
 
 
+def test_attention_rows_say_why_they_have_no_trust_to_read(hub: dict) -> None:
+    """The attention rows' trust cells read NaN: PyTorch's eager and sdpa are no repository, and the
+    Hub's attention repositories lost their trust when they read "no build for this machine". Now
+    PyTorch's say so in words, and a Hub attention repository reads as every Hub row does."""
+    from kernel_explorer.inventory.table import PYTORCH_TRUST, TRUST_COLUMNS
+
+    explorer = Explorer(tiny_llama())  # Transformers' mapping: the Hub's attention repositories too
+    frame = explorer.inventory().to_pandas("candidates")
+    trust = list(TRUST_COLUMNS)
+    assert frame[trust].notna().all().all(), frame[frame[trust].isna().any(axis=1)]
+    attention = frame[frame.layer == "attention"].set_index("candidate")
+    for name in ("eager", "sdpa"):
+        assert attention.loc[name, trust].tolist() == [PYTORCH_TRUST] * 4
+    hub_attention = attention[attention.index.str.startswith("kernels-community/")]
+    hub_silu = frame[(frame.layer == "SiLU") & frame.candidate.str.startswith("kernels-community/")]
+    assert len(hub_attention) and len(hub_silu)
+    assert set(hub_attention.publisher) == set(hub_silu.publisher)  # the Hub's answer, as for any Hub row
+
+
 def test_the_dashboard_table_shows_the_picked_candidates_trust(tmp_path: Path) -> None:
     from kernel_explorer.views.layer_table import table_rows
 
