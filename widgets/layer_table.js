@@ -83,12 +83,14 @@ function render({ model, el: root }) {
     // one candidate: its name; several: a choice, the unusable ones shown with why, not choosable
     if ((row.candidates || []).length < 2) return el("div", { class: "kx-candidate", text: row.candidate });
     const select = el("select", { class: "kx-candidate-pick", "data-layer": row.name, title: `${row.candidate}: the kernel this layer runs, or switches to` });
-    // grouped by device: each kernel once per device, this machine's first (layer_table.picker_candidates)
+    // grouped by device: each kernel once per device, this machine's first; one that cannot be chosen
+    // on several devices for one reason comes once, its devices together ("cuda, rocm, xpu")
+    // (layer_table.picker_candidates)
     const groups = new Map();
     for (const option of row.candidates) {
       const device = option.device || "";
       if (!groups.has(device)) {
-        const group = el("optgroup", { label: device ? `device: ${device}` : "" });
+        const group = el("optgroup", { label: device ? `${device.includes(",") ? "devices" : "device"}: ${device}` : "" });
         groups.set(device, group);
         select.append(group);
       }

@@ -37,7 +37,10 @@ def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
     device, capability and mode: six identical "no mapping" lines), this device's first, and no
     PyTorch implementation. Picking "eager" as the attention "kernel" gave a row whose checkbox
     said off while PyTorch's eager ran, measured as a kernel against PyTorch; PyTorch is what the
-    switch's off state runs, so it is not offered as a kernel."""
+    switch's off state runs, so it is not offered as a kernel. A kernel that cannot be chosen on
+    several devices for one reason is one entry naming them together (`device` "cuda, rocm, xpu":
+    the SiLU picker listed three alike "(no mapping for this device or mode)" lines); each entry
+    that can be chosen stays one of its own."""
     kept: dict[tuple[str, str], dict[str, Any]] = {}
     for candidate, availability in found:
         if getattr(candidate, "pytorch", False):
@@ -54,7 +57,29 @@ def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:
             "reason": availability.details,
             "trust": trust_lines(availability),  # publisher, signature, digest, lock: one line each
         }
-    return sorted(kept.values(), key=lambda option: option["device"] != device)  # stable: this device first
+    # stable: this device first
+    return _devices_together(sorted(kept.values(), key=lambda option: option["device"] != device))
+
+
+def _devices_together(options: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`options` with the unusable entries of one kernel and state merged into the first of them: its
+    devices joined ("cuda, rocm, xpu"), each distinct reason and trust line kept for the tooltip."""
+    merged: list[dict[str, Any]] = []
+    alike: dict[tuple[str, str], dict[str, Any]] = {}
+    for option in options:
+        if option["usable"]:
+            merged.append(option)
+            continue
+        first = alike.get((option["short"], option["state"]))
+        if first is None:
+            alike[(option["short"], option["state"])] = first = dict(option)
+            merged.append(first)
+            continue
+        first["device"] = f"{first['device']}, {option['device']}"
+        for field in ("reason", "trust"):
+            lines = [line for text in (first[field], option[field]) for line in text.split("\n") if line]
+            first[field] = "\n".join(dict.fromkeys(lines))
+    return merged
 
 
 def running_candidate(running: Any, offered: set[str]) -> str:

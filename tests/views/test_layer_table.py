@@ -30,9 +30,24 @@ def test_each_candidate_once_per_device_this_device_first_and_no_pytorch() -> No
     options = picker_candidates(found, "cpu")
     assert [(o["short"], o["device"]) for o in options] == [
         ("bundled/rmsnorm:RMSNorm", "cpu"),
-        (liger, "cuda"),
-        (liger, "rocm"),
+        (liger, "cuda, rocm"),  # not choosable on either, for one reason: one entry
     ]
+
+
+def test_a_kernel_no_device_here_can_take_is_one_entry_naming_its_devices(hub: dict) -> None:
+    """The SiLU picker listed the Hub's activation kernel three times, alike: "(no mapping for this
+    device or mode)" under cuda, rocm and xpu. It is one entry naming the three; the bundled kernel,
+    which can be chosen, stays an entry of its own."""
+    explorer = Explorer(tiny_llama())  # Transformers' mapping: the Hub's kernels for the GPUs
+    try:
+        rows = {row["name"]: row for row in table_rows(explorer)}
+        options = rows["SiLU"]["candidates"]
+        hub_entries = [o for o in options if o["short"].startswith("kernels-community/activation")]
+        assert [(o["device"], o["usable"]) for o in hub_entries] == [("cuda, rocm, xpu", False)], options
+        assert all(f"mapped for {device}" in hub_entries[0]["reason"] for device in ("cuda", "rocm", "xpu"))
+        assert [o["short"] for o in options if o["usable"]] == ["bundled/activation:Silu"]
+    finally:
+        explorer.reset()
 
 
 def test_the_attention_picker_offers_kernels_only(hub: dict) -> None:
