@@ -55,6 +55,10 @@ class AttentionCandidate(Candidate):
     def label(self) -> str:
         return self.repo_label
 
+    @property
+    def short_label(self) -> str:
+        return self.repo_label  # "bundled/flash_attn", "sdpa": no layer class, no "(device, mode)"
+
 
 def _entry(device: str, repository: Any) -> MappingEntry:
     from kernels import Mode

@@ -110,12 +110,25 @@ class Candidate:
         name = self.repo_name or self.repo_label
         return name + (f"@{self.path}" if self.path else "")
 
+    @property
+    def short_label(self) -> str:
+        """What a person reads and types for it: its label less "(device, mode)", a local repository
+        named by its own name, not by the folder the builder's cache gave it
+        (`peer/plain-silu:PlainSilu`, never `peer/plain-silu-85944792:PlainSilu`); a Hub repository's
+        as its label has it (`kernels-community/activation@v1:Silu`). `shown_label` keeps the folder
+        where two repositories would read the same."""
+        if self.hub is not None or not self.repo_name or local_path(self.repository) is None:
+            return self.label.split(" (", 1)[0]
+        at = f"@{self.path}" if self.path else ""
+        return f"{self.source}/{self.repo_name}{at}:{self.layer_class}"
+
     def names(self) -> tuple[str, ...]:
         """Every word that names this candidate: its source, its label (whole, without the device, or
-        its repository's), the repository's own name, a Hub repository's id, its layer class."""
+        its repository's), the repository's own name, its short label, a Hub repository's id, its
+        layer class."""
         names = [self.source, self.label, self.repo_label, str(self), f"{self.repo_label}:{self.layer_class}"]
         if self.repo_name:
-            names += [self.repo_name, f"{self.source}/{self.repo_name}"]
+            names += [self.repo_name, f"{self.source}/{self.repo_name}", self.short_label]
         ref = self.hub
         if ref is not None:
             names.append(ref.repo_id)
@@ -135,6 +148,16 @@ class Candidate:
 
     def __str__(self) -> str:
         return f"{self.label} [{self.source}]"
+
+
+def shown_label(candidate: Candidate, others: Iterable[Candidate]) -> str:
+    """`candidate.short_label`, unless another repository among `others` (the layer's candidates)
+    reads the same, two peers of one name built from two folders: then its label less "(device,
+    mode)", the build folder's hash kept to tell them apart."""
+    short, long = candidate.short_label, candidate.label.split(" (", 1)[0]
+    if any(o.short_label == short and o.label.split(" (", 1)[0] != long for o in others):
+        return long
+    return short
 
 
 _HASHED = re.compile(r"-[0-9a-f]{8}$")  # the builder's cache folder: the source's name, then a hash

@@ -27,6 +27,7 @@ class RunningNow:
     layer_class: str = ""  # the kernel's layer class (Q4_1Linear): one repository may have several
     code_path: RunningPath = field(default_factory=RunningPath)  # "avx2" and why, of a multi-ISA kernel
     candidate: str = ""  # the label of the candidate switched on, when the door knows it
+    short: str = ""  # what a person reads and types for it ("peer/plain-silu:PlainSilu"), when known
     through: str = ""  # how the model reaches the kernel, when the door knows it (attention: direct or glue)
 
     @property
@@ -36,10 +37,11 @@ class RunningNow:
     def __str__(self) -> str:
         """`model.layers.0.input_layernorm: bundled/rmsnorm:RMSNorm (kernel _rmsnorm_cpu_1a2b, variant
         torch213-cxx11-cpu-x86_64-linux)`: the instance, then what it runs by the name a user chose it
-        by; a cache folder is no name a reader knows (`repository` keeps it)."""
+        by (`short`: a peer without the hash of its build folder, `peer/plain-silu:PlainSilu`); a
+        cache folder is no name a reader knows (`repository` keeps it)."""
         if not self.is_kernel:
             return f"{self.instance}: PyTorch" + (f" ({self.reason})" if self.reason else "")
-        name = self.candidate.split(" (", 1)[0] if self.candidate else self.name
+        name = self.short or (self.candidate.split(" (", 1)[0] if self.candidate else self.name)
         if not name:
             name = self.repository.rstrip("/").rsplit("/", 1)[-1] if self.repository else "a kernel"
             name += f":{self.layer_class}" if self.layer_class else ""

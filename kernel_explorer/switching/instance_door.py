@@ -27,7 +27,7 @@ from kernel_explorer._backend.layer_forwards import (
 )
 from kernel_explorer._backend.modes import compiles, mode_name
 from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.candidates import names_one
+from kernel_explorer.catalog.candidates import names_one, shown_label
 from kernel_explorer.errors import KernelExplorerWarning, KernelSwitchError, NoUsableKernelError
 from kernel_explorer.inspect.kernel_paths import RunningPath, model_dtype
 from kernel_explorer.inspect.running import RunningNow
@@ -376,6 +376,7 @@ class InstanceDoor(Door):
         found = []
         dtype = model_dtype(self.host.model) if paths else ""
         paths_of: dict[tuple[int, str], RunningPath] = {}  # per kernel and layer class, not per instance
+        shown: dict[str, str] = {}  # per candidate switched on: the name a person reads, found once
         for path in paths:
             target = self.running_target(path)
             described = None if target is None else describe_forward(target)
@@ -389,6 +390,9 @@ class InstanceDoor(Door):
             if key not in paths_of:  # ~0.1 ms a read (isa_choices parsed): 30 instances share one
                 paths_of[key] = running_path(module, layer_class or self.name, dtype)
             code_path = paths_of[key]
+            chosen = self._on[path][0] if path in self._on else None
+            if chosen is not None and chosen.label not in shown:
+                shown[chosen.label] = shown_label(chosen, self.candidates())
             found.append(
                 RunningNow(
                     self.name,
@@ -396,7 +400,8 @@ class InstanceDoor(Door):
                     *described,
                     note=note,
                     layer_class=layer_class,
-                    candidate=self._on[path][0].label if path in self._on else "",
+                    candidate=chosen.label if chosen is not None else "",
+                    short=shown[chosen.label] if chosen is not None else "",
                     code_path=code_path,
                 )
             )

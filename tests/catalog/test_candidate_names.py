@@ -75,3 +75,31 @@ def test_compare_reads_the_same_names(explorer: Explorer) -> None:
     with pytest.raises(KernelExplorerError, match="names 2 candidates"):
         explorer.compare("RMSNorm", candidates=["RMSNorm"], pairs=2)
     assert not explorer.results.records("layer_latency")
+
+
+def test_running_names_a_peer_by_the_name_a_user_types(explorer: Explorer) -> None:
+    """`print(explorer.running("RMSNorm")[0])` read `peer/py-rmsnorm-6b8833cc:RMSNorm`: the build
+    folder's hash, a name nobody typed and `on` did not take. It reads `peer/py-rmsnorm:RMSNorm`,
+    a word `on` takes, as the bundled kernel's `bundled/rmsnorm:RMSNorm` is."""
+    explorer.on("RMSNorm", candidate="py-rmsnorm")
+    text = str(explorer.running("RMSNorm")[0])
+    assert ": peer/py-rmsnorm:RMSNorm (kernel _py_rmsnorm_" in text, text
+    explorer.on("RMSNorm", candidate="rmsnorm")
+    assert ": bundled/rmsnorm:RMSNorm (kernel _rmsnorm_" in str(explorer.running("RMSNorm")[0])
+    running = explorer.on("RMSNorm", candidate="peer/py-rmsnorm:RMSNorm")  # the printed name switches
+    assert all(now.kernel_id and now.kernel_id.startswith("_py_rmsnorm_") for now in running)
+
+
+def test_two_peers_of_one_name_keep_the_hash_that_tells_them_apart(tmp_path: Path, hub: dict) -> None:
+    first = write_noarch_repo(tmp_path / "a" / "py-rmsnorm")
+    second = write_noarch_repo(tmp_path / "b" / "py-rmsnorm")
+    explorer = Explorer(tiny_llama(), peers=[first, second])
+    try:
+        labels = {c.label for c in explorer._catalog.matching("RMSNorm", "peer", "cpu")}
+        assert len(labels) == 2, labels
+        chosen = sorted(labels)[0]
+        explorer.on("RMSNorm", candidate=chosen)
+        text = str(explorer.running("RMSNorm")[0])
+        assert f": {chosen.split(' (')[0]} (kernel " in text, text  # peer/py-rmsnorm-<hash>:RMSNorm
+    finally:
+        explorer.reset()
