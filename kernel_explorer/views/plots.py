@@ -13,7 +13,10 @@ What a redraw costs is bounded by what is new, however long the run: records are
 redraw sends the points completed since the last one (`live_plot.LivePlot` extends the traces in
 the browser), the per-candidate markers and a few layout properties. Each per-pair trace keeps a
 fixed budget of points (`live_figures.Series`: past it, each point becomes the median of 2, 4, 8...
-consecutive pairs), in Python's copy and in the browser alike.
+consecutive pairs), in Python's copy and in the browser alike. The per-pair plot's axis spans the
+bulk of its points (`live_figures.bulk_span`), every candidate's median and interval and 1x: a pair
+timed while the machine stalled (0.01x, 100x) no longer sets it, and is drawn as a triangle at the
+edge it lies beyond, its value in its hover.
 
 Redraws run on the thread that appends the records, right after a record is appended, at most
 every `interval` seconds and once more when a run ends: for a measurement that is between two
@@ -53,6 +56,7 @@ from kernel_explorer.records import (
 from kernel_explorer.views.live_figures import (
     MAX_DRAWN,
     Series,
+    bulk_span,
     error_axis,
     live_figures,
     log_range,
@@ -206,6 +210,9 @@ class LivePlots:
         self._steps: dict[str, int] = {}  # the step each trace's hover and the axis title say
         self._verdicts: dict[Identity, LayerVerdict] = {}
         self._marker_index: dict[str, int] = {}  # entry name -> its trace in the median plot
+        # per-pair trace name -> the trace of its points beyond the axis (triangles at its edge)
+        self._beyond_index: dict[str, int] = {}
+        self._beyond_drawn: tuple[float, float] | None = None  # the range those were drawn for
         self._error_index: dict[str, int] = {}  # entry name -> its trace in the error plot
         self._worst: dict[Identity, dict[str, float]] = defaultdict(dict)  # kernel-on values only
         self._off_worst: dict[str, float] = {}  # per layer: the largest error while its kernel was off
@@ -387,8 +394,10 @@ class LivePlots:
             self._steps,
             self._marker_index,
             self._error_index,
+            self._beyond_index,
         ):
             state.clear()
+        self._beyond_drawn = None
         for plot in (self.latency, self.speedup, self.divergence):
             for state in (self._ranges, self._ticks):
                 state.pop(id(plot), None)
@@ -599,7 +608,9 @@ class LivePlots:
 
     def _send_points(self) -> None:
         """The points each per-pair trace completed since the last redraw, appended in the browser;
-        a trace whose budget filled is sent whole once, at its new step (half the budget)."""
+        a trace whose budget filled is sent whole once, at its new step (half the budget). The y axis
+        then spans the bulk of the points drawn (`live_figures.bulk_span`), not their extremes."""
+        moved = False
         for name, series in self._series.items():
             x, y, whole = series.new_points()
             if not x:
@@ -609,7 +620,7 @@ class LivePlots:
                 self.latency.restyle(index, x=x, y=y)
             else:
                 self.latency.extend(index, x, y, MAX_DRAWN)
-            self._widen(self.latency, min(y), max(y))
+            moved = True
             if series.step != self._steps.get(name, 1):
                 self._steps[name] = series.step
                 hover = re.sub(
@@ -619,6 +630,12 @@ class LivePlots:
                 )
                 # said per point, not in the x title: beside the legend that was cut at both ends
                 self.latency.restyle(index, hovertemplate=hover)
+        if moved:
+            drawn = [y for index in self._index.values() for y in self.latency.data[index]["y"]]
+            span = bulk_span(drawn)
+            if span is not None:
+                self._ranges[id(self.latency)] = span
+            self._beyond_drawn = None  # the points changed: which lie beyond the axis is asked again
 
     def _widen(self, plot: LivePlot, low: float, high: float) -> None:
         found = self._ranges.get(id(plot))
@@ -640,6 +657,11 @@ class LivePlots:
                     update["shapes"] = [one_x_line(), *plot.plot_layout.get("shapes", [])]
                 plot.relayout(**update)
             low, high = self._ranges[id(plot)]
+            if plot is self.latency and id(self.speedup) in self._ranges:
+                # every candidate's median and interval (stalled pairs left out) stays in view: a
+                # slow candidate's few pairs are no outliers of the others' bulk
+                medians = self._ranges[id(self.speedup)]
+                low, high = min(low, medians[0]), max(high, medians[1])
             if plot is self.latency or plot is self.speedup:  # 1x stays in view: the dotted line
                 low, high = padded(min(low, 1.0), max(high, 1.0))
                 ticks = speedup_axis(low, high)
@@ -659,11 +681,58 @@ class LivePlots:
                         "yaxis.autorange": False,
                     }
                 )
+            if plot is self.latency:
+                self._draw_beyond(low, high)
         for plot in (self.latency, self.speedup, self.divergence):
             names = [trace["name"] for trace in plot.data if trace.get("showlegend", True) and trace.get("x")]
             right = legend_margin(names)
             if plot.plot_layout["margin"].get("r") != right:
                 plot.relayout(**{"margin.r": right})
+
+    def _draw_beyond(self, low: float, high: float) -> None:
+        """Each per-pair point beyond the axis' range [low, high] (a pair timed while the machine
+        stalled, most often) as a triangle at the edge it lies beyond, in its candidate's colour, its
+        value in its hover: the axis spans the bulk of the pairs, and nothing is hidden silently. One
+        trace per candidate with such points (a trace takes one colour), out of the legend; redrawn
+        only when the points or the range moved."""
+        if self._beyond_drawn == (low, high):
+            return
+        self._beyond_drawn = (low, high)
+        for name, index in self._index.items():
+            trace = self.latency.data[index]
+            xs, ys, symbols, hover = [], [], [], []
+            for x, y in zip(trace.get("x", []), trace.get("y", []), strict=True):
+                if low / 1.0001 <= y <= high * 1.0001:
+                    continue
+                above = y > high
+                xs.append(x)
+                ys.append(high if above else low)
+                symbols.append("triangle-up" if above else "triangle-down")
+                hover.append(
+                    f"{y:.3g}x at {x:.1f} s, {'above' if above else 'below'} the axis (drawn at its "
+                    "edge: the axis spans the bulk of the pairs)"
+                )
+            if not xs and name not in self._beyond_index:
+                continue
+            if name not in self._beyond_index:
+                marker = {"size": 8, "color": trace["marker"]["color"], "opacity": 0.9}
+                self._beyond_index[name] = self.latency.add_trace(
+                    {
+                        "type": "scatter",
+                        "x": [],
+                        "y": [],
+                        "mode": "markers",
+                        "name": f"{name} (beyond the axis)",
+                        "legendgroup": trace.get("legendgroup"),
+                        "showlegend": False,
+                        "marker": marker,
+                        "hovertext": [],
+                        "hovertemplate": f"%{{hovertext}}<extra>{name}</extra>",
+                    }
+                )
+            beyond = self._beyond_index[name]
+            if self.latency.data[beyond].get("x") or xs:
+                self.latency.restyle(beyond, x=xs, y=ys, hovertext=hover, **{"marker.symbol": symbols})
 
     def _marker_trace(
         self, plot: LivePlot, table: dict[str, int], name: str, layer: str, **trace: Any
