@@ -16,7 +16,8 @@ fixed budget of points (`live_figures.Series`: past it, each point becomes the m
 consecutive pairs), in Python's copy and in the browser alike. The per-pair plot's axis spans the
 bulk of its points (`live_figures.bulk_span`), every candidate's median and interval and 1x: a pair
 timed while the machine stalled (0.01x, 100x) no longer sets it, and is drawn as a triangle at the
-edge it lies beyond, its value in its hover.
+edge it lies beyond, its value in its hover. A switch made during a run is a dashed line there,
+labelled with what it changed as the pairs' provenance shows it ("SiLU → kernel off").
 
 Redraws run on the thread that appends the records, right after a record is appended, at most
 every `interval` seconds and once more when a run ends: for a measurement that is between two
@@ -66,6 +67,7 @@ from kernel_explorer.views.live_figures import (
 from kernel_explorer.views.live_plot import LivePlot
 from kernel_explorer.views.plot_style import (
     KERNEL_OFF,
+    SEPARATOR,
     UNSURE_COLOUR,
     WARN_COLOUR,
     candidate_colour,
@@ -87,6 +89,9 @@ Identity = tuple[str, str, str, str]
 _NOISY_STALLED = 0.1
 #: the kernel-off pairs per layer whose median the "kernel off" point is drawn at
 _OFF_WINDOW = 2000
+#: characters of a switch mark's label along its line (about the plot's height at font size 9);
+#: the whole of what changed is in its hover
+_SWITCH_LABEL = 40
 
 
 def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
@@ -192,6 +197,13 @@ class LivePlots:
         self._drawing = threading.RLock()  # one redraw at a time, whoever draws
         self._pending: list[Record] = []
         self._marks: list[float] = []
+        self._switches: list[float] = []  # this run's switch marks drawn (time.time())
+        # per (layer, instance): (when its latest pair ran, what ran: a candidate's short name or
+        # "kernel off"); and each change between two pairs of one instance: (previous pair's time,
+        # this pair's, layer, what ran before, what runs now): what a switch mark's label says
+        self._ran: dict[tuple[str, str], tuple[float, str]] = {}
+        self._changes: list[tuple[float, float, str, str, str]] = []
+        self._switch_notes: list[dict[str, Any]] = []  # the marks' labels last sent
         self._last_drawn = 0.0
         self._run_id: str | None = None
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
@@ -295,7 +307,8 @@ class LivePlots:
 
     def mark_switch(self, when: float) -> None:
         """A dashed line on the per-pair plot where a switch happened during the run (time.time());
-        drawn with the next redraw."""
+        drawn with the next redraw, labelled with what the switch changed once the pairs show it
+        (`_label_switches`)."""
         with self._lock:
             self._marks.append(when)
 
@@ -333,6 +346,8 @@ class LivePlots:
         if marks and self._start is not None:
             lines = [self._switch_line(when - self._start) for when in marks]
             self.latency.relayout(shapes=[*self.latency.plot_layout.get("shapes", []), *lines])
+            self._switches += marks
+        self._label_switches()
         self._fit()
         for plot in self.figures:
             plot.send_pending()
@@ -398,6 +413,8 @@ class LivePlots:
         ):
             state.clear()
         self._beyond_drawn = None
+        self._switches, self._changes, self._switch_notes = [], [], []
+        self._ran.clear()
         for plot in (self.latency, self.speedup, self.divergence):
             for state in (self._ranges, self._ticks):
                 state.pop(id(plot), None)
@@ -560,6 +577,9 @@ class LivePlots:
             trace = self._pair_trace(name, layer, self._colour(layer, name, kernel_on), kernel_on)
             self._index[name] = self.latency.add_trace(trace)
         self._series[name].add(seconds, speedup)
+        prefix = f"{layer}{SEPARATOR}"  # what ran, for the switch marks: "bundled activation", "kernel off"
+        ran = name[len(prefix) :] if name.startswith(prefix) else "a kernel"
+        self._note_ran(layer, str(instance), when, ran)
         states = self._instances_on[layer]
         if states.get(str(instance)) != kernel_on:
             states[str(instance)] = kernel_on
@@ -589,6 +609,75 @@ class LivePlots:
             "legendgroup": layer,
             "marker": marker,
             "hovertemplate": f"%{{y:.2f}}x at %{{x:.1f}} s: PyTorch / {side}<extra>{name}</extra>",
+        }
+
+    def _note_ran(self, layer: str, instance: str, when: float, ran: str) -> None:
+        """What one instance's pair ran (a candidate's short name, "kernel off"); a change from its
+        previous pair is kept for the switch marks' labels."""
+        key = (layer, instance)
+        before = self._ran.get(key)
+        if before is not None and before[1] != ran:
+            self._changes.append((before[0], when, layer, before[1], ran))
+        self._ran[key] = (when, ran)
+
+    def _label_switches(self) -> None:
+        """Each switch mark's label and hover: what changed across it, read from the pairs' own
+        provenance (the dashboard hears of a switch but not what it was; the pairs record what ran).
+        A change between two pairs of an instance belongs to the latest mark between them (or, where
+        the mark came a moment after the first pair that saw it, the first mark after the earlier
+        pair); a mark whose change no pair has shown yet reads "switch" and says why."""
+        if self._start is None or not self._switches:
+            return
+        seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
+        for previous, when, layer, before, after in self._changes:
+            after_previous = [i for i, mark in enumerate(self._switches) if mark > previous]
+            if not after_previous:
+                continue  # no switch the dashboard heard of: a kernel that raised, put back
+            upto = [i for i in after_previous if self._switches[i] <= when]
+            changed = seen[upto[-1] if upto else after_previous[0]]
+            changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
+        notes = [
+            self._switch_note(index, mark - self._start, changed)
+            for index, (mark, changed) in enumerate(zip(self._switches, seen, strict=True))
+        ]
+        if notes != self._switch_notes:
+            self._switch_notes = notes
+            kept = [
+                a
+                for a in self.latency.plot_layout.get("annotations", [])
+                if not str(a.get("name", "")).startswith("kx-switch")
+            ]
+            self.latency.relayout(annotations=[*kept, *notes])
+
+    @staticmethod
+    def _switch_note(index: int, seconds: float, changed: dict[tuple[str, str, str], int]) -> dict[str, Any]:
+        """A switch mark's label, along its dashed line at the top of the plot: "SiLU → kernel off";
+        its hover says what ran before and after, on how many instances."""
+        if changed:
+            text = "; ".join(dict.fromkeys(f"{layer} → {after}" for layer, _, after in changed))
+            if len(text) > _SWITCH_LABEL:
+                text = text[: _SWITCH_LABEL - 1] + "…"
+            what = "; ".join(
+                f"{layer}: {before} → {after} ({count} instance{'s' if count != 1 else ''})"
+                for (layer, before, after), count in changed.items()
+            )
+            hover = f"switch at {seconds:.1f} s: {what}"
+        else:
+            text = "switch"
+            hover = f"switch at {seconds:.1f} s: what it changed shows when the switched layer's pairs come"
+        return {
+            "name": f"kx-switch-{index}",
+            "text": text,
+            "hovertext": hover,
+            "xref": "x",
+            "x": seconds,
+            "xanchor": "left",
+            "yref": "paper",
+            "y": 1.0,
+            "yanchor": "top",
+            "textangle": -90,
+            "showarrow": False,
+            "font": {"size": 9, "color": UNSURE_COLOUR},
         }
 
     @staticmethod

@@ -312,3 +312,37 @@ def test_what_runs_now_is_shown_with_its_own_measured_speed_never_another_candid
     assert log.latest_verdicts({"SiLU": {BUNDLED.kernel_id}})["SiLU"].speedup > 1.3
     assert log.latest_verdicts({"SiLU": {PEER.kernel_id}})["SiLU"].speedup < 0.3
     assert measured_in(log, {"SiLU": {BUNDLED.kernel_id}})["SiLU"].startswith("run-1")
+
+
+def _switch_notes(plots: LivePlots) -> list[dict]:
+    return [a for a in plots.latency.plot_layout.get("annotations", []) if a["name"].startswith("kx-switch")]
+
+
+def test_a_switch_mark_says_what_the_switch_changed() -> None:
+    """The dashed marks of switches made during a Run carried no label: which of three marks was the
+    SiLU switched off, and which the peer picked, only the pairs around them could tell."""
+    bundled = _pairs("run-1", "SiLU", 1.5, 20, BUNDLED)  # 1.00 .. 1.19 s, two instances
+    off = _pairs("run-1", "SiLU", 1.0, 20, BUNDLED, on=False, t0=2.0)
+    peer = _pairs("run-1", "SiLU", 0.3, 20, PEER, t0=4.0)
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in bundled:
+            log.append(record)
+        plots.mark_switch(1.5)  # the dashboard's time.time() at the switch, on the records' clock
+        plots.flush()
+        (note,) = _switch_notes(plots)  # drawn at once; what it changed shows with the next pairs
+        assert note["text"] == "switch" and note["x"] == 0.5 == plots.latency.plot_layout.shapes[-1]["x0"]
+        for record in off:
+            log.append(record)
+        plots.mark_switch(3.5)
+        for record in peer:
+            log.append(record)
+        plots.flush()
+        first, second = _switch_notes(plots)
+        assert first["text"] == "SiLU → kernel off" and second["text"] == "SiLU → peer plain-silu"
+        assert first["hovertext"] == "switch at 0.5 s: SiLU: bundled activation → kernel off (2 instances)"
+        assert "kernel off → peer plain-silu" in second["hovertext"] and first["x"] < second["x"] == 2.5
+        assert len([s for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]) == 2
+    finally:
+        plots.close()
