@@ -27,7 +27,8 @@ follow the latest run: a run's start clears them (its records stay in the log an
 except the throughput plot, which keeps the last Run's until a run measures throughput again (a
 compare measures none); a new dashboard opens with the latest run the log holds. Conventions shared
 with the report: a log speedup axis with a dotted 1x line, units on every axis and hover, one colour
-per layer for the session and a shade per candidate (`plot_style.layer_colour`).
+per layer from its name, the same in every notebook, and a shade per candidate
+(`plot_style.layer_colour`, `plot_style.candidate_colour`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ from kernel_explorer.records import (
     noise_warning,
 )
 from kernel_explorer.views.live_figures import (
+    BOTTOM_MARGIN,
+    HEIGHT,
     MAX_DRAWN,
+    TOP_MARGIN,
     Series,
     bulk_span,
     error_axis,
@@ -92,6 +96,8 @@ _OFF_WINDOW = 2000
 #: characters of a switch mark's label along its line (about the plot's height at font size 9);
 #: the whole of what changed is in its hover
 _SWITCH_LABEL = 40
+#: pixels two median labels of a layer must be apart in height not to overlap (font size 10)
+_LABEL_PX = 14
 
 
 def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
@@ -855,6 +861,7 @@ class LivePlots:
         self._bars_changed = False
         lows: list[float] = []
         highs: list[float] = []
+        labelled: list[tuple[str, int, float]] = []  # (layer, trace, y) of each point with a label
         for found in dict.fromkeys([*self._verdicts, *self._samples]):
             shown = self._candidate_point(found)
             if shown is None:
@@ -884,6 +891,7 @@ class LivePlots:
             )
             lows.append(low)
             highs.append(high)
+            labelled.append((layer, index, y))
         for layer, samples in self._off.items():
             name = kernel_off_name(layer)
             off = self.layer_off(layer) and bool(samples)
@@ -908,8 +916,32 @@ class LivePlots:
             self.speedup.restyle(index, x=[layer], y=[median], text=[KERNEL_OFF], customdata=[what])
             lows.append(median)
             highs.append(median)
+            labelled.append((layer, index, median))
         if lows:
             self._ranges[id(self.speedup)] = (min(lows), max(highs))
+            self._place_labels(labelled, *padded(min(*lows, 1.0), max(*highs, 1.0)))
+
+    def _place_labels(self, labelled: list[tuple[str, int, float]], low: float, high: float) -> None:
+        """Each median label above its point, but where two points of a layer side by side sit so
+        near in height that their labels would overlap ("1.27x" over "1.31x"), the right one's label
+        goes under its point. Heights in pixels from the axis' span [low, high] and the plot's height."""
+        import math
+
+        per_decade = (HEIGHT - TOP_MARGIN - BOTTOM_MARGIN) / (math.log10(high / low) + 0.08)
+        by_layer: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for layer, index, y in labelled:
+            by_layer[layer].append((index, y))
+        for points in by_layer.values():
+            points.sort(key=lambda point: int(self.speedup.data[point[0]].get("offsetgroup", 0)))
+            previous: tuple[float, str] | None = None  # the left neighbour's height and place
+            for index, y in points:
+                place = "top center"
+                if previous is not None and previous[1] == place:
+                    apart = abs(math.log10(max(y, 1e-30) / max(previous[0], 1e-30))) * per_decade
+                    place = "bottom center" if apart < _LABEL_PX else place
+                previous = (y, place)
+                if self.speedup.data[index].get("textposition") != place:
+                    self.speedup.restyle(index, textposition=place)
 
     def _candidate_point(self, found: Identity) -> tuple[float, float, float, str, str, str] | None:
         """(median, low, high, verdict colour, label, hover) of one candidate's marker."""
