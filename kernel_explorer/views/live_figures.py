@@ -8,6 +8,7 @@ and a note in each empty plot that says what it shows and when it fills.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 from kernel_explorer.views.live_plot import LivePlot, carrier
@@ -31,6 +32,30 @@ def padded(low: float, high: float) -> tuple[float, float]:
     first, last = math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1
     steps = [m * 10.0**e for e in range(first, last + 1) for m in (1, 2, 5)]
     return max(v for v in steps if v <= low * 1.0001), min(v for v in steps if v >= high / 1.0001)
+
+
+#: the per-pair plot's axis spans the points within this reach of their quartiles, in decades: three
+#: interquartile ranges, and at least a factor 2 (0.30 decades) either way however tight the bulk.
+#: A pair timed while the machine stalled (0.01x, 100x) lies far beyond it: a handful of them set
+#: the axis to 0.01x-100x+ in a long Run and squeezed every other point into one line
+BULK_IQRS, BULK_MIN_REACH = 3.0, 0.30
+
+
+def bulk_span(values: Sequence[float]) -> tuple[float, float] | None:
+    """(low, high) of the bulk of `values` (speedups, > 0) on a log axis: the smallest and largest
+    of those within `BULK_IQRS` interquartile ranges of the quartiles (at least `BULK_MIN_REACH`
+    decades); None when there is no value. Quartiles, not the extremes, so a few stalled pairs move
+    it not at all; the fences rather than a fixed quantile, so a short run with one stall among 20
+    pairs leaves that stall out as well, and a bulk that really is wide stays whole."""
+    import numpy as np
+
+    logs = np.log10(np.clip(np.asarray(values, dtype=float), 1e-30, None))
+    if not len(logs):
+        return None
+    first, third = np.percentile(logs, [25, 75])
+    reach = max(BULK_IQRS * (third - first), BULK_MIN_REACH)
+    inside = logs[(logs >= first - reach) & (logs <= third + reach)]
+    return float(10.0 ** inside.min()), float(10.0 ** inside.max())
 
 
 def log_range(low: float, high: float) -> list[float]:

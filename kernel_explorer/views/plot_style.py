@@ -1,9 +1,10 @@
 """The conventions every plot shares (the live dashboard and the HTML report): verdict colours, the
-dotted 1x line of a log speedup axis, one colour per layer for the whole session (a shade per
-candidate) and the words a candidate is named by. Plain data, no plotly import."""
+dotted 1x line of a log speedup axis, one colour per layer (a shade per candidate), the same in
+every notebook, and the words a candidate is named by. Plain data, no plotly import."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from typing import Any
@@ -144,8 +145,8 @@ def log_ticks(low: float, high: float, *, unit: str = "x", decades_only: bool = 
     return {"tickmode": "array", "tickvals": values, "ticktext": text}
 
 
-#: one colour per layer, in the order layers are first drawn in this session (never green or red:
-#: those say faster and slower)
+#: the layers' colours (never green or red: those say faster and slower); a layer takes the one its
+#: name hashes to (`layer_colour`)
 LAYER_PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -162,13 +163,24 @@ _layer_colours: dict[str, str] = {}
 _candidate_shades: dict[tuple[str, str], int] = {}
 
 
+def _slot(name: str, slots: int) -> int:
+    """A place for `name` among `slots` that every process agrees on: blake2s of its UTF-8, not
+    Python's `hash()`, which is salted per process (PYTHONHASHSEED)."""
+    return int.from_bytes(hashlib.blake2s(name.encode(), digest_size=4).digest(), "little") % slots
+
+
 def layer_colour(layer: str) -> str:
-    """The layer's colour for the whole session (the Python process): assigned the first time any
-    plot asks, so a layer keeps it from a Run to the next compare and into the report, whatever the
-    order its traces are drawn in."""
+    """The layer's colour: the palette slot its name hashes to (`_slot`), so "SiLU" is the same colour
+    in every notebook, whatever the order its traces are drawn in. Where a layer of this session
+    (the Python process) holds that slot already, the next free slot after it: two layers drawn
+    together never share a colour (a choice kept for the session, and the same for the same layers
+    asked in the same order; past 8 layers, colours repeat)."""
     with _colours_lock:
         if layer not in _layer_colours:
-            _layer_colours[layer] = LAYER_PALETTE[len(_layer_colours) % len(LAYER_PALETTE)]
+            start, count = _slot(layer, len(LAYER_PALETTE)), len(LAYER_PALETTE)
+            taken = set(_layer_colours.values())
+            probed = [LAYER_PALETTE[(start + step) % count] for step in range(count)]
+            _layer_colours[layer] = next((c for c in probed if c not in taken), probed[0])
         return _layer_colours[layer]
 
 
@@ -178,19 +190,58 @@ def _mix(colour: str, towards: int, share: float) -> str:
     return "#" + "".join(f"{round(c + (towards - c) * share):02x}" for c in channels)
 
 
-#: the shades of a layer's colour its candidates take, in the order they are first drawn
-_SHADES = ((0, 0.0), (0, 0.35), (255, 0.4), (0, 0.6), (255, 0.65))
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of a #rrggbb colour: where a distance is about what an eye tells apart."""
+
+    def linear(channel: int) -> float:
+        value = channel / 255
+        return value / 12.92 if value <= 0.04045 else ((value + 0.055) / 1.055) ** 2.4
+
+    red, green, blue = (linear(int(colour[i : i + 2], 16)) for i in (1, 3, 5))
+    x = (0.4124 * red + 0.3576 * green + 0.1805 * blue) / 0.95047
+    y = 0.2126 * red + 0.7152 * green + 0.0722 * blue
+    z = (0.0193 * red + 0.1192 * green + 0.9505 * blue) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+def shade_distance(first: str, second: str) -> float:
+    """How far apart two #rrggbb colours look: CIE76 delta E (about 2: just noticeable; 25 and up:
+    two markers a reader names apart at a glance)."""
+    return sum((a - b) ** 2 for a, b in zip(_lab(first), _lab(second), strict=True)) ** 0.5
+
+
+#: the shades of a layer's colour its candidates take: (towards black 0 or white 255, how far)
+_SHADES = ((0, 0.0), (0, 0.35), (255, 0.4), (0, 0.65), (255, 0.7))
+#: two candidates of one layer are at least this far apart (`shade_distance`) where the shades allow:
+#: "1.27x" in the layer's colour beside "1.31x" 35% darker (delta E 20 for the blue) read as one
+MIN_SHADE_DISTANCE = 25.0
 
 
 def candidate_colour(layer: str, candidate: str) -> str:
-    """A shade of the layer's colour for one of its candidates, for the whole session: the first
-    candidate drawn takes the layer's colour, the next a darker shade, then a lighter one..."""
+    """A shade of the layer's colour for one of its candidates (`candidate`: its entry name, "SiLU ·
+    bundled activation"): the shade its name hashes to, so it is the same in every notebook, unless
+    a candidate of the layer drawn before it in this session took a shade nearer than
+    `MIN_SHADE_DISTANCE`; then the next shade far enough from every one taken (the farthest where
+    none is). Kept for the session."""
     base = layer_colour(layer)
     with _colours_lock:
         key = (layer, candidate)
         if key not in _candidate_shades:
-            _candidate_shades[key] = sum(1 for known in _candidate_shades if known[0] == layer)
-        towards, share = _SHADES[_candidate_shades[key] % len(_SHADES)]
+            taken = [_mix(base, *_SHADES[i]) for known, i in _candidate_shades.items() if known[0] == layer]
+            start = _slot(candidate, len(_SHADES))
+            order = [(start + step) % len(_SHADES) for step in range(len(_SHADES))]
+
+            def nearest(index: int) -> float:
+                shade = _mix(base, *_SHADES[index])
+                return min((shade_distance(shade, other) for other in taken), default=float("inf"))
+
+            far = [index for index in order if nearest(index) >= MIN_SHADE_DISTANCE]
+            _candidate_shades[key] = far[0] if far else max(order, key=nearest)
+        towards, share = _SHADES[_candidate_shades[key]]
     return _mix(base, towards, share)
 
 

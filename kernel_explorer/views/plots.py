@@ -13,7 +13,11 @@ What a redraw costs is bounded by what is new, however long the run: records are
 redraw sends the points completed since the last one (`live_plot.LivePlot` extends the traces in
 the browser), the per-candidate markers and a few layout properties. Each per-pair trace keeps a
 fixed budget of points (`live_figures.Series`: past it, each point becomes the median of 2, 4, 8...
-consecutive pairs), in Python's copy and in the browser alike.
+consecutive pairs), in Python's copy and in the browser alike. The per-pair plot's axis spans the
+bulk of its points (`live_figures.bulk_span`), every candidate's median and interval and 1x: a pair
+timed while the machine stalled (0.01x, 100x) no longer sets it, and is drawn as a triangle at the
+edge it lies beyond, its value in its hover. A switch made during a run is a dashed line there,
+labelled with what it changed as the pairs' provenance shows it ("SiLU → kernel off").
 
 Redraws run on the thread that appends the records, right after a record is appended, at most
 every `interval` seconds and once more when a run ends: for a measurement that is between two
@@ -23,7 +27,8 @@ follow the latest run: a run's start clears them (its records stay in the log an
 except the throughput plot, which keeps the last Run's until a run measures throughput again (a
 compare measures none); a new dashboard opens with the latest run the log holds. Conventions shared
 with the report: a log speedup axis with a dotted 1x line, units on every axis and hover, one colour
-per layer for the session and a shade per candidate (`plot_style.layer_colour`).
+per layer from its name, the same in every notebook, and a shade per candidate
+(`plot_style.layer_colour`, `plot_style.candidate_colour`).
 """
 
 from __future__ import annotations
@@ -51,8 +56,12 @@ from kernel_explorer.records import (
     noise_warning,
 )
 from kernel_explorer.views.live_figures import (
+    BOTTOM_MARGIN,
+    HEIGHT,
     MAX_DRAWN,
+    TOP_MARGIN,
     Series,
+    bulk_span,
     error_axis,
     live_figures,
     log_range,
@@ -62,6 +71,7 @@ from kernel_explorer.views.live_figures import (
 from kernel_explorer.views.live_plot import LivePlot
 from kernel_explorer.views.plot_style import (
     KERNEL_OFF,
+    SEPARATOR,
     UNSURE_COLOUR,
     WARN_COLOUR,
     candidate_colour,
@@ -83,6 +93,11 @@ Identity = tuple[str, str, str, str]
 _NOISY_STALLED = 0.1
 #: the kernel-off pairs per layer whose median the "kernel off" point is drawn at
 _OFF_WINDOW = 2000
+#: characters of a switch mark's label along its line (about the plot's height at font size 9);
+#: the whole of what changed is in its hover
+_SWITCH_LABEL = 40
+#: pixels two median labels of a layer must be apart in height not to overlap (font size 10)
+_LABEL_PX = 14
 
 
 def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
@@ -188,6 +203,13 @@ class LivePlots:
         self._drawing = threading.RLock()  # one redraw at a time, whoever draws
         self._pending: list[Record] = []
         self._marks: list[float] = []
+        self._switches: list[float] = []  # this run's switch marks drawn (time.time())
+        # per (layer, instance): (when its latest pair ran, what ran: a candidate's short name or
+        # "kernel off"); and each change between two pairs of one instance: (previous pair's time,
+        # this pair's, layer, what ran before, what runs now): what a switch mark's label says
+        self._ran: dict[tuple[str, str], tuple[float, str]] = {}
+        self._changes: list[tuple[float, float, str, str, str]] = []
+        self._switch_notes: list[dict[str, Any]] = []  # the marks' labels last sent
         self._last_drawn = 0.0
         self._run_id: str | None = None
         self._starts: dict[str, float] = {}  # run id -> when it started, until its first point
@@ -206,6 +228,9 @@ class LivePlots:
         self._steps: dict[str, int] = {}  # the step each trace's hover and the axis title say
         self._verdicts: dict[Identity, LayerVerdict] = {}
         self._marker_index: dict[str, int] = {}  # entry name -> its trace in the median plot
+        # per-pair trace name -> the trace of its points beyond the axis (triangles at its edge)
+        self._beyond_index: dict[str, int] = {}
+        self._beyond_drawn: tuple[float, float] | None = None  # the range those were drawn for
         self._error_index: dict[str, int] = {}  # entry name -> its trace in the error plot
         self._worst: dict[Identity, dict[str, float]] = defaultdict(dict)  # kernel-on values only
         self._off_worst: dict[str, float] = {}  # per layer: the largest error while its kernel was off
@@ -288,7 +313,8 @@ class LivePlots:
 
     def mark_switch(self, when: float) -> None:
         """A dashed line on the per-pair plot where a switch happened during the run (time.time());
-        drawn with the next redraw."""
+        drawn with the next redraw, labelled with what the switch changed once the pairs show it
+        (`_label_switches`)."""
         with self._lock:
             self._marks.append(when)
 
@@ -326,6 +352,8 @@ class LivePlots:
         if marks and self._start is not None:
             lines = [self._switch_line(when - self._start) for when in marks]
             self.latency.relayout(shapes=[*self.latency.plot_layout.get("shapes", []), *lines])
+            self._switches += marks
+        self._label_switches()
         self._fit()
         for plot in self.figures:
             plot.send_pending()
@@ -387,8 +415,12 @@ class LivePlots:
             self._steps,
             self._marker_index,
             self._error_index,
+            self._beyond_index,
         ):
             state.clear()
+        self._beyond_drawn = None
+        self._switches, self._changes, self._switch_notes = [], [], []
+        self._ran.clear()
         for plot in (self.latency, self.speedup, self.divergence):
             for state in (self._ranges, self._ticks):
                 state.pop(id(plot), None)
@@ -551,6 +583,9 @@ class LivePlots:
             trace = self._pair_trace(name, layer, self._colour(layer, name, kernel_on), kernel_on)
             self._index[name] = self.latency.add_trace(trace)
         self._series[name].add(seconds, speedup)
+        prefix = f"{layer}{SEPARATOR}"  # what ran, for the switch marks: "bundled activation", "kernel off"
+        ran = name[len(prefix) :] if name.startswith(prefix) else "a kernel"
+        self._note_ran(layer, str(instance), when, ran)
         states = self._instances_on[layer]
         if states.get(str(instance)) != kernel_on:
             states[str(instance)] = kernel_on
@@ -582,6 +617,75 @@ class LivePlots:
             "hovertemplate": f"%{{y:.2f}}x at %{{x:.1f}} s: PyTorch / {side}<extra>{name}</extra>",
         }
 
+    def _note_ran(self, layer: str, instance: str, when: float, ran: str) -> None:
+        """What one instance's pair ran (a candidate's short name, "kernel off"); a change from its
+        previous pair is kept for the switch marks' labels."""
+        key = (layer, instance)
+        before = self._ran.get(key)
+        if before is not None and before[1] != ran:
+            self._changes.append((before[0], when, layer, before[1], ran))
+        self._ran[key] = (when, ran)
+
+    def _label_switches(self) -> None:
+        """Each switch mark's label and hover: what changed across it, read from the pairs' own
+        provenance (the dashboard hears of a switch but not what it was; the pairs record what ran).
+        A change between two pairs of an instance belongs to the latest mark between them (or, where
+        the mark came a moment after the first pair that saw it, the first mark after the earlier
+        pair); a mark whose change no pair has shown yet reads "switch" and says why."""
+        if self._start is None or not self._switches:
+            return
+        seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
+        for previous, when, layer, before, after in self._changes:
+            after_previous = [i for i, mark in enumerate(self._switches) if mark > previous]
+            if not after_previous:
+                continue  # no switch the dashboard heard of: a kernel that raised, put back
+            upto = [i for i in after_previous if self._switches[i] <= when]
+            changed = seen[upto[-1] if upto else after_previous[0]]
+            changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
+        notes = [
+            self._switch_note(index, mark - self._start, changed)
+            for index, (mark, changed) in enumerate(zip(self._switches, seen, strict=True))
+        ]
+        if notes != self._switch_notes:
+            self._switch_notes = notes
+            kept = [
+                a
+                for a in self.latency.plot_layout.get("annotations", [])
+                if not str(a.get("name", "")).startswith("kx-switch")
+            ]
+            self.latency.relayout(annotations=[*kept, *notes])
+
+    @staticmethod
+    def _switch_note(index: int, seconds: float, changed: dict[tuple[str, str, str], int]) -> dict[str, Any]:
+        """A switch mark's label, along its dashed line at the top of the plot: "SiLU → kernel off";
+        its hover says what ran before and after, on how many instances."""
+        if changed:
+            text = "; ".join(dict.fromkeys(f"{layer} → {after}" for layer, _, after in changed))
+            if len(text) > _SWITCH_LABEL:
+                text = text[: _SWITCH_LABEL - 1] + "…"
+            what = "; ".join(
+                f"{layer}: {before} → {after} ({count} instance{'s' if count != 1 else ''})"
+                for (layer, before, after), count in changed.items()
+            )
+            hover = f"switch at {seconds:.1f} s: {what}"
+        else:
+            text = "switch"
+            hover = f"switch at {seconds:.1f} s: what it changed shows when the switched layer's pairs come"
+        return {
+            "name": f"kx-switch-{index}",
+            "text": text,
+            "hovertext": hover,
+            "xref": "x",
+            "x": seconds,
+            "xanchor": "left",
+            "yref": "paper",
+            "y": 1.0,
+            "yanchor": "top",
+            "textangle": -90,
+            "showarrow": False,
+            "font": {"size": 9, "color": UNSURE_COLOUR},
+        }
+
     @staticmethod
     def _switch_line(seconds: float) -> dict[str, Any]:
         return {
@@ -599,7 +703,9 @@ class LivePlots:
 
     def _send_points(self) -> None:
         """The points each per-pair trace completed since the last redraw, appended in the browser;
-        a trace whose budget filled is sent whole once, at its new step (half the budget)."""
+        a trace whose budget filled is sent whole once, at its new step (half the budget). The y axis
+        then spans the bulk of the points drawn (`live_figures.bulk_span`), not their extremes."""
+        moved = False
         for name, series in self._series.items():
             x, y, whole = series.new_points()
             if not x:
@@ -609,7 +715,7 @@ class LivePlots:
                 self.latency.restyle(index, x=x, y=y)
             else:
                 self.latency.extend(index, x, y, MAX_DRAWN)
-            self._widen(self.latency, min(y), max(y))
+            moved = True
             if series.step != self._steps.get(name, 1):
                 self._steps[name] = series.step
                 hover = re.sub(
@@ -619,6 +725,12 @@ class LivePlots:
                 )
                 # said per point, not in the x title: beside the legend that was cut at both ends
                 self.latency.restyle(index, hovertemplate=hover)
+        if moved:
+            drawn = [y for index in self._index.values() for y in self.latency.data[index]["y"]]
+            span = bulk_span(drawn)
+            if span is not None:
+                self._ranges[id(self.latency)] = span
+            self._beyond_drawn = None  # the points changed: which lie beyond the axis is asked again
 
     def _widen(self, plot: LivePlot, low: float, high: float) -> None:
         found = self._ranges.get(id(plot))
@@ -640,6 +752,11 @@ class LivePlots:
                     update["shapes"] = [one_x_line(), *plot.plot_layout.get("shapes", [])]
                 plot.relayout(**update)
             low, high = self._ranges[id(plot)]
+            if plot is self.latency and id(self.speedup) in self._ranges:
+                # every candidate's median and interval (stalled pairs left out) stays in view: a
+                # slow candidate's few pairs are no outliers of the others' bulk
+                medians = self._ranges[id(self.speedup)]
+                low, high = min(low, medians[0]), max(high, medians[1])
             if plot is self.latency or plot is self.speedup:  # 1x stays in view: the dotted line
                 low, high = padded(min(low, 1.0), max(high, 1.0))
                 ticks = speedup_axis(low, high)
@@ -659,11 +776,58 @@ class LivePlots:
                         "yaxis.autorange": False,
                     }
                 )
+            if plot is self.latency:
+                self._draw_beyond(low, high)
         for plot in (self.latency, self.speedup, self.divergence):
             names = [trace["name"] for trace in plot.data if trace.get("showlegend", True) and trace.get("x")]
             right = legend_margin(names)
             if plot.plot_layout["margin"].get("r") != right:
                 plot.relayout(**{"margin.r": right})
+
+    def _draw_beyond(self, low: float, high: float) -> None:
+        """Each per-pair point beyond the axis' range [low, high] (a pair timed while the machine
+        stalled, most often) as a triangle at the edge it lies beyond, in its candidate's colour, its
+        value in its hover: the axis spans the bulk of the pairs, and nothing is hidden silently. One
+        trace per candidate with such points (a trace takes one colour), out of the legend; redrawn
+        only when the points or the range moved."""
+        if self._beyond_drawn == (low, high):
+            return
+        self._beyond_drawn = (low, high)
+        for name, index in self._index.items():
+            trace = self.latency.data[index]
+            xs, ys, symbols, hover = [], [], [], []
+            for x, y in zip(trace.get("x", []), trace.get("y", []), strict=True):
+                if low / 1.0001 <= y <= high * 1.0001:
+                    continue
+                above = y > high
+                xs.append(x)
+                ys.append(high if above else low)
+                symbols.append("triangle-up" if above else "triangle-down")
+                hover.append(
+                    f"{y:.3g}x at {x:.1f} s, {'above' if above else 'below'} the axis (drawn at its "
+                    "edge: the axis spans the bulk of the pairs)"
+                )
+            if not xs and name not in self._beyond_index:
+                continue
+            if name not in self._beyond_index:
+                marker = {"size": 8, "color": trace["marker"]["color"], "opacity": 0.9}
+                self._beyond_index[name] = self.latency.add_trace(
+                    {
+                        "type": "scatter",
+                        "x": [],
+                        "y": [],
+                        "mode": "markers",
+                        "name": f"{name} (beyond the axis)",
+                        "legendgroup": trace.get("legendgroup"),
+                        "showlegend": False,
+                        "marker": marker,
+                        "hovertext": [],
+                        "hovertemplate": f"%{{hovertext}}<extra>{name}</extra>",
+                    }
+                )
+            beyond = self._beyond_index[name]
+            if self.latency.data[beyond].get("x") or xs:
+                self.latency.restyle(beyond, x=xs, y=ys, hovertext=hover, **{"marker.symbol": symbols})
 
     def _marker_trace(
         self, plot: LivePlot, table: dict[str, int], name: str, layer: str, **trace: Any
@@ -697,6 +861,7 @@ class LivePlots:
         self._bars_changed = False
         lows: list[float] = []
         highs: list[float] = []
+        labelled: list[tuple[str, int, float]] = []  # (layer, trace, y) of each point with a label
         for found in dict.fromkeys([*self._verdicts, *self._samples]):
             shown = self._candidate_point(found)
             if shown is None:
@@ -726,6 +891,7 @@ class LivePlots:
             )
             lows.append(low)
             highs.append(high)
+            labelled.append((layer, index, y))
         for layer, samples in self._off.items():
             name = kernel_off_name(layer)
             off = self.layer_off(layer) and bool(samples)
@@ -750,8 +916,32 @@ class LivePlots:
             self.speedup.restyle(index, x=[layer], y=[median], text=[KERNEL_OFF], customdata=[what])
             lows.append(median)
             highs.append(median)
+            labelled.append((layer, index, median))
         if lows:
             self._ranges[id(self.speedup)] = (min(lows), max(highs))
+            self._place_labels(labelled, *padded(min(*lows, 1.0), max(*highs, 1.0)))
+
+    def _place_labels(self, labelled: list[tuple[str, int, float]], low: float, high: float) -> None:
+        """Each median label above its point, but where two points of a layer side by side sit so
+        near in height that their labels would overlap ("1.27x" over "1.31x"), the right one's label
+        goes under its point. Heights in pixels from the axis' span [low, high] and the plot's height."""
+        import math
+
+        per_decade = (HEIGHT - TOP_MARGIN - BOTTOM_MARGIN) / (math.log10(high / low) + 0.08)
+        by_layer: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for layer, index, y in labelled:
+            by_layer[layer].append((index, y))
+        for points in by_layer.values():
+            points.sort(key=lambda point: int(self.speedup.data[point[0]].get("offsetgroup", 0)))
+            previous: tuple[float, str] | None = None  # the left neighbour's height and place
+            for index, y in points:
+                place = "top center"
+                if previous is not None and previous[1] == place:
+                    apart = abs(math.log10(max(y, 1e-30) / max(previous[0], 1e-30))) * per_decade
+                    place = "bottom center" if apart < _LABEL_PX else place
+                previous = (y, place)
+                if self.speedup.data[index].get("textposition") != place:
+                    self.speedup.restyle(index, textposition=place)
 
     def _candidate_point(self, found: Identity) -> tuple[float, float, float, str, str, str] | None:
         """(median, low, high, verdict colour, label, hover) of one candidate's marker."""

@@ -17,7 +17,13 @@ from kernel_explorer.measure.kinds.values.records import LayerDivergence
 from kernel_explorer.measure.log import ResultLog
 from kernel_explorer.measure.records import Provenance, Record, RunEvent
 from kernel_explorer.views.live_plot import LivePlot
-from kernel_explorer.views.plot_style import candidate_colour, candidate_short, layer_colour
+from kernel_explorer.views.plot_style import (
+    MIN_SHADE_DISTANCE,
+    candidate_colour,
+    candidate_short,
+    layer_colour,
+    shade_distance,
+)
 from kernel_explorer.views.plots import LivePlots, kernel_off_name
 
 BUNDLED = Provenance(
@@ -167,9 +173,12 @@ def test_a_layer_keeps_its_colour_for_the_session_and_each_candidate_a_shade() -
         candidate_colour("SiLU", "SiLU · peer plain-silu")
         == traces["SiLU · peer plain-silu"]["marker"]["color"]
     )
-    # a layer's first candidate takes the layer's colour, the next ones shades of it, each kept
+    # each candidate a shade of its layer's colour, kept for the session, two of them far apart
     first, second = candidate_colour("Fresh", "Fresh · a"), candidate_colour("Fresh", "Fresh · b")
-    assert first == layer_colour("Fresh") != second == candidate_colour("Fresh", "Fresh · b")
+    assert first != second == candidate_colour("Fresh", "Fresh · b") and first == candidate_colour(
+        "Fresh", "Fresh · a"
+    )
+    assert shade_distance(first, second) >= MIN_SHADE_DISTANCE
 
 
 def test_kernel_off_traces_take_their_layers_colour_and_no_trace_has_a_colour_array() -> None:
@@ -312,3 +321,54 @@ def test_what_runs_now_is_shown_with_its_own_measured_speed_never_another_candid
     assert log.latest_verdicts({"SiLU": {BUNDLED.kernel_id}})["SiLU"].speedup > 1.3
     assert log.latest_verdicts({"SiLU": {PEER.kernel_id}})["SiLU"].speedup < 0.3
     assert measured_in(log, {"SiLU": {BUNDLED.kernel_id}})["SiLU"].startswith("run-1")
+
+
+def _switch_notes(plots: LivePlots) -> list[dict]:
+    return [a for a in plots.latency.plot_layout.get("annotations", []) if a["name"].startswith("kx-switch")]
+
+
+def test_a_switch_mark_says_what_the_switch_changed() -> None:
+    """The dashed marks of switches made during a Run carried no label: which of three marks was the
+    SiLU switched off, and which the peer picked, only the pairs around them could tell."""
+    bundled = _pairs("run-1", "SiLU", 1.5, 20, BUNDLED)  # 1.00 .. 1.19 s, two instances
+    off = _pairs("run-1", "SiLU", 1.0, 20, BUNDLED, on=False, t0=2.0)
+    peer = _pairs("run-1", "SiLU", 0.3, 20, PEER, t0=4.0)
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in bundled:
+            log.append(record)
+        plots.mark_switch(1.5)  # the dashboard's time.time() at the switch, on the records' clock
+        plots.flush()
+        (note,) = _switch_notes(plots)  # drawn at once; what it changed shows with the next pairs
+        assert note["text"] == "switch" and note["x"] == 0.5 == plots.latency.plot_layout.shapes[-1]["x0"]
+        for record in off:
+            log.append(record)
+        plots.mark_switch(3.5)
+        for record in peer:
+            log.append(record)
+        plots.flush()
+        first, second = _switch_notes(plots)
+        assert first["text"] == "SiLU → kernel off" and second["text"] == "SiLU → peer plain-silu"
+        assert first["hovertext"] == "switch at 0.5 s: SiLU: bundled activation → kernel off (2 instances)"
+        assert "kernel off → peer plain-silu" in second["hovertext"] and first["x"] < second["x"] == 2.5
+        assert len([s for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]) == 2
+    finally:
+        plots.close()
+
+
+def test_two_close_medians_of_a_layer_keep_their_labels_apart() -> None:
+    """ "1.27x" and "1.31x", two candidates of one layer side by side, were drawn over each other."""
+    bundled = _pairs("run-1", "SiLU", 1.27, 40, BUNDLED)
+    peer = _pairs("run-1", "SiLU", 1.31, 40, PEER, t0=5.0)
+    far = _pairs("run-1", "RMSNorm", 1.5, 40, BUNDLED, t0=10.0) + _pairs(
+        "run-1", "RMSNorm", 0.3, 40, PEER, t0=12.0
+    )
+    verdicts = [_verdict("run-1", "SiLU", bundled, BUNDLED, 4.0), _verdict("run-1", "SiLU", peer, PEER, 9.0)]
+    with _plots([*bundled, verdicts[0], *peer, verdicts[1], *far]) as (_, plots):
+        points = _by_name(plots.speedup)
+        near = [points["SiLU · bundled activation"], points["SiLU · peer plain-silu"]]
+        assert abs(near[0]["y"][0] - near[1]["y"][0]) < 0.1  # the review's case: labels at one height
+        assert {trace["textposition"] for trace in near} == {"top center", "bottom center"}
+        apart = [points["RMSNorm · bundled activation"], points["RMSNorm · peer plain-silu"]]
+        assert [trace["textposition"] for trace in apart] == ["top center", "top center"]

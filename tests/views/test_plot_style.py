@@ -73,3 +73,64 @@ def test_widget_css_takes_theme_colours_only_from_jupyterlab_variables() -> None
                 fixed = re.search(r"#[0-9a-fA-F]{3,8}\b|rgba?\(|\b(black|white|gray|grey)\b", colour)
                 if fixed and prop in ("color", "background", "background-color", "border", "border-bottom"):
                     assert ".kx-badge" in selector, f"{name}: {selector.strip()} {prop}: {value}"
+
+
+def _colours_in_a_fresh_process(code: str) -> str:
+    """What `code` prints in a new interpreter (another notebook's kernel), with its own hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONHASHSEED": str(len(code))}
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return found.stdout.strip()
+
+
+def test_a_layers_colour_is_the_same_in_every_notebook_whatever_came_first() -> None:
+    """Colours went to layers in the order they were first drawn: SiLU was blue in one notebook and
+    orange in the next, and a candidate's shade followed the order its traces came in."""
+    ask = (
+        "from kernel_explorer.views.plot_style import candidate_colour as s, layer_colour as c\n"
+        "for name in {names}: c(name)\n"
+        "print(c('SiLU'), c('RMSNorm'), c('attention'), s('SiLU', 'SiLU · peer plain-silu'))"
+    )
+    one = _colours_in_a_fresh_process(ask.format(names=["SiLU", "RMSNorm", "attention"]))
+    other = _colours_in_a_fresh_process(
+        ask.format(names=["attention", "RMSNorm", "SiLU"]).replace(
+            "print(", "s('SiLU', 'SiLU · bundled activation'); print("
+        )
+    )
+    assert one == other and len(set(one.split()[:3])) == 3
+
+
+def test_two_layers_whose_names_hash_alike_take_two_colours() -> None:
+    from kernel_explorer.views.plot_style import LAYER_PALETTE, _slot
+
+    first, second = (
+        "SiLU",
+        next(n for n in ("GeLU", "LayerNorm", "Llama4TextMoe") if _slot(n, 8) == _slot("SiLU", 8)),
+    )
+    ask = (
+        f"from kernel_explorer.views.plot_style import layer_colour as c\nprint(c({first!r}), c({second!r}))"
+    )
+    colours = _colours_in_a_fresh_process(ask).split()
+    assert colours[0] == LAYER_PALETTE[_slot(first, len(LAYER_PALETTE))] != colours[1]
+
+
+def test_two_candidates_of_any_layer_take_shades_a_reader_tells_apart() -> None:
+    from kernel_explorer.views.plot_style import (
+        LAYER_PALETTE,
+        MIN_SHADE_DISTANCE,
+        candidate_colour,
+        layer_colour,
+        shade_distance,
+    )
+
+    colours = set()
+    for number in range(40):  # layers of every palette colour, two candidates each
+        layer = f"Layer{number}-shades"
+        colours.add(layer_colour(layer))
+        first = candidate_colour(layer, f"{layer} · bundled activation")
+        second = candidate_colour(layer, f"{layer} · peer plain-silu")
+        assert shade_distance(first, second) >= MIN_SHADE_DISTANCE, (layer, first, second)
+    assert colours == set(LAYER_PALETTE)

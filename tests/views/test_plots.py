@@ -181,3 +181,61 @@ def test_the_live_plots_send_plotly_js_once() -> None:
         assert max(sizes[1:]) < 50_000, f"a later plot carries plotly.js again: {sizes}"
     finally:
         plots.close()
+
+
+def _pair(speedup: float, at: float, *, stalled: bool = False, layer: str = "RMSNorm") -> Record:
+    """One real pair: PyTorch's 2 µs against the kernel's time that gives `speedup`."""
+    return Record(
+        "run-1",
+        LayerLatency(2e-6, 2e-6 / speedup, speedup, kernel_on=True, stalled=stalled),
+        layer,
+        f"{layer}.0",
+        time=at,
+    )
+
+
+def test_the_per_pair_axis_spans_the_bulk_and_marks_stalled_pairs_at_its_edge() -> None:
+    """A long Run's per-pair axis read 0.01x-100x+: four pairs timed while the machine stalled set
+    it, and the 200 others (1.2-1.3x) were one flat line in the middle."""
+    bulk = [_pair(1.2 + (i % 7) / 70, 1.0 + i) for i in range(200)]
+    stalls = [_pair(0.01, 50.5, stalled=True), _pair(0.012, 90.5, stalled=True), _pair(120.0, 130.5)]
+    stalls.append(_pair(95.0, 170.5, stalled=True))
+    with _drawn(sorted([*bulk, *stalls], key=lambda r: r.time)) as (_, plots):
+        low, high = (10**v for v in plots.latency.plot_layout.yaxis.range)
+        assert 0.4 < low <= 1.0 and 1.3 < high < 3.0, (low, high)  # the bulk and the 1x line
+        labelled = plots.latency.plot_layout.yaxis.tickvals
+        assert 2 <= len(labelled) <= MAX_TICKS and all(low <= v <= high for v in labelled)
+        beyond = [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
+        (edge,) = beyond  # one trace: the layer's colour, out of the legend
+        assert edge.showlegend is False and edge.marker.color == plots.latency.data[0].marker.color
+        assert sorted(edge.x) == [50.5 - 1.0, 90.5 - 1.0, 130.5 - 1.0, 170.5 - 1.0]  # seconds into the run
+        at = dict(zip(edge.x, zip(edge.y, edge.marker.symbol, edge.hovertext, strict=True), strict=True))
+        top, bottom = 10 ** padded_edge(plots, "top"), 10 ** padded_edge(plots, "bottom")
+        assert at[49.5][:2] == (bottom, "triangle-down") and "0.01x" in at[49.5][2]
+        assert at[129.5][:2] == (top, "triangle-up") and "120x" in at[129.5][2]
+        # nothing is hidden: each pair the axis leaves out has its triangle at the edge
+        pairs = plots.latency.data[0]
+        assert len(pairs.y) == 204 and sum(not low <= y <= high for y in pairs.y) == len(edge.x)
+
+
+def padded_edge(plots: LivePlots, which: str) -> float:
+    """The axis' edge value (log10) without the room left for a marker drawn whole there."""
+    low, high = plots.latency.plot_layout.yaxis.range
+    return low + 0.04 if which == "bottom" else high - 0.04
+
+
+def test_a_slow_candidates_few_pairs_and_its_median_stay_in_view() -> None:
+    """The bulk is not everything: a candidate whose pairs all lie at 0.05x (a slow kernel) is no
+    stall; its median point keeps its pairs on the axis."""
+    from kernel_explorer.measure.records import Provenance
+
+    slow = Provenance(kernel_id="_slow_cpu_1a2b", isa=None, candidate="peer/slow-silu:Slow (cpu, inference)")
+    fast = [_pair(1.5 + (i % 5) / 100, 1.0 + i / 10, layer="SiLU") for i in range(300)]
+    crawling = [
+        Record("run-1", LayerLatency(2e-6, 4e-5, 0.05), "SiLU", "SiLU.0", time=40.0 + i / 10, provenance=slow)
+        for i in range(6)
+    ]
+    with _drawn([*fast, *crawling]) as (_, plots):
+        low, _ = (10**v for v in plots.latency.plot_layout.yaxis.range)
+        assert low <= 0.05
+        assert not [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
