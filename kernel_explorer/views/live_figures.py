@@ -58,6 +58,25 @@ def bulk_span(values: Sequence[float]) -> tuple[float, float] | None:
     return float(10.0 ** inside.min()), float(10.0 ** inside.max())
 
 
+#: a per-pair trace with fewer points than this has no bulk of its own (one of its two pairs may be a
+#: stall): its candidate's median and interval keep it in view (`plots.LivePlots._fit`)
+BULK_MIN_POINTS = 8
+
+
+def traces_span(traces: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """(low, high) spanning the bulk of each trace (`bulk_span` of each candidate's points on its
+    own), the union of them; None when no trace has a point. Per trace, not pooled: a compare's two
+    candidates at 0.88x and 0.27x made one wide interquartile range of the pooled points, and the
+    axis grew to 0.01x-20x with the stalled pairs drawn as ordinary points. A trace of fewer than
+    `BULK_MIN_POINTS` points counts only where no trace has that many (the start of a run)."""
+    full = [values for values in traces if len(values) >= BULK_MIN_POINTS]
+    spans = [bulk_span(values) for values in full] if full else [bulk_span([v for t in traces for v in t])]
+    found = [span for span in spans if span is not None]
+    if not found:
+        return None
+    return min(low for low, _ in found), max(high for _, high in found)
+
+
 def log_range(low: float, high: float) -> list[float]:
     """A log axis' range (plotly takes log10 units) from `low` to `high`, with a little room so a
     marker at either end is drawn whole."""

@@ -14,10 +14,10 @@ redraw sends the points completed since the last one (`live_plot.LivePlot` exten
 the browser), the per-candidate markers and a few layout properties. Each per-pair trace keeps a
 fixed budget of points (`live_figures.Series`: past it, each point becomes the median of 2, 4, 8...
 consecutive pairs), in Python's copy and in the browser alike. The per-pair plot's axis spans the
-bulk of its points (`live_figures.bulk_span`), every candidate's median and interval and 1x: a pair
-timed while the machine stalled (0.01x, 100x) no longer sets it, and is drawn as a triangle at the
-edge it lies beyond, its value in its hover. A switch made during a run is a dashed line there,
-labelled with what it changed as the pairs' provenance shows it ("SiLU → kernel off").
+bulk of each candidate's points (`live_figures.traces_span`), every candidate's median and interval
+and 1x: a pair timed while the machine stalled (0.01x, 100x) no longer sets it, and is drawn as a
+triangle at the edge it lies beyond, its value in its hover. A switch made during a run is a dashed
+line there, labelled with what it changed as the pairs' provenance shows it ("SiLU → kernel off").
 
 Redraws run on the thread that appends the records, right after a record is appended, at most
 every `interval` seconds and once more when a run ends: for a measurement that is between two
@@ -61,12 +61,12 @@ from kernel_explorer.views.live_figures import (
     MAX_DRAWN,
     TOP_MARGIN,
     Series,
-    bulk_span,
     error_axis,
     live_figures,
     log_range,
     padded,
     speedup_axis,
+    traces_span,
 )
 from kernel_explorer.views.live_plot import LivePlot
 from kernel_explorer.views.plot_style import (
@@ -704,7 +704,8 @@ class LivePlots:
     def _send_points(self) -> None:
         """The points each per-pair trace completed since the last redraw, appended in the browser;
         a trace whose budget filled is sent whole once, at its new step (half the budget). The y axis
-        then spans the bulk of the points drawn (`live_figures.bulk_span`), not their extremes."""
+        then spans the bulk of each trace's points drawn (`live_figures.traces_span`), not their
+        extremes."""
         moved = False
         for name, series in self._series.items():
             x, y, whole = series.new_points()
@@ -726,8 +727,7 @@ class LivePlots:
                 # said per point, not in the x title: beside the legend that was cut at both ends
                 self.latency.restyle(index, hovertemplate=hover)
         if moved:
-            drawn = [y for index in self._index.values() for y in self.latency.data[index]["y"]]
-            span = bulk_span(drawn)
+            span = traces_span([self.latency.data[index]["y"] for index in self._index.values()])
             if span is not None:
                 self._ranges[id(self.latency)] = span
             self._beyond_drawn = None  # the points changed: which lie beyond the axis is asked again

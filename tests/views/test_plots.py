@@ -239,3 +239,40 @@ def test_a_slow_candidates_few_pairs_and_its_median_stay_in_view() -> None:
         low, _ = (10**v for v in plots.latency.plot_layout.yaxis.range)
         assert low <= 0.05
         assert not [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
+
+
+def test_a_compares_two_far_candidates_keep_the_axis_to_their_own_bulks() -> None:
+    """A compare of candidates at 0.88x and 0.27x read 0.01x-20x: quartiles of the pooled pairs lay
+    one in each cluster, and the stalled pairs (0.015x, 6-20x) were drawn as ordinary points."""
+    from kernel_explorer.measure.records import Provenance
+
+    def candidate(name: str) -> Provenance:
+        return Provenance(
+            kernel_id=f"_{name}_cpu_1a2b", isa=None, candidate=f"peer/{name}:Silu (cpu, inference)"
+        )
+
+    near, slow = candidate("near-silu"), candidate("slow-silu")
+    records = [
+        Record(
+            "run-1", LayerLatency(2e-6, 2e-6 / s, s), "SiLU", "SiLU.0", time=1.0 + i / 100, provenance=near
+        )
+        for i, s in enumerate(0.88 * (1 + (i % 9 - 4) / 40) for i in range(150))
+    ]
+    stalls = [(0.015, 1.2), (6.0, 1.3), (11.0, 1.4), (20.0, 1.5)]
+    records += [
+        Record(
+            "run-1", LayerLatency(2e-6, 2e-6 / s, s, stalled=True), "SiLU", "SiLU.0", time=t, provenance=near
+        )
+        for s, t in stalls
+    ]
+    records += [
+        Record(
+            "run-1", LayerLatency(2e-6, 2e-6 / s, s), "SiLU", "SiLU.0", time=3.0 + i / 100, provenance=slow
+        )
+        for i, s in enumerate(0.27 * (1 + (i % 7 - 3) / 30) for i in range(150))
+    ]
+    with _drawn(sorted(records, key=lambda r: r.time)) as (_, plots):
+        low, high = (10**v for v in plots.latency.plot_layout.yaxis.range)
+        assert 0.1 <= low < 0.25 and 1.0 <= high <= 2.0, (low, high)
+        (edge,) = [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
+        assert sorted(round(x, 3) for x in edge.x) == [round(t - 1.0, 3) for _, t in stalls]
