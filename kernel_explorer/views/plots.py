@@ -787,7 +787,8 @@ class LivePlots:
     def _draw_beyond(self, low: float, high: float) -> None:
         """Each per-pair point beyond the axis' range [low, high] (a pair timed while the machine
         stalled, most often) as a triangle at the edge it lies beyond, in its candidate's colour, its
-        value in its hover: the axis spans the bulk of the pairs, and nothing is hidden silently. One
+        value and time in its hover (the trace's name beside them): the axis spans the bulk of the
+        pairs, and nothing is hidden silently. Unclipped by the axis, so a triangle is whole. One
         trace per candidate with such points (a trace takes one colour), out of the legend; redrawn
         only when the points or the range moved."""
         if self._beyond_drawn == (low, high):
@@ -803,9 +804,9 @@ class LivePlots:
                 xs.append(x)
                 ys.append(high if above else low)
                 symbols.append("triangle-up" if above else "triangle-down")
+                # two short lines: one long line was cut at both ends of a plot beside the legend
                 hover.append(
-                    f"{y:.3g}x at {x:.1f} s, {'above' if above else 'below'} the axis (drawn at its "
-                    "edge: the axis spans the bulk of the pairs)"
+                    f"{y:.3g}x at {x:.1f} s<br>{'above' if above else 'below'} the axis, drawn at its edge"
                 )
             if not xs and name not in self._beyond_index:
                 continue
@@ -820,6 +821,8 @@ class LivePlots:
                         "name": f"{name} (beyond the axis)",
                         "legendgroup": trace.get("legendgroup"),
                         "showlegend": False,
+                        # drawn whole at the edge however wide the axis (its room is 0.04 decades)
+                        "cliponaxis": False,
                         "marker": marker,
                         "hovertext": [],
                         "hovertemplate": f"%{{hovertext}}<extra>{name}</extra>",

@@ -276,3 +276,18 @@ def test_a_compares_two_far_candidates_keep_the_axis_to_their_own_bulks() -> Non
         assert 0.1 <= low < 0.25 and 1.0 <= high <= 2.0, (low, high)
         (edge,) = [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
         assert sorted(round(x, 3) for x in edge.x) == [round(t - 1.0, 3) for _, t in stalls]
+
+
+def test_an_edge_triangle_is_drawn_whole_and_its_hover_reads_in_two_short_lines() -> None:
+    """On a wide axis the plot's edge cut the triangles in half, and their hover, one long line,
+    was cut at both ends of the plot."""
+    bulk = [_pair(0.5 * 4 ** ((i % 11) / 10), 1.0 + i) for i in range(120)]
+    stalls = [_pair(0.0232, 60.2, stalled=True), _pair(900.0, 80.7, stalled=True)]
+    with _drawn(sorted([*bulk, *stalls], key=lambda r: r.time)) as (_, plots):
+        (edge,) = [trace for trace in plots.latency.data if trace.name.endswith("(beyond the axis)")]
+        assert edge.cliponaxis is False
+        assert list(edge.hovertext) == [
+            "0.0232x at 59.2 s<br>below the axis, drawn at its edge",
+            "900x at 79.7 s<br>above the axis, drawn at its edge",
+        ]
+        assert edge.hovertemplate == "%{hovertext}<extra>RMSNorm</extra>"  # the trace's name beside it
