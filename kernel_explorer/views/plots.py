@@ -583,9 +583,11 @@ class LivePlots:
             trace = self._pair_trace(name, layer, self._colour(layer, name, kernel_on), kernel_on)
             self._index[name] = self.latency.add_trace(trace)
         self._series[name].add(seconds, speedup)
-        prefix = f"{layer}{SEPARATOR}"  # what ran, for the switch marks: "bundled activation", "kernel off"
-        ran = name[len(prefix) :] if name.startswith(prefix) else "a kernel"
-        self._note_ran(layer, str(instance), when, ran)
+        if candidate or not kernel_on:  # what ran, for the switch marks: "bundled activation", "kernel off"
+            # a kernel's pair recorded under no candidate name says nothing of what ran: no change
+            # from or to it ("SiLU → a kernel" read as a switch)
+            prefix = f"{layer}{SEPARATOR}"
+            self._note_ran(layer, str(instance), when, name.removeprefix(prefix))
         states = self._instances_on[layer]
         if states.get(str(instance)) != kernel_on:
             states[str(instance)] = kernel_on

@@ -372,3 +372,25 @@ def test_two_close_medians_of_a_layer_keep_their_labels_apart() -> None:
         assert {trace["textposition"] for trace in near} == {"top center", "bottom center"}
         apart = [points["RMSNorm · bundled activation"], points["RMSNorm · peer plain-silu"]]
         assert [trace["textposition"] for trace in apart] == ["top center", "top center"]
+
+
+def test_a_pair_recorded_under_no_candidate_name_changes_no_switch_label() -> None:
+    """A Run's mark read "SiLU → a kernel; SiLU → kernel off": one pair that ran a kernel but carried
+    no candidate name counted as a switch to and from "a kernel"."""
+    bundled = _pairs("run-1", "SiLU", 1.5, 20, BUNDLED)  # 1.00 .. 1.19 s, two instances
+    unnamed = _pairs("run-1", "SiLU", 1.5, 2, None, t0=1.6)  # the kernel ran; no name recorded
+    off = _pairs("run-1", "SiLU", 1.0, 20, BUNDLED, on=False, t0=2.0)
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in bundled:
+            log.append(record)
+        plots.mark_switch(1.5)
+        for record in [*unnamed, *off]:
+            log.append(record)
+        plots.flush()
+        (note,) = _switch_notes(plots)
+        assert note["text"] == "SiLU → kernel off", note
+        assert "a kernel" not in note["hovertext"] and "bundled activation → kernel off" in note["hovertext"]
+    finally:
+        plots.close()
