@@ -93,9 +93,16 @@ Identity = tuple[str, str, str, str]
 _NOISY_STALLED = 0.1
 #: the kernel-off pairs per layer whose median the "kernel off" point is drawn at
 _OFF_WINDOW = 2000
-#: characters of a switch mark's label along its line (about the plot's height at font size 9);
-#: the whole of what changed is in its hover
-_SWITCH_LABEL = 40
+#: characters of a switch mark's label along its line; the whole of what changed is in its hover.
+#: 40 (the plot's height) ran through the dense band of points around 1x
+_SWITCH_LABEL = 24
+#: switch marks closer than this share of the x axis' span share one label, whose hover lists all
+#: they changed: about 14 px (a label's width at font size 9) of a plot area about 350 px wide. A
+#: compare's candidate turns, marks 0.05 s apart, drew "switch" over "switch"
+_SWITCH_APART = 0.04
+#: behind a switch label: the points and the 1x line it crosses show through faintly, on a light
+#: theme and a dark one alike (its text keeps the grey of every other mark)
+_SWITCH_LABEL_BACKGROUND = "rgba(255,255,255,0.8)"
 #: pixels two median labels of a layer must be apart in height not to overlap (font size 10)
 _LABEL_PX = 14
 
@@ -633,7 +640,8 @@ class LivePlots:
         provenance (the dashboard hears of a switch but not what it was; the pairs record what ran).
         A change between two pairs of an instance belongs to the latest mark between them (or, where
         the mark came a moment after the first pair that saw it, the first mark after the earlier
-        pair); a mark whose change no pair has shown yet reads "switch" and says why."""
+        pair); a mark whose change no pair has shown yet reads "switch" and says why. Marks closer
+        than `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`)."""
         if self._start is None or not self._switches:
             return
         seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
@@ -644,9 +652,10 @@ class LivePlots:
             upto = [i for i in after_previous if self._switches[i] <= when]
             changed = seen[upto[-1] if upto else after_previous[0]]
             changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
+        start = self._start
         notes = [
-            self._switch_note(index, mark - self._start, changed)
-            for index, (mark, changed) in enumerate(zip(self._switches, seen, strict=True))
+            self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group])
+            for group in self._switch_groups()
         ]
         if notes != self._switch_notes:
             self._switch_notes = notes
@@ -657,34 +666,60 @@ class LivePlots:
             ]
             self.latency.relayout(annotations=[*kept, *notes])
 
+    def _switch_groups(self) -> list[list[int]]:
+        """The switch marks (their indices) in groups that share one label: each mark closer than
+        `_SWITCH_APART` of the x axis' span (0 to the latest point or mark) to its group's first.
+        The plot's width is the browser's; a share of the span is the same few pixels at any width
+        near the dashboard's."""
+        assert self._start is not None
+        latest = max((series.x[-1] for series in self._series.values() if len(series)), default=0.0)
+        span = max(latest, *(mark - self._start for mark in self._switches))
+        groups: list[list[int]] = []
+        for index in sorted(range(len(self._switches)), key=self._switches.__getitem__):
+            if groups and self._switches[index] - self._switches[groups[-1][0]] < _SWITCH_APART * span:
+                groups[-1].append(index)
+            else:
+                groups.append([index])
+        return groups
+
     @staticmethod
-    def _switch_note(index: int, seconds: float, changed: dict[tuple[str, str, str], int]) -> dict[str, Any]:
-        """A switch mark's label, along its dashed line at the top of the plot: "SiLU → kernel off";
-        its hover says what ran before and after, on how many instances."""
-        if changed:
-            text = "; ".join(dict.fromkeys(f"{layer} → {after}" for layer, _, after in changed))
+    def _switch_note(
+        index: int, marks: list[tuple[float, dict[tuple[str, str, str], int]]]
+    ) -> dict[str, Any]:
+        """The label of switch marks close together (each mark's time in seconds and what it
+        changed), along the first one's dashed line at the top of the plot: "SiLU → kernel off", cut
+        at `_SWITCH_LABEL` characters; its hover says, a line per change, what ran before and after
+        at each mark, on how many instances."""
+        changes = [(seconds, key, count) for seconds, changed in marks for key, count in changed.items()]
+        if changes:
+            text = "; ".join(dict.fromkeys(f"{layer} → {after}" for _, (layer, _, after), _ in changes))
             if len(text) > _SWITCH_LABEL:
                 text = text[: _SWITCH_LABEL - 1] + "…"
-            what = "; ".join(
-                f"{layer}: {before} → {after} ({count} instance{'s' if count != 1 else ''})"
-                for (layer, before, after), count in changed.items()
-            )
-            hover = f"switch at {seconds:.1f} s: {what}"
+            lines = []
+            for seconds, changed in marks:
+                what = "<br>".join(
+                    f"{layer}: {before} → {after} ({count} instance{'s' if count != 1 else ''})"
+                    for (layer, before, after), count in changed.items()
+                )
+                lines += [f"switch at {seconds:.1f} s: {what}"] if what else []
+            hover = "<br>".join(lines)
         else:
-            text = "switch"
-            hover = f"switch at {seconds:.1f} s: what it changed shows when the switched layer's pairs come"
+            text = "switch" if len(marks) == 1 else f"{len(marks)} switches"
+            at = ", ".join(f"{seconds:.1f}" for seconds, _ in marks)
+            hover = f"{text} at {at} s:<br>what it changed shows when the switched layer's pairs come"
         return {
             "name": f"kx-switch-{index}",
             "text": text,
             "hovertext": hover,
             "xref": "x",
-            "x": seconds,
+            "x": marks[0][0],
             "xanchor": "left",
             "yref": "paper",
             "y": 1.0,
             "yanchor": "top",
             "textangle": -90,
             "showarrow": False,
+            "bgcolor": _SWITCH_LABEL_BACKGROUND,
             "font": {"size": 9, "color": UNSURE_COLOUR},
         }
 

@@ -394,3 +394,40 @@ def test_a_pair_recorded_under_no_candidate_name_changes_no_switch_label() -> No
         assert "a kernel" not in note["hovertext"] and "bundled activation → kernel off" in note["hovertext"]
     finally:
         plots.close()
+
+
+def test_close_switch_marks_share_one_short_label_on_a_background_and_a_hover_line_per_change() -> None:
+    """A compare's candidate turns, marks 0.05 s apart, drew "switch" over "switch"; a 40-character
+    label ran across the points around 1x with nothing behind it; and the hover, one long line, was
+    cut at both ends of the plot."""
+    records = [
+        *_pairs("run-1", "SiLU", 1.5, 20, BUNDLED),  # 1.00 .. 1.19 s
+        *_pairs("run-1", "RMSNorm", 1.2, 20, BUNDLED, t0=1.2),  # 1.20 .. 1.39 s
+        *_pairs("run-1", "SiLU", 0.3, 20, PEER, t0=1.6),
+        *_pairs("run-1", "RMSNorm", 1.0, 20, BUNDLED, on=False, t0=1.8),
+    ]
+    later = _pairs("run-1", "SiLU", 1.5, 200, BUNDLED, t0=5.0)  # the run goes on to 7 s
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in records:
+            log.append(record)
+        plots.mark_switch(1.5)  # SiLU to the peer, and 0.05 s later RMSNorm off: one compare's turn
+        plots.mark_switch(1.55)
+        plots.mark_switch(4.5)  # SiLU back to the bundled kernel: far from them, a label of its own
+        for record in later:
+            log.append(record)
+        plots.flush()
+        turn, back = _switch_notes(plots)
+        assert turn["x"] == 0.5 and back["x"] == 3.5
+        assert turn["text"] == "SiLU → peer plain-silu;…" and len(back["text"]) <= 24
+        assert turn["hovertext"] == (
+            "switch at 0.6 s: SiLU: bundled activation → peer plain-silu (2 instances)"
+            "<br>RMSNorm: bundled activation → kernel off (2 instances)"
+        )
+        assert turn["bgcolor"] == back["bgcolor"] == "rgba(255,255,255,0.8)"
+        assert turn["font"]["color"] == back["font"]["color"]  # the grey of every mark, as before
+        dashed = [s["x0"] for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]
+        assert len(dashed) == 3  # every mark keeps its line; only the labels are shared
+    finally:
+        plots.close()
