@@ -1,6 +1,7 @@
 """The conventions every plot shares (the live dashboard and the HTML report): verdict colours, the
-dotted 1x line of a log speedup axis, one colour per layer (a shade per candidate), the same in
-every notebook, and the words a candidate is named by. Plain data, no plotly import."""
+dotted 1x line of a log speedup axis, one colour per layer, the same in every notebook (its first
+candidate in the session takes it, a later one a shade of it), and the words a candidate is named
+by. Plain data, no plotly import."""
 
 from __future__ import annotations
 
@@ -214,33 +215,40 @@ def shade_distance(first: str, second: str) -> float:
     return sum((a - b) ** 2 for a, b in zip(_lab(first), _lab(second), strict=True)) ** 0.5
 
 
-#: the shades of a layer's colour its candidates take: (towards black 0 or white 255, how far)
-_SHADES = ((0, 0.0), (0, 0.35), (255, 0.4), (0, 0.65), (255, 0.7))
+#: the shades of a layer's colour its candidates take: (towards black 0 or white 255, how far). At
+#: most 45% (40% towards white): 70% towards white (#dfd1eb on white, 1.5:1) and 65% towards black
+#: (#342442 on JupyterLab's dark theme) nearly vanished. The first is the layer's own colour
+_SHADES = ((0, 0.0), (0, 0.25), (255, 0.25), (0, 0.45), (255, 0.4))
 #: two candidates of one layer are at least this far apart (`shade_distance`) where the shades allow:
-#: "1.27x" in the layer's colour beside "1.31x" 35% darker (delta E 20 for the blue) read as one
-MIN_SHADE_DISTANCE = 25.0
+#: "1.27x" in the layer's colour beside "1.31x" 35% darker (delta E 20 for the blue) read as one. 22,
+#: not 25: the farthest a shade of at most 45% lies from the palette's grey is 23 (the blue's 26)
+MIN_SHADE_DISTANCE = 22.0
 
 
 def candidate_colour(layer: str, candidate: str) -> str:
     """A shade of the layer's colour for one of its candidates (`candidate`: its entry name, "SiLU ·
-    bundled activation"): the shade its name hashes to, so it is the same in every notebook, unless
-    a candidate of the layer drawn before it in this session took a shade nearer than
-    `MIN_SHADE_DISTANCE`; then the next shade far enough from every one taken (the farthest where
-    none is). Kept for the session."""
+    bundled activation"), kept for the session. The layer's first candidate drawn in this session
+    takes the layer's own colour (the common case, one candidate, reads in the layer's colour, the
+    same in every notebook: `layer_colour` hashes the layer's name). A later one takes the shade its
+    name hashes to among the others (the same in every notebook with the same candidates before
+    it) where that is at least `MIN_SHADE_DISTANCE` from every shade of the layer taken, else the
+    next shade that is (the farthest where none is)."""
     base = layer_colour(layer)
     with _colours_lock:
         key = (layer, candidate)
         if key not in _candidate_shades:
             taken = [_mix(base, *_SHADES[i]) for known, i in _candidate_shades.items() if known[0] == layer]
-            start = _slot(candidate, len(_SHADES))
-            order = [(start + step) % len(_SHADES) for step in range(len(_SHADES))]
+            shades = len(_SHADES) - 1  # the shades but the layer's own colour
+            start = _slot(candidate, shades)
+            order = [1 + (start + step) % shades for step in range(shades)]
 
             def nearest(index: int) -> float:
                 shade = _mix(base, *_SHADES[index])
                 return min((shade_distance(shade, other) for other in taken), default=float("inf"))
 
             far = [index for index in order if nearest(index) >= MIN_SHADE_DISTANCE]
-            _candidate_shades[key] = far[0] if far else max(order, key=nearest)
+            chosen = far[0] if far else max(order, key=nearest)
+            _candidate_shades[key] = 0 if not taken else chosen
         towards, share = _SHADES[_candidate_shades[key]]
     return _mix(base, towards, share)
 

@@ -27,8 +27,8 @@ follow the latest run: a run's start clears them (its records stay in the log an
 except the throughput plot, which keeps the last Run's until a run measures throughput again (a
 compare measures none); a new dashboard opens with the latest run the log holds. Conventions shared
 with the report: a log speedup axis with a dotted 1x line, units on every axis and hover, one colour
-per layer from its name, the same in every notebook, and a shade per candidate
-(`plot_style.layer_colour`, `plot_style.candidate_colour`).
+per layer from its name, the same in every notebook, its first candidate in the session drawn in
+it and a later one in a shade of it (`plot_style.layer_colour`, `plot_style.candidate_colour`).
 """
 
 from __future__ import annotations

@@ -88,19 +88,23 @@ def _colours_in_a_fresh_process(code: str) -> str:
 
 def test_a_layers_colour_is_the_same_in_every_notebook_whatever_came_first() -> None:
     """Colours went to layers in the order they were first drawn: SiLU was blue in one notebook and
-    orange in the next, and a candidate's shade followed the order its traces came in."""
+    orange in the next. A layer's first candidate takes the layer's colour, a later one the shade
+    its name hashes to (away from those taken): the same in every notebook whichever came first."""
     ask = (
         "from kernel_explorer.views.plot_style import candidate_colour as s, layer_colour as c\n"
         "for name in {names}: c(name)\n"
-        "print(c('SiLU'), c('RMSNorm'), c('attention'), s('SiLU', 'SiLU · peer plain-silu'))"
+        "first = s('SiLU', {first!r})\n"
+        "print(c('SiLU'), c('RMSNorm'), c('attention'), first, s('SiLU', 'SiLU · peer plain-silu'))"
     )
-    one = _colours_in_a_fresh_process(ask.format(names=["SiLU", "RMSNorm", "attention"]))
+    one = _colours_in_a_fresh_process(
+        ask.format(names=["SiLU", "RMSNorm", "attention"], first="SiLU · bundled activation")
+    ).split()
     other = _colours_in_a_fresh_process(
-        ask.format(names=["attention", "RMSNorm", "SiLU"]).replace(
-            "print(", "s('SiLU', 'SiLU · bundled activation'); print("
-        )
-    )
-    assert one == other and len(set(one.split()[:3])) == 3
+        ask.format(names=["attention", "RMSNorm", "SiLU"], first="SiLU · user my-silu")
+    ).split()
+    assert one[:3] == other[:3] and len(set(one[:3])) == 3
+    assert one[3] == one[0] == other[3]  # the first candidate drawn: the layer's own colour
+    assert one[4] == other[4] != one[0]  # the second: its own shade, the same in both
 
 
 def test_two_layers_whose_names_hash_alike_take_two_colours() -> None:
@@ -134,3 +138,63 @@ def test_two_candidates_of_any_layer_take_shades_a_reader_tells_apart() -> None:
         second = candidate_colour(layer, f"{layer} · peer plain-silu")
         assert shade_distance(first, second) >= MIN_SHADE_DISTANCE, (layer, first, second)
     assert colours == set(LAYER_PALETTE)
+
+
+def _contrast(first: str, second: str) -> float:
+    """WCAG contrast ratio of two #rrggbb colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+    darker, lighter = sorted((luminance(first), luminance(second)))
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def test_no_candidates_shade_nearly_vanishes_on_a_light_or_a_dark_page() -> None:
+    """70% towards white (#dfd1eb on white, 1.5:1) and 65% towards black (#342442 on JupyterLab's
+    dark theme) nearly vanished, and the palette's yellow 70% towards white read 1.2:1: every shade
+    stands at least 1.5:1 off a white page and off the dark theme's (#111111)."""
+    from kernel_explorer.views.plot_style import LAYER_PALETTE, candidate_colour, layer_colour
+
+    shades: dict[str, set[str]] = {}
+    for number in range(40):  # layers of every palette colour, six candidates each
+        layer = f"Layer{number}-pages"
+        shades.setdefault(layer_colour(layer), set()).update(
+            candidate_colour(layer, f"{layer} · peer k{k}") for k in range(6)
+        )
+    assert set(shades) == set(LAYER_PALETTE)
+    for base, drawn in shades.items():
+        for page in ("#ffffff", "#111111"):
+            for shade in drawn:
+                assert _contrast(shade, page) >= 1.5, (base, shade, page)
+
+
+def test_a_layers_only_candidate_is_drawn_in_the_layers_own_colour() -> None:
+    """The common case, one candidate per layer, drew it in a hashed shade (35% or 70% away): the
+    layer's colour, stable across notebooks, was on no point."""
+    from kernel_explorer.measure.kinds.time.records import LayerLatency
+    from kernel_explorer.measure.log import ResultLog
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.views.plot_style import layer_colour
+    from kernel_explorer.views.plots import LivePlots
+
+    origin = Provenance(
+        kernel_id="_activation_cpu_1a2b", isa=None, candidate="bundled/activation:GeluTanh (cpu, inference)"
+    )
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for i in range(20):
+            speedup = 1.4 + (i % 5) / 50
+            values = LayerLatency(1e-5, 1e-5 / speedup, speedup, kernel_on=True)
+            log.append(Record("run-1", values, "GELUTanh", "m.0", time=1.0 + i / 10, provenance=origin))
+        plots.flush()
+        (trace,) = [trace for trace in plots.latency.data if trace["x"]]
+        assert trace["name"] == "GELUTanh · bundled activation"
+        assert trace["marker"]["color"] == layer_colour("GELUTanh")
+        (point,) = [trace for trace in plots.speedup.data if trace["x"]]
+        assert point["marker"]["color"] == layer_colour("GELUTanh")
+    finally:
+        plots.close()
