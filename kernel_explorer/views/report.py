@@ -83,6 +83,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     import plotly.graph_objects as go
 
     from kernel_explorer.views.plot_style import verdict_colour
+    from kernel_explorer.views.report_charts import pairs_text
 
     fig = go.Figure(
         go.Scatter(  # markers: on a log axis a bar's length means nothing
@@ -105,7 +106,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
             text=[format_number(v, "x") for v in frame["speedup"]],
             textposition="middle right",
             customdata=[  # the spread and n on hover, as on the dashboard's bars
-                f"95% interval {format_interval(m, lo, hi)}, {n} pairs, {verdict}"
+                f"95% interval {format_interval(m, lo, hi)}, {pairs_text(n)}, {verdict}"
                 for m, lo, hi, n, verdict in zip(
                     frame["speedup"],
                     frame["speedup_low"],

@@ -213,7 +213,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
                 cell.high,
                 css,
                 label=format_number(cell.median, "x"),
-                hover=f"{name}, whole run: {cell.text()} {verdict}, {row.get('pairs')} pairs",
+                hover=f"{name}, whole run: {cell.text()} {verdict}, {pairs_text(row.get('pairs'))}",
             )
         ]
         ended = last.get((str(row["run_id"]), row["layer"], row.get("mode") or "inference"))
@@ -228,7 +228,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
                     label=format_number(ended.speedup, "x"),
                     hover=f"{name}, last cycle: "
                     f"{format_interval(ended.speedup, ended.speedup_low, ended.speedup_high)} "
-                    f"{ended.verdict}, {ended.pairs} pairs",
+                    f"{ended.verdict}, {pairs_text(ended.pairs)}",
                 )
             )
         rows.append(Row(name, tuple(marks)))
@@ -262,6 +262,11 @@ def _box(values: Any) -> tuple[float, float, float, float, float, int]:
     low, high = (inside.min(), inside.max()) if inside.size else (q1, q3)
     beyond = int(logs.size - inside.size)
     return (10**q1, 10**q2, 10**q3, 10**low, 10**high, beyond)
+
+
+def pairs_text(count: object) -> str:
+    """A count of pairs as a reader says it: "1 pair", "305 pairs"."""
+    return f"{count} pair" if str(count) == "1" else f"{count} pairs"
 
 
 def _ratio(value: float) -> str:
@@ -304,7 +309,7 @@ def pair_chart(log: ResultLog) -> Chart | None:
             label.append("kernel off")
         label.append(str(run))
         name = " · ".join(label)
-        words = f"{len(at)} pairs" + (f", {beyond} beyond the whiskers" if beyond else "")
+        words = pairs_text(len(at)) + (f", {beyond} beyond the whiskers" if beyond else "")
         rows.append(
             Row(
                 name,
@@ -426,7 +431,7 @@ def model_chart(log: ResultLog) -> Chart | None:
                         verdict_css(row.verdict),
                         label=format_number(row.speedup, "x"),
                         hover=f"{label}: {format_interval(row.speedup, row.speedup_low, row.speedup_high)} "
-                        f"{row.verdict}, {row.pairs} pairs",
+                        f"{row.verdict}, {pairs_text(row.pairs)}",
                     ),
                 ),
             )

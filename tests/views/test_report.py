@@ -239,6 +239,21 @@ def test_a_layer_measured_with_two_candidates_names_its_candidate_on_every_row()
     assert sorted(rows) == ["SiLU · bundled/activation:Silu · run-1", "SiLU · peer/plain-silu:Silu · run-2"]
 
 
+def test_a_row_of_one_pair_reads_1_pair() -> None:
+    """A review's pairs chart read "1 pairs" for a row of one pair."""
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.records import LayerLatency, ResultLog
+    from kernel_explorer.views.report_charts import pair_chart
+
+    log = ResultLog()
+    origin = Provenance(kernel_id="k", candidate="bundled/activation:Silu (cpu, inference)")
+    log.append(Record("run-1", LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=origin))
+    for i in range(3):
+        log.append(Record("run-1", LayerLatency(1.0, 1.0, 1.0, kernel_on=False), "RMSNorm", f"n{i}"))
+    words = {row.label: row.marks[0].label for row in pair_chart(log).rows}
+    assert set(words.values()) == {"1 pair", "3 pairs"}, words
+
+
 @pytest.fixture(scope="module")
 def two_candidates(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Explorer]:
     """RMSNorm's bundled kernel and a peer compared in one run, then the peer alone in a second: the
