@@ -236,7 +236,36 @@ def test_a_layer_measured_with_two_candidates_names_its_candidate_on_every_row()
             ratio = speedup * (1 + i / 100)
             log.append(Record(run, LayerLatency(ratio, 1.0, ratio), "SiLU", "m.act", provenance=origin))
     rows = [row.label for row in pair_chart(log).rows]
-    assert sorted(rows) == ["SiLU · bundled/activation:Silu · run-1", "SiLU · peer/plain-silu:Silu · run-2"]
+    assert sorted(rows) == ["SiLU · bundled activation · run-1", "SiLU · peer plain-silu · run-2"]
+
+
+def test_the_report_names_a_candidate_by_the_dashboards_words() -> None:
+    """The report read "bundled/activation:Silu" and "peer/plain-silu-876bd9a6:PlainSilu" where the
+    dashboard reads "SiLU · bundled activation" and "SiLU · peer plain-silu": the dashboard's words
+    (`plot_style.candidate_short`), a build's digest only where two builds would read alike."""
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.records import LayerLatency, ResultLog
+    from kernel_explorer.views.plot_style import candidate_short, entry_name
+    from kernel_explorer.views.report_charts import candidate_names, pair_chart
+
+    log = ResultLog()
+    labels = (
+        "bundled/activation:Silu (cpu, inference)",
+        "peer/plain-silu-876bd9a6:PlainSilu (cpu, inference)",
+    )
+    for run, label in zip(("run-1", "run-2"), labels, strict=True):
+        origin = Provenance(kernel_id=f"k-{run}", candidate=label)
+        log.append(Record(run, LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=origin))
+    rows = sorted(row.label.rsplit(" · ", 1)[0] for row in pair_chart(log).rows)
+    assert rows == sorted(entry_name("SiLU", candidate_short(None, label)) for label in labels)
+    assert rows == ["SiLU · bundled activation", "SiLU · peer plain-silu"]
+    rebuilt = Provenance(kernel_id="k-3", candidate="peer/plain-silu-11aa22bb:PlainSilu (cpu, inference)")
+    log.append(Record("run-3", LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=rebuilt))
+    assert set(candidate_names(log).values()) == {
+        "bundled activation",
+        "peer plain-silu-876bd9a6",
+        "peer plain-silu-11aa22bb",
+    }
 
 
 def test_a_row_of_one_pair_reads_1_pair() -> None:
@@ -275,11 +304,20 @@ def two_candidates(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _labels(explorer: Explorer) -> tuple[str, str]:
-    """The two candidates' labels as the report names them (without "(device, mode)")."""
+    """The two candidates' labels (without "(device, mode)")."""
     found = {r.provenance.candidate for r in explorer.results.records("layer_divergence")}
     bundled = next(c for c in found if c.startswith("bundled/"))
     peer = next(c for c in found if c.startswith("peer/"))
     return bundled.split(" (")[0], peer.split(" (")[0]
+
+
+def _names(explorer: Explorer) -> tuple[str, str]:
+    """The two candidates as the report names them: the dashboard's words."""
+    from kernel_explorer.views.plot_style import candidate_short
+
+    bundled, peer = (candidate_short(None, label) for label in _labels(explorer))
+    assert (bundled, peer) == ("bundled rmsnorm", "peer py-rmsnorm")
+    return bundled, peer
 
 
 def _runs(explorer: Explorer) -> list[str]:
@@ -299,7 +337,7 @@ def test_the_tables_name_the_one_candidate_a_run_measured(two_candidates: Explor
     kernel cell blank while the charts named the peer; each cell now holds the charts' label."""
     from kernel_explorer import report
 
-    bundled, peer = _labels(two_candidates)
+    bundled, peer = _names(two_candidates)
     both, alone = _runs(two_candidates)
     text = Path(report(two_candidates, tmp_path / "r.html")).read_text()
     for heading in ("Layer speed", "Layer values"):
@@ -312,7 +350,7 @@ def test_the_speed_and_pair_charts_name_a_kernel_alike(two_candidates: Explorer)
     where the per-pair chart named them by candidate: one label for a kernel, whichever the run."""
     from kernel_explorer.views.report_charts import pair_chart, speed_chart
 
-    bundled, peer = _labels(two_candidates)
+    bundled, peer = _names(two_candidates)
     both, alone = _runs(two_candidates)
     expected = {f"RMSNorm · {bundled} · {both}", f"RMSNorm · {peer} · {both}", f"RMSNorm · {peer} · {alone}"}
     speed, pairs = speed_chart(two_candidates.results), pair_chart(two_candidates.results)
@@ -331,10 +369,10 @@ def test_the_error_chart_draws_each_candidate_of_a_layer_apart(two_candidates: E
     assert chart is not None
     divergences = two_candidates.results.records("layer_divergence")
     worst = {}
-    for label in _labels(two_candidates):
+    for label, name in zip(_labels(two_candidates), _names(two_candidates), strict=True):
         mine = [d for d in divergences if d.provenance.candidate.startswith(f"{label} (")]
         errors = [d.values.kernel_err64 for d in mine]
-        worst[f"RMSNorm · {label}"] = max(errors)
+        worst[f"RMSNorm · {name}"] = max(errors)
     drawn = {
         row.label: [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
         for row in chart.rows
