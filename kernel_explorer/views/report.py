@@ -259,17 +259,12 @@ def kind_sections(log: ResultLog) -> list[str]:
     what its columns mean, and its summary's table with the notes under it. A kernel is named by
     its candidate's name, the dashboard's words, as the charts name it (`report_charts.named_rows`)."""
     from kernel_explorer.records import kinds
-    from kernel_explorer.views.report_charts import (
-        candidate_names,
-        candidates_by_run,
-        named_rows,
-        several_candidates,
-    )
+    from kernel_explorer.views.report_charts import candidate_names, named_rows
 
-    named, names = several_candidates(candidates_by_run(log)), candidate_names(log)
+    names = candidate_names(log)
     parts = []
     for found in kinds().values():
-        summary = named_rows(log.summary(found.name), named, names)
+        summary = named_rows(log.summary(found.name), names)
         if not len(summary):
             continue
         parts.append(f"<h2>{html.escape(found.title, quote=False)}</h2>")

@@ -5,10 +5,10 @@ cycles' pairs pooled, as the layer table's row), its hollow mark the run's last 
 the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
 as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
 the error chart takes the worst instance over every run with the kernel on, kernel-off periods
-apart, a row per candidate. A layer measured with several candidates over the log has its candidate
-named on every row of the charts, and its kernel cell filled in the tables, by the dashboard's words
-for it ("bundled activation", "peer plain-silu": `candidate_names`, `named_rows`): one name for a
-kernel, whether its run compared several or one, and the dashboard's.
+apart, a row per candidate. A kernel's every row names its candidate in the charts, and fills its
+kernel cell in the tables, whether the log measured one candidate of the layer or several, by the
+dashboard's words for it ("bundled activation", "peer plain-silu": `candidate_names`,
+`named_rows`): one name for a kernel, whether its run compared several or one, and the dashboard's.
 Drawn by `views/svg_chart.py`.
 """
 
@@ -179,27 +179,19 @@ def candidates_by_run(log: ResultLog) -> dict[tuple[str, str], set[str]]:
     return found
 
 
-def several_candidates(found: dict[tuple[str, str], set[str]]) -> set[str]:
-    """The layers measured with more than one candidate over the whole log: their every row names its
-    candidate (a run of the user's own kernel alone must not read as 'the SiLU kernel')."""
-    union: dict[str, set[str]] = {}
-    for (_, layer), labels in found.items():
-        union.setdefault(layer, set()).update(labels)
-    return {layer for layer, labels in union.items() if len(labels) > 1}
-
-
 #: the kernel cell of a values row measured with the layer's kernel off, or with an unnamed kernel
 _NOT_A_CANDIDATE = ("kernel off", "kernel on")
 #: the kernel column a table gains when the report names a candidate it did not (`named_rows`)
 KERNEL_COLUMN = Column("kernel", "kernel", what=True, line=" ({})")
 
 
-def named_rows(summary: Summary, named: Collection[str], names: Names | None = None) -> Summary:
+def named_rows(summary: Summary, names: Names | None = None) -> Summary:
     """`summary` with its kernel cells the candidates' names (`candidate_names`), the charts': a
-    row split by candidate (named by kernel id in the summary), and every row of a layer in `named`
-    (measured with several candidates over the log), also a run that measured one, whose cell the
-    summary leaves empty. A row keeps the summary's name where its data names no candidate, or where
-    two rows of one run, layer and mode would read the same (one candidate on two code paths).
+    row split by candidate (named by kernel id in the summary), and every other row measured with a
+    kernel, whose cell the summary leaves empty (a layer measured with one candidate in the whole
+    log is named as one measured with several). A row keeps the summary's name where its data names
+    no candidate, or where two rows of one run, layer and mode would read the same (one candidate on
+    two code paths).
     Summaries whose data names no candidate (`extra`'s `candidate`) come back as they are."""
     from dataclasses import replace
 
@@ -209,7 +201,7 @@ def named_rows(summary: Summary, named: Collection[str], names: Names | None = N
     rows = [dict(row) for row in summary.rows]
     for row, label in zip(rows, labels, strict=False):
         kernel = row.get("kernel")
-        if label and kernel not in _NOT_A_CANDIDATE and (kernel or row.get("layer") in named):
+        if label and kernel not in _NOT_A_CANDIDATE:
             row["kernel"] = shown_name(names or {}, row.get("layer"), label)
     seen: dict[tuple[object, ...], list[int]] = {}
     for index, row in enumerate(rows):
@@ -241,7 +233,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
     """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
     summary = log.summary("time")
     last = _last_cycles(log)
-    shown = named_rows(summary, several_candidates(candidates_by_run(log)), candidate_names(log))
+    shown = named_rows(summary, candidate_names(log))
     rows = []
     for row, named in zip(summary.rows, shown.rows, strict=True):
         cell = row.get("speedup")
@@ -336,20 +328,21 @@ def pair_chart(log: ResultLog) -> Chart | None:
             columns["mode"][index],
             bool(columns["kernel_on"][index]),
             candidates[index] if columns["kernel_on"][index] else "",
+            columns["kernel_id"][index] or "" if columns["kernel_on"][index] else "",
         )
         keys.setdefault(key, []).append(int(index))
-    named = several_candidates(candidates_by_run(log))
     names = candidate_names(log)
     rows = []
     beyond_total = 0
-    for (run, layer, mode, on, candidate), at in keys.items():
+    for (run, layer, mode, on, candidate, kernel_id), at in keys.items():
         q1, q2, q3, low, high, beyond = _box(speedup[at])
         beyond_total += beyond
         label = [str(layer)]
         if mode != "inference":
             label.append(str(mode))
-        if on and layer in named:
-            label.append(shown_name(names, layer, candidate))
+        shown = shown_name(names, layer, candidate, kernel_id) if on else ""
+        if shown:  # every kernel's row, whether the log measured one candidate of its layer or several
+            label.append(shown)
         if not on:
             label.append("kernel off")
         label.append(str(run))
@@ -396,9 +389,8 @@ def pair_chart(log: ResultLog) -> Chart | None:
 
 def error_chart(log: ResultLog) -> Chart | None:
     """Per layer and candidate, the largest error against float64 of the kernel and of PyTorch, over
-    every run: a layer measured with several candidates has a row per candidate, named as the other
-    charts name it; the kernel-off periods count for PyTorch's mark on each of its rows."""
-    named = several_candidates(candidates_by_run(log))
+    every run: a row per candidate, named as the other charts name it (a layer measured with several
+    has a row for each); the kernel-off periods count for PyTorch's mark on each of its rows."""
     names = candidate_names(log)
     # (layer, candidate): [kernel's, PyTorch's, instances timed with the kernel on]
     worst: dict[tuple[str, str], list[float]] = {}
@@ -409,10 +401,9 @@ def error_chart(log: ResultLog) -> Chart | None:
         if not values.kernel_on:
             off[layer] = max(off.get(layer, 0.0), values.pytorch_err64 or 0.0)
             continue
-        candidate = record.provenance.candidate if record.provenance is not None else None
-        found = worst.setdefault(
-            (layer, shown_name(names, layer, candidate) if layer in named else ""), [0.0, 0.0, 0]
-        )
+        origin = record.provenance
+        candidate, kernel_id = (origin.candidate, origin.kernel_id) if origin is not None else (None, None)
+        found = worst.setdefault((layer, shown_name(names, layer, candidate, kernel_id)), [0.0, 0.0, 0])
         found[2] += 1
         found[0] = max(found[0], values.kernel_err64 or 0.0)
         found[1] = max(found[1], values.pytorch_err64 or 0.0)

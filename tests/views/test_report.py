@@ -167,9 +167,31 @@ def test_the_error_chart_leaves_kernel_off_periods_out_of_the_kernels_error(sess
     divergences = session.results.records("layer_divergence")
     for row in chart.rows:
         kernel = [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
-        on = [d.values.kernel_err64 for d in divergences if d.layer == row.label and d.values.kernel_on]
+        layer = row.label.split(" · ")[0]  # and the candidate, where its kernel ran
+        on = [d.values.kernel_err64 for d in divergences if d.layer == layer and d.values.kernel_on]
         assert kernel == ([max(on)] if on else [])  # no kernel mark for a layer whose kernel never ran
     assert any(not d.values.kernel_on for d in divergences if d.layer == "SiLU")  # there was an off period
+
+
+def test_a_layer_measured_with_one_candidate_names_it_on_every_kernel_row(
+    session: Explorer, tmp_path: Path
+) -> None:
+    """RMSNorm measured with its bundled kernel alone read "RMSNorm · run-1" in the charts and an
+    empty kernel cell in the tables: a kernel's row names its candidate, one or several."""
+    from kernel_explorer import report
+    from kernel_explorer.views.report_charts import error_chart, pair_chart, speed_chart
+
+    for chart in (speed_chart(session.results), pair_chart(session.results)):
+        assert chart is not None
+        kernel_rows = [row.label for row in chart.rows if "kernel off" not in row.label]
+        assert kernel_rows and all(" · bundled " in label for label in kernel_rows), kernel_rows
+    errors = error_chart(session.results)
+    assert errors is not None
+    ran = [row.label for row in errors.rows if any(m.css == "kx-kernel" for m in row.marks)]
+    assert ran and all(" · bundled " in label for label in ran), ran
+    text = Path(report(session, tmp_path / "r.html")).read_text()
+    kernels = {cells[2] for cells in _table_rows(text, "Layer speed") if "kernel off" not in cells[4]}
+    assert kernels == {"bundled activation", "bundled rmsnorm"}, kernels
 
 
 def test_every_charts_ticks_bracket_its_marks(session: Explorer) -> None:
