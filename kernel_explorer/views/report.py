@@ -83,6 +83,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
     import plotly.graph_objects as go
 
     from kernel_explorer.views.plot_style import verdict_colour
+    from kernel_explorer.views.report_charts import pairs_text
 
     fig = go.Figure(
         go.Scatter(  # markers: on a log axis a bar's length means nothing
@@ -105,7 +106,7 @@ def _speedup_bars(frame: Any, label: str, title: str) -> Any:
             text=[format_number(v, "x") for v in frame["speedup"]],
             textposition="middle right",
             customdata=[  # the spread and n on hover, as on the dashboard's bars
-                f"95% interval {format_interval(m, lo, hi)}, {n} pairs, {verdict}"
+                f"95% interval {format_interval(m, lo, hi)}, {pairs_text(n)}, {verdict}"
                 for m, lo, hi, n, verdict in zip(
                     frame["speedup"],
                     frame["speedup_low"],
@@ -256,14 +257,14 @@ def report_path(path: str | Path) -> Path:
 def kind_sections(log: ResultLog) -> list[str]:
     """A section per kind of measurement with records in `log`, in the registry's order: its title,
     what its columns mean, and its summary's table with the notes under it. A kernel is named by
-    its candidate's label, as the charts name it (`report_charts.named_rows`)."""
+    its candidate's name, the dashboard's words, as the charts name it (`report_charts.named_rows`)."""
     from kernel_explorer.records import kinds
-    from kernel_explorer.views.report_charts import candidates_by_run, named_rows, several_candidates
+    from kernel_explorer.views.report_charts import candidate_names, named_rows
 
-    named = several_candidates(candidates_by_run(log))
+    names = candidate_names(log)
     parts = []
     for found in kinds().values():
-        summary = named_rows(log.summary(found.name), named)
+        summary = named_rows(log.summary(found.name), names)
         if not len(summary):
             continue
         parts.append(f"<h2>{html.escape(found.title, quote=False)}</h2>")

@@ -5,9 +5,10 @@ cycles' pairs pooled, as the layer table's row), its hollow mark the run's last 
 the switch table and the dashboard's status line show); the per-pair chart draws each run's pairs
 as a box from their quartiles (no sample is written into the page: a Run holds 100,000s of pairs);
 the error chart takes the worst instance over every run with the kernel on, kernel-off periods
-apart, a row per candidate. A layer measured with several candidates over the log has its candidate
-named on every row of the charts, and its kernel cell filled in the tables, by the candidate's label
-(`short_label`, `named_rows`): one name for a kernel, whether its run compared several or one.
+apart, a row per candidate. A kernel's every row names its candidate in the charts, and fills its
+kernel cell in the tables, whether the log measured one candidate of the layer or several, by the
+dashboard's words for it ("bundled activation", "peer plain-silu": `candidate_names`,
+`named_rows`): one name for a kernel, whether its run compared several or one, and the dashboard's.
 Drawn by `views/svg_chart.py`.
 """
 
@@ -26,6 +27,7 @@ from kernel_explorer.records import (
     format_number,
     latest_verdict_records,
 )
+from kernel_explorer.views.plot_style import candidate_short
 from kernel_explorer.views.svg_chart import Box, Chart, Point, Row, Share, SharesChart
 
 if TYPE_CHECKING:
@@ -112,9 +114,51 @@ def _last_cycles(log: ResultLog) -> dict[tuple[str, object, object], Any]:
 
 
 def short_label(candidate: object) -> str:
-    """How the report names a candidate, in every table and chart: its label without the "(device,
-    mode)" a record's label carries (`bundled/activation:Silu`); "" for none."""
+    """A candidate's label without the "(device, mode)" a record's label carries
+    (`bundled/activation:Silu`); "" for none: the key the report groups a candidate's rows by, never
+    the name it shows (`candidate_names`)."""
     return str(candidate or "").split(" (")[0]
+
+
+#: per (layer, short label): the name the report shows for that candidate
+Names = Mapping[tuple[str, str], str]
+
+
+def candidate_names(log: ResultLog) -> dict[tuple[str, str], str]:
+    """Per (layer, candidate's short label) measured in `log`: the name every table and chart of the
+    report gives it, the dashboard's words (`plot_style.candidate_short`: "bundled activation", "peer
+    plain-silu", a built folder's digest left out). Where two candidates of one layer would share a
+    name (two builds of a peer), each keeps its folder's name with the digest ("peer
+    plain-silu-876bd9a6"); where even those agree, its label."""
+    from collections import Counter
+
+    by_layer: dict[str, set[str]] = {}
+    for (_, layer), labels in candidates_by_run(log).items():
+        by_layer.setdefault(layer, set()).update(labels)
+    found: dict[tuple[str, str], str] = {}
+    for layer, labels in by_layer.items():
+        words = {label: candidate_short(None, label) for label in sorted(labels)}
+        for fallback in (_with_digest, str):
+            counts = Counter(words.values())
+            for label, word in list(words.items()):
+                if counts[word] > 1:
+                    words[label] = fallback(label)
+        found.update({(layer, label): word for label, word in words.items()})
+    return found
+
+
+def _with_digest(label: str) -> str:
+    """A candidate's source and repository as its label writes them, a built folder's digest kept:
+    "peer plain-silu-876bd9a6"."""
+    source, _, repo = label.split(":", 1)[0].partition("/")
+    return f"{source} {repo}" if repo else source
+
+
+def shown_name(names: Names, layer: object, candidate: object, kernel_id: object = None) -> str:
+    """The name the report shows for `candidate` of `layer` (`candidate_names`), else the dashboard's
+    words for it or, for a kernel with no candidate recorded, its kernel id; "" when neither."""
+    short = short_label(candidate)
+    return names.get((str(layer), short)) or candidate_short(str(kernel_id or "") or None, short or None)
 
 
 def candidates_by_run(log: ResultLog) -> dict[tuple[str, str], set[str]]:
@@ -135,27 +179,19 @@ def candidates_by_run(log: ResultLog) -> dict[tuple[str, str], set[str]]:
     return found
 
 
-def several_candidates(found: dict[tuple[str, str], set[str]]) -> set[str]:
-    """The layers measured with more than one candidate over the whole log: their every row names its
-    candidate (a run of the user's own kernel alone must not read as 'the SiLU kernel')."""
-    union: dict[str, set[str]] = {}
-    for (_, layer), labels in found.items():
-        union.setdefault(layer, set()).update(labels)
-    return {layer for layer, labels in union.items() if len(labels) > 1}
-
-
 #: the kernel cell of a values row measured with the layer's kernel off, or with an unnamed kernel
 _NOT_A_CANDIDATE = ("kernel off", "kernel on")
 #: the kernel column a table gains when the report names a candidate it did not (`named_rows`)
 KERNEL_COLUMN = Column("kernel", "kernel", what=True, line=" ({})")
 
 
-def named_rows(summary: Summary, named: Collection[str]) -> Summary:
-    """`summary` with its kernel cells the candidates' labels (`short_label`), the charts' names: a
-    row split by candidate (named by kernel id in the summary), and every row of a layer in `named`
-    (measured with several candidates over the log), also a run that measured one, whose cell the
-    summary leaves empty. A row keeps the summary's name where its data names no candidate, or where
-    two rows of one run, layer and mode would read the same (one candidate on two code paths).
+def named_rows(summary: Summary, names: Names | None = None) -> Summary:
+    """`summary` with its kernel cells the candidates' names (`candidate_names`), the charts': a
+    row split by candidate (named by kernel id in the summary), and every other row measured with a
+    kernel, whose cell the summary leaves empty (a layer measured with one candidate in the whole
+    log is named as one measured with several). A row keeps the summary's name where its data names
+    no candidate, or where two rows of one run, layer and mode would read the same (one candidate on
+    two code paths).
     Summaries whose data names no candidate (`extra`'s `candidate`) come back as they are."""
     from dataclasses import replace
 
@@ -165,8 +201,8 @@ def named_rows(summary: Summary, named: Collection[str]) -> Summary:
     rows = [dict(row) for row in summary.rows]
     for row, label in zip(rows, labels, strict=False):
         kernel = row.get("kernel")
-        if label and kernel not in _NOT_A_CANDIDATE and (kernel or row.get("layer") in named):
-            row["kernel"] = label
+        if label and kernel not in _NOT_A_CANDIDATE:
+            row["kernel"] = shown_name(names or {}, row.get("layer"), label)
     seen: dict[tuple[object, ...], list[int]] = {}
     for index, row in enumerate(rows):
         seen.setdefault((row.get("run_id"), row.get("layer"), row.get("mode"), row.get("kernel")), []).append(
@@ -197,7 +233,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
     """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
     summary = log.summary("time")
     last = _last_cycles(log)
-    shown = named_rows(summary, several_candidates(candidates_by_run(log)))
+    shown = named_rows(summary, candidate_names(log))
     rows = []
     for row, named in zip(summary.rows, shown.rows, strict=True):
         cell = row.get("speedup")
@@ -213,7 +249,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
                 cell.high,
                 css,
                 label=format_number(cell.median, "x"),
-                hover=f"{name}, whole run: {cell.text()} {verdict}, {row.get('pairs')} pairs",
+                hover=f"{name}, whole run: {cell.text()} {verdict}, {pairs_text(row.get('pairs'))}",
             )
         ]
         ended = last.get((str(row["run_id"]), row["layer"], row.get("mode") or "inference"))
@@ -228,7 +264,7 @@ def speed_chart(log: ResultLog) -> Chart | None:
                     label=format_number(ended.speedup, "x"),
                     hover=f"{name}, last cycle: "
                     f"{format_interval(ended.speedup, ended.speedup_low, ended.speedup_high)} "
-                    f"{ended.verdict}, {ended.pairs} pairs",
+                    f"{ended.verdict}, {pairs_text(ended.pairs)}",
                 )
             )
         rows.append(Row(name, tuple(marks)))
@@ -264,6 +300,11 @@ def _box(values: Any) -> tuple[float, float, float, float, float, int]:
     return (10**q1, 10**q2, 10**q3, 10**low, 10**high, beyond)
 
 
+def pairs_text(count: object) -> str:
+    """A count of pairs as a reader says it: "1 pair", "305 pairs"."""
+    return f"{count} pair" if str(count) == "1" else f"{count} pairs"
+
+
 def _ratio(value: float) -> str:
     """0.0289x, 3.61x, 2280x: three digits, never an exponent."""
     return f"{value:.3g}x" if value < 1000 else f"{value:.0f}x"
@@ -287,24 +328,26 @@ def pair_chart(log: ResultLog) -> Chart | None:
             columns["mode"][index],
             bool(columns["kernel_on"][index]),
             candidates[index] if columns["kernel_on"][index] else "",
+            columns["kernel_id"][index] or "" if columns["kernel_on"][index] else "",
         )
         keys.setdefault(key, []).append(int(index))
-    named = several_candidates(candidates_by_run(log))
+    names = candidate_names(log)
     rows = []
     beyond_total = 0
-    for (run, layer, mode, on, candidate), at in keys.items():
+    for (run, layer, mode, on, candidate, kernel_id), at in keys.items():
         q1, q2, q3, low, high, beyond = _box(speedup[at])
         beyond_total += beyond
         label = [str(layer)]
         if mode != "inference":
             label.append(str(mode))
-        if on and layer in named:
-            label.append(short_label(candidate))
+        shown = shown_name(names, layer, candidate, kernel_id) if on else ""
+        if shown:  # every kernel's row, whether the log measured one candidate of its layer or several
+            label.append(shown)
         if not on:
             label.append("kernel off")
         label.append(str(run))
         name = " · ".join(label)
-        words = f"{len(at)} pairs" + (f", {beyond} beyond the whiskers" if beyond else "")
+        words = pairs_text(len(at)) + (f", {beyond} beyond the whiskers" if beyond else "")
         rows.append(
             Row(
                 name,
@@ -346,9 +389,9 @@ def pair_chart(log: ResultLog) -> Chart | None:
 
 def error_chart(log: ResultLog) -> Chart | None:
     """Per layer and candidate, the largest error against float64 of the kernel and of PyTorch, over
-    every run: a layer measured with several candidates has a row per candidate, named as the other
-    charts name it; the kernel-off periods count for PyTorch's mark on each of its rows."""
-    named = several_candidates(candidates_by_run(log))
+    every run: a row per candidate, named as the other charts name it (a layer measured with several
+    has a row for each); the kernel-off periods count for PyTorch's mark on each of its rows."""
+    names = candidate_names(log)
     # (layer, candidate): [kernel's, PyTorch's, instances timed with the kernel on]
     worst: dict[tuple[str, str], list[float]] = {}
     off: dict[str, float] = {}  # per layer: PyTorch's largest error while its kernel was off
@@ -358,8 +401,9 @@ def error_chart(log: ResultLog) -> Chart | None:
         if not values.kernel_on:
             off[layer] = max(off.get(layer, 0.0), values.pytorch_err64 or 0.0)
             continue
-        candidate = record.provenance.candidate if record.provenance is not None else None
-        found = worst.setdefault((layer, short_label(candidate) if layer in named else ""), [0.0, 0.0, 0])
+        origin = record.provenance
+        candidate, kernel_id = (origin.candidate, origin.kernel_id) if origin is not None else (None, None)
+        found = worst.setdefault((layer, shown_name(names, layer, candidate, kernel_id)), [0.0, 0.0, 0])
         found[2] += 1
         found[0] = max(found[0], values.kernel_err64 or 0.0)
         found[1] = max(found[1], values.pytorch_err64 or 0.0)
@@ -426,7 +470,7 @@ def model_chart(log: ResultLog) -> Chart | None:
                         verdict_css(row.verdict),
                         label=format_number(row.speedup, "x"),
                         hover=f"{label}: {format_interval(row.speedup, row.speedup_low, row.speedup_high)} "
-                        f"{row.verdict}, {row.pairs} pairs",
+                        f"{row.verdict}, {pairs_text(row.pairs)}",
                     ),
                 ),
             )

@@ -228,3 +228,48 @@ def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) ->
     assert verdict.provenance.kernel_id and verdict.values.kernel_on
     assert verdict.values.pairs == len(on_kernel) < len(latencies)
     board.reset()
+
+
+@pytest.mark.parametrize("was_on", [True, False], ids=["switched-off", "switched-on"])
+def test_a_pair_a_switch_lands_in_is_never_recorded_under_the_wrong_name(
+    explorer: Explorer, monkeypatch: pytest.MonkeyPatch, was_on: bool
+) -> None:
+    """A dashboard's toggle during a Run, forced at the worst point: right after a pair's timed
+    calls, before its record is made (a review's Run recorded a SiLU pair kernel-on under no
+    candidate, 0.0232x, at a switch-off). A pair a switch lands in is dropped; every pair recorded
+    names what ran both its halves."""
+    from kernel_explorer.measure import layer_comparison
+
+    board = explorer._switchboard
+    if was_on:
+        explorer.on("SiLU")
+    real, timed = layer_comparison.interleaved_pair, []
+
+    def pair_then_toggle(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real(*args, **kwargs)
+        timed.append(found)
+        if len(timed) == 5:  # the 3rd latency pair (2 calibration pairs before): the click lands now
+            explorer.off("SiLU") if was_on else explorer.on("SiLU")
+        return found
+
+    monkeypatch.setattr(layer_comparison, "interleaved_pair", pair_then_toggle)
+    records = list(
+        layer_comparison.compare_layer(
+            board,
+            explorer.captured_inputs(),
+            "SiLU",
+            run_id="r",
+            pairs=3,
+            calibration_pairs=2,
+            switch_on=False,
+        )
+    )
+    latencies = [r for r in records if type(r.values).__name__ == "LayerLatency"]
+    assert len(timed) > 5, "the comparison ended before the switch"
+    for record in latencies:  # named as it ran: a kernel's pair by its candidate, PyTorch's by none
+        named = record.provenance
+        assert record.values.kernel_on == bool(named.kernel_id) == bool(named.candidate)
+    instances = len(board.group("SiLU"))
+    assert len(latencies) == 3 * instances - 1  # the pair the switch landed in: dropped
+    switched = [r for r in latencies if r.values.kernel_on != was_on]
+    assert switched and all(r.provenance.candidate for r in latencies if r.values.kernel_on)

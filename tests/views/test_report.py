@@ -167,9 +167,31 @@ def test_the_error_chart_leaves_kernel_off_periods_out_of_the_kernels_error(sess
     divergences = session.results.records("layer_divergence")
     for row in chart.rows:
         kernel = [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
-        on = [d.values.kernel_err64 for d in divergences if d.layer == row.label and d.values.kernel_on]
+        layer = row.label.split(" · ")[0]  # and the candidate, where its kernel ran
+        on = [d.values.kernel_err64 for d in divergences if d.layer == layer and d.values.kernel_on]
         assert kernel == ([max(on)] if on else [])  # no kernel mark for a layer whose kernel never ran
     assert any(not d.values.kernel_on for d in divergences if d.layer == "SiLU")  # there was an off period
+
+
+def test_a_layer_measured_with_one_candidate_names_it_on_every_kernel_row(
+    session: Explorer, tmp_path: Path
+) -> None:
+    """RMSNorm measured with its bundled kernel alone read "RMSNorm · run-1" in the charts and an
+    empty kernel cell in the tables: a kernel's row names its candidate, one or several."""
+    from kernel_explorer import report
+    from kernel_explorer.views.report_charts import error_chart, pair_chart, speed_chart
+
+    for chart in (speed_chart(session.results), pair_chart(session.results)):
+        assert chart is not None
+        kernel_rows = [row.label for row in chart.rows if "kernel off" not in row.label]
+        assert kernel_rows and all(" · bundled " in label for label in kernel_rows), kernel_rows
+    errors = error_chart(session.results)
+    assert errors is not None
+    ran = [row.label for row in errors.rows if any(m.css == "kx-kernel" for m in row.marks)]
+    assert ran and all(" · bundled " in label for label in ran), ran
+    text = Path(report(session, tmp_path / "r.html")).read_text()
+    kernels = {cells[2] for cells in _table_rows(text, "Layer speed") if "kernel off" not in cells[4]}
+    assert kernels == {"bundled activation", "bundled rmsnorm"}, kernels
 
 
 def test_every_charts_ticks_bracket_its_marks(session: Explorer) -> None:
@@ -236,7 +258,51 @@ def test_a_layer_measured_with_two_candidates_names_its_candidate_on_every_row()
             ratio = speedup * (1 + i / 100)
             log.append(Record(run, LayerLatency(ratio, 1.0, ratio), "SiLU", "m.act", provenance=origin))
     rows = [row.label for row in pair_chart(log).rows]
-    assert sorted(rows) == ["SiLU · bundled/activation:Silu · run-1", "SiLU · peer/plain-silu:Silu · run-2"]
+    assert sorted(rows) == ["SiLU · bundled activation · run-1", "SiLU · peer plain-silu · run-2"]
+
+
+def test_the_report_names_a_candidate_by_the_dashboards_words() -> None:
+    """The report read "bundled/activation:Silu" and "peer/plain-silu-876bd9a6:PlainSilu" where the
+    dashboard reads "SiLU · bundled activation" and "SiLU · peer plain-silu": the dashboard's words
+    (`plot_style.candidate_short`), a build's digest only where two builds would read alike."""
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.records import LayerLatency, ResultLog
+    from kernel_explorer.views.plot_style import candidate_short, entry_name
+    from kernel_explorer.views.report_charts import candidate_names, pair_chart
+
+    log = ResultLog()
+    labels = (
+        "bundled/activation:Silu (cpu, inference)",
+        "peer/plain-silu-876bd9a6:PlainSilu (cpu, inference)",
+    )
+    for run, label in zip(("run-1", "run-2"), labels, strict=True):
+        origin = Provenance(kernel_id=f"k-{run}", candidate=label)
+        log.append(Record(run, LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=origin))
+    rows = sorted(row.label.rsplit(" · ", 1)[0] for row in pair_chart(log).rows)
+    assert rows == sorted(entry_name("SiLU", candidate_short(None, label)) for label in labels)
+    assert rows == ["SiLU · bundled activation", "SiLU · peer plain-silu"]
+    rebuilt = Provenance(kernel_id="k-3", candidate="peer/plain-silu-11aa22bb:PlainSilu (cpu, inference)")
+    log.append(Record("run-3", LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=rebuilt))
+    assert set(candidate_names(log).values()) == {
+        "bundled activation",
+        "peer plain-silu-876bd9a6",
+        "peer plain-silu-11aa22bb",
+    }
+
+
+def test_a_row_of_one_pair_reads_1_pair() -> None:
+    """A review's pairs chart read "1 pairs" for a row of one pair."""
+    from kernel_explorer.measure.records import Provenance, Record
+    from kernel_explorer.records import LayerLatency, ResultLog
+    from kernel_explorer.views.report_charts import pair_chart
+
+    log = ResultLog()
+    origin = Provenance(kernel_id="k", candidate="bundled/activation:Silu (cpu, inference)")
+    log.append(Record("run-1", LayerLatency(1.5, 1.0, 1.5), "SiLU", "m.act", provenance=origin))
+    for i in range(3):
+        log.append(Record("run-1", LayerLatency(1.0, 1.0, 1.0, kernel_on=False), "RMSNorm", f"n{i}"))
+    words = {row.label: row.marks[0].label for row in pair_chart(log).rows}
+    assert set(words.values()) == {"1 pair", "3 pairs"}, words
 
 
 @pytest.fixture(scope="module")
@@ -260,11 +326,20 @@ def two_candidates(hub: dict, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _labels(explorer: Explorer) -> tuple[str, str]:
-    """The two candidates' labels as the report names them (without "(device, mode)")."""
+    """The two candidates' labels (without "(device, mode)")."""
     found = {r.provenance.candidate for r in explorer.results.records("layer_divergence")}
     bundled = next(c for c in found if c.startswith("bundled/"))
     peer = next(c for c in found if c.startswith("peer/"))
     return bundled.split(" (")[0], peer.split(" (")[0]
+
+
+def _names(explorer: Explorer) -> tuple[str, str]:
+    """The two candidates as the report names them: the dashboard's words."""
+    from kernel_explorer.views.plot_style import candidate_short
+
+    bundled, peer = (candidate_short(None, label) for label in _labels(explorer))
+    assert (bundled, peer) == ("bundled rmsnorm", "peer py-rmsnorm")
+    return bundled, peer
 
 
 def _runs(explorer: Explorer) -> list[str]:
@@ -284,7 +359,7 @@ def test_the_tables_name_the_one_candidate_a_run_measured(two_candidates: Explor
     kernel cell blank while the charts named the peer; each cell now holds the charts' label."""
     from kernel_explorer import report
 
-    bundled, peer = _labels(two_candidates)
+    bundled, peer = _names(two_candidates)
     both, alone = _runs(two_candidates)
     text = Path(report(two_candidates, tmp_path / "r.html")).read_text()
     for heading in ("Layer speed", "Layer values"):
@@ -297,7 +372,7 @@ def test_the_speed_and_pair_charts_name_a_kernel_alike(two_candidates: Explorer)
     where the per-pair chart named them by candidate: one label for a kernel, whichever the run."""
     from kernel_explorer.views.report_charts import pair_chart, speed_chart
 
-    bundled, peer = _labels(two_candidates)
+    bundled, peer = _names(two_candidates)
     both, alone = _runs(two_candidates)
     expected = {f"RMSNorm · {bundled} · {both}", f"RMSNorm · {peer} · {both}", f"RMSNorm · {peer} · {alone}"}
     speed, pairs = speed_chart(two_candidates.results), pair_chart(two_candidates.results)
@@ -316,10 +391,10 @@ def test_the_error_chart_draws_each_candidate_of_a_layer_apart(two_candidates: E
     assert chart is not None
     divergences = two_candidates.results.records("layer_divergence")
     worst = {}
-    for label in _labels(two_candidates):
+    for label, name in zip(_labels(two_candidates), _names(two_candidates), strict=True):
         mine = [d for d in divergences if d.provenance.candidate.startswith(f"{label} (")]
         errors = [d.values.kernel_err64 for d in mine]
-        worst[f"RMSNorm · {label}"] = max(errors)
+        worst[f"RMSNorm · {name}"] = max(errors)
     drawn = {
         row.label: [m.value for m in row.marks if isinstance(m, Point) and m.css == "kx-kernel"]
         for row in chart.rows
