@@ -229,6 +229,12 @@ def _row_label(row: Mapping[str, object]) -> str:
     return " · ".join(parts)
 
 
+def _verdict_words(verdict: Any) -> str:
+    """A summary's verdict cell as a reader's words ("faster", "not measurable here: 12 of 40
+    pairs stalled"): its `text()`, never the cell's repr."""
+    return verdict.text() if hasattr(verdict, "text") else str(verdict or "")
+
+
 def speed_chart(log: ResultLog) -> Chart | None:
     """Each run's median speedup per layer with its 95% interval; a Run's last cycle beside it."""
     summary = log.summary("time")
@@ -249,7 +255,10 @@ def speed_chart(log: ResultLog) -> Chart | None:
                 cell.high,
                 css,
                 label=format_number(cell.median, "x"),
-                hover=f"{name}, whole run: {cell.text()} {verdict}, {pairs_text(row.get('pairs'))}",
+                hover=(
+                    f"{name}, whole run: {cell.text()} {_verdict_words(verdict)}, "
+                    f"{pairs_text(row.get('pairs'))}"
+                ),
             )
         ]
         ended = last.get((str(row["run_id"]), row["layer"], row.get("mode") or "inference"))

@@ -381,6 +381,20 @@ def test_the_speed_and_pair_charts_name_a_kernel_alike(two_candidates: Explorer)
     assert {row.label for row in pairs.rows if "kernel off" not in row.label} == expected
 
 
+def test_a_speed_marks_hover_says_its_verdict_in_words(two_candidates: Explorer) -> None:
+    """The whole run's hover read "... VerdictCell(verdict=<Verdict.SLOWER: 'slower'>, stalled=59,
+    pairs=32859) ...": the verdict cell's repr, not what it says."""
+    from kernel_explorer.views.report_charts import speed_chart
+
+    speed = speed_chart(two_candidates.results)
+    assert speed is not None
+    hovers = [mark.hover for row in speed.rows for mark in row.marks if "whole run" in (mark.hover or "")]
+    assert hovers, [row.label for row in speed.rows]
+    for hover in hovers:
+        assert "Verdict" not in hover and "stalled=" not in hover, hover
+        assert re.search(r"\] (faster|slower|no difference|not measurable)", hover), hover
+
+
 def test_the_error_chart_draws_each_candidate_of_a_layer_apart(two_candidates: Explorer) -> None:
     """The error chart drew one RMSNorm row, the bundled kernel's and the peer's errors merged into
     the larger: a row per (layer, candidate), named as the other charts name it."""
