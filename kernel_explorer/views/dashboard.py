@@ -28,10 +28,13 @@ if TYPE_CHECKING:
 _ROW = {"display": "flex", "flex_flow": "row wrap", "width": "100%"}
 
 # Plotly draws its text and grid with fixed colours; these follow JupyterLab's theme instead (the
-# plots' backgrounds are transparent), so the dashboard reads in the light and the dark theme.
+# plots' backgrounds are transparent), so the dashboard reads in the light and the dark theme. A
+# hover label's text keeps plotly's colour, chosen against the label's own box (the theme's light
+# font on Dark made a white hover box unreadable).
 _THEME_CSS = """
 .kx-dashboard .kx-plot { flex: 1 1 420px; min-width: 320px; max-width: 100%; overflow: hidden; }
-.kx-dashboard .kx-plot .main-svg text { fill: var(--jp-ui-font-color1, #1f2328) !important; }
+.kx-dashboard .kx-plot .main-svg :not(.hovertext):not(.axistext) > text {
+  fill: var(--jp-ui-font-color1, #1f2328) !important; }
 .kx-dashboard .kx-plot .gridlayer path, .kx-dashboard .kx-plot .zerolinelayer path {
   stroke: var(--jp-border-color2, #d0d7de) !important; }
 .kx-dashboard .kx-plot .errorbars path { stroke: var(--jp-ui-font-color1, #1f2328) !important; }

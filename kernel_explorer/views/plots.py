@@ -100,9 +100,10 @@ _SWITCH_LABEL = 24
 #: they changed: about 14 px (a label's width at font size 9) of a plot area about 350 px wide. A
 #: compare's candidate turns, marks 0.05 s apart, drew "switch" over "switch"
 _SWITCH_APART = 0.04
-#: behind a switch label: the points and the 1x line it crosses show through faintly, on a light
-#: theme and a dark one alike (its text keeps the grey of every other mark)
-_SWITCH_LABEL_BACKGROUND = "rgba(255,255,255,0.8)"
+#: behind a switch label: a translucent mid grey, so the points and the 1x line it crosses show
+#: through, and the dashboard's text (the theme's font colour: dark on JupyterLab Light, light on
+#: Dark) reads on it in both themes (a white box left Dark's light text unreadable)
+_SWITCH_LABEL_BACKGROUND = "rgba(128,128,128,0.3)"
 #: pixels two median labels of a layer must be apart in height not to overlap (font size 10)
 _LABEL_PX = 14
 

@@ -112,7 +112,9 @@ PLOT_CHECKS = """() => [...document.querySelectorAll('.kx-dashboard .kx-plot .js
   const title = box(p.querySelector('.gtitle'));
   const legend = box(p.querySelector('.legend .bg'));
   const toolbar = box(p.querySelector('.modebar'));
-  const texts = [...p.querySelectorAll('.main-svg text')].map(t => getComputedStyle(t).fill);
+  // a hover label's text keeps plotly's colour against its own box (the dashboard's theme CSS)
+  const texts = [...p.querySelectorAll('.main-svg :not(.hovertext):not(.axistext) > text')]
+    .map(t => getComputedStyle(t).fill);
   return {
     title: p.querySelector('.gtitle')?.textContent || '',
     yticks: [...p.querySelectorAll('.yaxislayer-above .ytick text')].map(t => t.textContent).filter(Boolean),

@@ -425,7 +425,7 @@ def test_close_switch_marks_share_one_short_label_on_a_background_and_a_hover_li
             "switch at 0.6 s: SiLU: bundled activation → peer plain-silu (2 instances)"
             "<br>RMSNorm: bundled activation → kernel off (2 instances)"
         )
-        assert turn["bgcolor"] == back["bgcolor"] == "rgba(255,255,255,0.8)"
+        assert turn["bgcolor"] == back["bgcolor"] == "rgba(128,128,128,0.3)"
         assert turn["font"]["color"] == back["font"]["color"]  # the grey of every mark, as before
         dashed = [s["x0"] for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]
         assert len(dashed) == 3  # every mark keeps its line; only the labels are shared
