@@ -867,7 +867,10 @@ class LivePlots:
                     }
                 )
             beyond = self._beyond_index[name]
-            if self.latency.data[beyond].get("x") or xs:
+            # sent only when what it shows changed: a redraw with new points (every 0.3 s) asks again,
+            # and resending every triangle each time made a long Run's bytes grow with its stalls
+            drawn = self.latency.data[beyond]
+            if list(drawn.get("x") or []) != xs or list(drawn.get("y") or []) != ys:
                 self.latency.restyle(beyond, x=xs, y=ys, hovertext=hover, **{"marker.symbol": symbols})
 
     def _marker_trace(

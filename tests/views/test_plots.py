@@ -218,6 +218,19 @@ def test_the_per_pair_axis_spans_the_bulk_and_marks_stalled_pairs_at_its_edge() 
         assert len(pairs.y) == 204 and sum(not low <= y <= high for y in pairs.y) == len(edge.x)
 
 
+def test_a_redraw_resends_the_edge_triangles_only_when_they_change() -> None:
+    """Each redraw with new points asked the triangles again and resent all of them: a long Run's
+    bytes grew with its stalls (the five-minute soak's last minute against its first)."""
+    bulk = [_pair(1.2 + (i % 7) / 70, 1.0 + i) for i in range(200)]
+    with _drawn([*bulk, _pair(0.01, 200.5, stalled=True)]) as (log, plots):
+        ops = _sent_by_next_redraw(log, plots, [_pair(1.25, 201.0 + i) for i in range(3)])
+        (edge,) = [i for i, t in enumerate(plots.latency.data) if t.name.endswith("(beyond the axis)")]
+        assert not [op for op in ops if op["op"] == "restyle" and op["traces"] == [edge]], ops
+        ops = _sent_by_next_redraw(log, plots, [_pair(120.0, 205.0)])  # a new stall: sent
+        assert [op for op in ops if op["op"] == "restyle" and op["traces"] == [edge]], ops
+        assert len(plots.latency.data[edge].x) == 2
+
+
 def padded_edge(plots: LivePlots, which: str) -> float:
     """The axis' edge value (log10) without the room left for a marker drawn whole there."""
     low, high = plots.latency.plot_layout.yaxis.range
