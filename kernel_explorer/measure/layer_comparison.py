@@ -2,9 +2,7 @@
 and for each compared layer a verdict with its interval, noise floor and plausibility notes.
 
 Each sample reads what the instance runs *now* (under the switchboard lock, which is held only
-around the forward calls), so a switch made while a run is going shows up in the next sample. A
-pair's provenance is read under the same hold of the lock as its timed calls, and a pair a switch
-landed in (its state before and after differ) is dropped: a pair is named by what ran both halves.
+around the forward calls), so a switch made while a run is going shows up in the next sample.
 Instances that were on PyTorch when the comparison started are switched on for it and switched
 back after, also when the run is cancelled, interrupted or fails; switches the user made in the
 meantime are left as the user made them.
@@ -136,31 +134,18 @@ def compare_layer(
         )
         repeats: dict[str, int] = {}
         ran: dict[int, tuple[str, Provenance]] = {}  # each pair's instance and what ran it
-        read: dict[str, Provenance] = {}  # the pair just timed: what ran it, read under its lock
-
-        def timed(call: Call, index: int, aa: bool) -> tuple[float, float, bool, int] | None:
-            # the switch state before and after the pair and the provenance, under the one hold of
-            # the lock the pair is timed in: a switch lands before the pair or after its record's
-            # provenance is read, never between (a dashboard's switch-off once landed there, and a
-            # kernel's pair was recorded under no candidate)
-            with board.lock:
-                before = _switch_state(board, name, call[0])
-                found = _pair(clock, board, name, call, repeats, index, aa=aa)
-                if _switch_state(board, name, call[0]) != before:
-                    return None  # a switch inside the pair (a kernel that raised and fell back)
-                read[call[0]] = origin(call[0])
-            if not aa and found[2] != bool(read[call[0]].kernel_id):
-                return None  # what ran and what is named disagree: no name to give it
-            return found
 
         def pair_record(call: Call, values: Any) -> Record:
-            found = read.pop(call[0])
+            found = origin(call[0])
+            if isinstance(values, LayerLatency) and values.kernel_on != bool(found.kernel_id):
+                # a switch landed between the pair and its switch event: what the pair ran says
+                found = origin(call[0], fresh=True)
             if isinstance(values, LayerLatency):
                 ran[id(values)] = (call[0], found)
             return Record(run_id, values, name, call[0], provenance=found)
 
         aa_ratios, samples, stopped_by = yield from interleaved_series(
-            timed,
+            lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
             calls,
             pair_record,
             calibration_pairs=calibration_pairs,
@@ -208,38 +193,27 @@ def _one_candidates(
     return kept, ran[id(kept[-1])][1]
 
 
-def _switch_state(board: Switches, name: str, path: str) -> tuple[bool, list[tuple[Any, Any]]]:
-    """What `path` of `name` is switched to now: whether it runs a kernel, and the row's switches
-    that speak for it (its own; a model-wide row's one): changes with every switch of it, candidate
-    to candidate included. Read under the board's lock."""
-    with board.lock:
-        on = board.forwards(name, path)[2]
-        state = board.snapshot()
-    return on, [switched for (row, where), switched in state.items() if row == name and where in (path, "*")]
-
-
 @contextlib.contextmanager
-def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[[str], Provenance]]:
+def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[..., Provenance]]:
     """An instance's provenance by path, read on first use (60 instances must not delay the first
-    record), from its first call, and read again whenever its switch state changed: a candidate
-    switched in during a comparison (a dashboard's click mid-Run) names the pairs measured from then
-    on. The state and the provenance are read under one hold of the lock, so a provenance is
-    never that of a switch half made, nor kept past the switch (a view hears of a switch only
-    after the lock is let go)."""
+    record), from its first call, and read again after any switch: a candidate switched in during
+    a comparison (a dashboard's click mid-Run) names the pairs measured from then on."""
     first: dict[str, tuple[tuple, dict]] = {}
     for path, args, kwargs in calls:
         first.setdefault(path, (args, kwargs))
-    found: dict[str, tuple[tuple[bool, list[tuple[Any, Any]]], Provenance]] = {}
+    found: dict[str, Provenance] = {}
 
-    def origin(path: str) -> Provenance:
-        with board.lock:
-            state = _switch_state(board, name, path)
-            known = found.get(path)
-            if known is None or known[0] != state:
-                known = found[path] = (state, provenance(board, name, path, *first[path]))
-            return known[1]
+    def origin(path: str, fresh: bool = False) -> Provenance:
+        known = None if fresh else found.get(path)  # the switch's thread may clear `found` meanwhile
+        if known is None:
+            known = found[path] = provenance(board, name, path, *first[path])
+        return known
 
-    yield origin
+    unsubscribe = board.subscribe(found.clear)
+    try:
+        yield origin
+    finally:
+        unsubscribe()
 
 
 def output_divergences(
@@ -303,7 +277,7 @@ def compare_values(
 
 
 def interleaved_series(
-    pair: Callable[[Any, int, bool], tuple[float, float, bool, int] | None],
+    pair: Callable[[Any, int, bool], tuple[float, float, bool, int]],
     items: Sequence[Any],
     record: Callable[[Any, Any], Record],
     *,
@@ -316,8 +290,7 @@ def interleaved_series(
     per pair and returns (A/A ratios, samples, why it stopped).
 
     The one loop of every comparison (inference and training, `mode`): `pair(item, index, aa)`
-    times one pair (None: a pair not to count, a switch landed in it), `record(item, values)` the
-    record it makes for that item; `stalls(item)` makes
+    times one pair, `record(item, values)` the record it makes for that item; `stalls(item)` makes
     the watch that flags that item's pairs where the machine, not the op, took the time (one per
     item: instances of one layer may differ in size, as a model's Linear layers do).
     """
@@ -325,10 +298,7 @@ def interleaved_series(
     aa_ratios: list[float] = []
     for index in range(calibration_pairs):
         item = items[index % len(items)]
-        timed = pair(item, index, True)
-        if timed is None:
-            continue
-        first, second, _, repeat = timed
+        first, second, _, repeat = pair(item, index, True)
         watches[index % len(items)].observe(first, second, aa=True)
         aa_ratios.append(first / second)
         yield record(item, LayerCalibration(first, second, first / second, repeat, mode=mode))
@@ -336,10 +306,7 @@ def interleaved_series(
     stopped_by = None
     while stopped_by is None:
         for item, watch in zip(items, watches, strict=True):
-            timed = pair(item, stop.rounds, False)
-            if timed is None:
-                continue
-            t_pytorch, t_other, on, repeat = timed
+            t_pytorch, t_other, on, repeat = pair(item, stop.rounds, False)
             stalled = watch.observe(t_pytorch, t_other)
             sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat, mode, stalled)
             samples.append(sample)
