@@ -118,7 +118,7 @@ class Candidate:
         as its label has it (`kernels-community/activation@v1:Silu`). `shown_label` keeps the folder
         where two repositories would read the same."""
         if self.hub is not None or not self.repo_name or local_path(self.repository) is None:
-            return self.label.split(" (", 1)[0]
+            return without_scope(self.label)
         at = f"@{self.path}" if self.path else ""
         return f"{self.source}/{self.repo_name}{at}:{self.layer_class}"
 
@@ -150,12 +150,18 @@ class Candidate:
         return f"{self.label} [{self.source}]"
 
 
+def without_scope(label: str) -> str:
+    """A candidate's label without the "(device, mode)" it ends in (`bundled/activation:Silu`): how
+    every view and the report write a candidate, and what a record's label is grouped by."""
+    return label.split(" (", 1)[0]
+
+
 def shown_label(candidate: Candidate, others: Iterable[Candidate]) -> str:
     """`candidate.short_label`, unless another repository among `others` (the layer's candidates)
     reads the same, two peers of one name built from two folders: then its label less "(device,
     mode)", the build folder's hash kept to tell them apart."""
-    short, long = candidate.short_label, candidate.label.split(" (", 1)[0]
-    if any(o.short_label == short and o.label.split(" (", 1)[0] != long for o in others):
+    short, long = candidate.short_label, without_scope(candidate.label)
+    if any(o.short_label == short and without_scope(o.label) != long for o in others):
         return long
     return short
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from kernel_explorer.catalog.candidates import without_scope
 from kernel_explorer.explorer import State
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def _state_css() -> str:
 
 def _short(label: str) -> str:
     """`bundled/quantized_linear:Q4_1Linear`: a candidate's label without its "(cpu, any mode)"."""
-    return label.split(" (", 1)[0]
+    return without_scope(label)
 
 
 def picker_candidates(found: Any, device: str) -> list[dict[str, Any]]:

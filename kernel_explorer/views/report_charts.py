@@ -19,6 +19,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kernel_explorer.catalog.candidates import without_scope
 from kernel_explorer.records import (
     Column,
     IntervalCell,
@@ -117,7 +118,7 @@ def short_label(candidate: object) -> str:
     """A candidate's label without the "(device, mode)" a record's label carries
     (`bundled/activation:Silu`); "" for none: the key the report groups a candidate's rows by, never
     the name it shows (`candidate_names`)."""
-    return str(candidate or "").split(" (")[0]
+    return without_scope(str(candidate or ""))
 
 
 #: per (layer, short label): the name the report shows for that candidate
