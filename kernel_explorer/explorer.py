@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kernel_explorer._backend import quiet
 from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.catalog.availability import Availability, State
-from kernel_explorer.catalog.candidates import Candidate, Catalog
+from kernel_explorer.catalog.candidates import Candidate, Catalog, without_scope
 from kernel_explorer.catalog.kernel_config import is_kernel_config, mapping_from_kernel_config
 from kernel_explorer.errors import KernelExplorerError
 from kernel_explorer.inspect.hardware import HardwareSnapshot
@@ -70,6 +70,7 @@ __all__ = [
     "VariantsReport",
     "check_sampling",
     "find_kernel_layers",
+    "without_scope",
 ]
 
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from kernel_explorer.catalog.candidates import without_scope
-from kernel_explorer.explorer import State
+from kernel_explorer.explorer import State, without_scope
 
 if TYPE_CHECKING:
     from kernel_explorer.explorer import Explorer

@@ -19,7 +19,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kernel_explorer.catalog.candidates import without_scope
+from kernel_explorer.explorer import without_scope
 from kernel_explorer.records import (
     Column,
     IntervalCell,
