@@ -49,14 +49,16 @@ def verdict_css(verdict: object) -> str:
 
 
 def cycles_per_run(log: ResultLog) -> dict[str, int]:
-    """How many cycles each run measured: its most verdicts for one layer (a compare gives one per
-    layer, a Run one per layer and cycle)."""
-    counts: dict[tuple[str, object, object], int] = {}
+    """How many cycles each run measured: its most verdicts for one layer and candidate (a compare
+    gives one per layer and candidate, a Run one per layer, candidate and cycle; a compare of two
+    peers is still one cycle)."""
+    counts: dict[tuple[str, object, object, object], int] = {}
     for record in log.records("layer_verdict"):
-        key = (record.run_id, record.layer, record.values.mode)
+        candidate = record.provenance.candidate if record.provenance is not None else None
+        key = (record.run_id, record.layer, record.values.mode, candidate)
         counts[key] = counts.get(key, 0) + 1
     found: dict[str, int] = {}
-    for (run, _, _), count in counts.items():
+    for (run, *_), count in counts.items():
         found[run] = max(found.get(run, 0), count)
     return found
 

@@ -431,3 +431,20 @@ def test_close_switch_marks_share_one_short_label_on_a_background_and_a_hover_li
         assert len(dashed) == 3  # every mark keeps its line; only the labels are shared
     finally:
         plots.close()
+
+
+def test_a_compare_of_two_candidates_is_one_cycle_and_a_run_counts_its_cycles() -> None:
+    """The report's runs table: a compare of the bundled SiLU and a peer gives two verdicts for one
+    layer, one per candidate; that is one cycle, not "2 cycles (a Run)"."""
+    from kernel_explorer.views.report_charts import runs
+
+    bundled = _pairs("run-1", "SiLU", 1.5, 8, BUNDLED)
+    peer = _pairs("run-1", "SiLU", 0.31, 8, PEER, t0=2.0)
+    compared = [_verdict("run-1", "SiLU", bundled, BUNDLED, 1.5), _verdict("run-1", "SiLU", peer, PEER, 2.5)]
+    cycles = [_verdict("run-2", "SiLU", bundled, BUNDLED, 3.0 + i) for i in range(3)]
+    log = ResultLog()
+    for record in [*bundled, *peer, *compared, *cycles]:
+        log.append(record)
+    what = {run: said for run, _, _, said in runs(log)}
+    assert what["run-1"].startswith("1 cycle (a compare")
+    assert what["run-2"] == "3 cycles (a Run)"
