@@ -8,12 +8,12 @@ import functools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.catalog.availability import State
-from kernel_explorer.catalog.candidates import first_usable
+from kernel_explorer.catalog.candidates import first_usable, repository_name, shown_label
 from kernel_explorer.measure.kinds.breakdown import amdahl
 from kernel_explorer.measure.summary import format_number
 
@@ -163,7 +163,8 @@ class InventoryRow:
         return f"+{len(others)} {noun} for other devices ({devices})"
 
     def kernel_name(self, now: RunningNow) -> str:
-        """A person's name for what `now` runs: `bundled/rmsnorm RMSNorm` (repository and layer).
+        """A person's name for what `now` runs: `bundled/rmsnorm RMSNorm`, `peer/plain-silu PlainSilu`
+        (repository and layer).
 
         Found by matching the loaded kernel's repository with this row's candidates; the op
         namespace (`_rmsnorm_cpu_23eb2fc398`) is an id for tooltips and exports, not for reading.
@@ -179,10 +180,20 @@ class InventoryRow:
 
     def _kernel_name(self, now: RunningNow) -> str:
         matches = [c for c, _ in self.candidates if _same_repository(c, now.repository)]
+        if not matches and now.repository and Path(now.repository).is_absolute():
+            # a peer built again into another cache folder (an explorer made anew in one session):
+            # the process keeps the module it loaded first, so the kernel names the older folder;
+            # it is the row's peer of that name, when only one has it
+            name = repository_name(Path(now.repository))
+            same = [c for c, _ in self.candidates if c.hub is None and c.repo_name == name]
+            matches = same if len({c.label for c in same if c.layer_class == now.layer_class}) == 1 else []
         # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
         matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
         if matches:
-            return f"{matches[0].repo_label} {matches[0].repository.layer_name}"
+            # the repository as the dashboard's picker writes it: a peer by its own name, the cache
+            # folder's digest only where two of the row's repositories would read the same
+            shown = shown_label(matches[0], [c for c, _ in self.candidates]).rsplit(":", 1)[0]
+            return f"{shown} {matches[0].repository.layer_name}"
         if now.repository and now.repository != "unknown":
             return f"{PurePath(now.repository).name} {self.group.name}"
         return f"kernel {now.kernel_id}"

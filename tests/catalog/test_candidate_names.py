@@ -8,6 +8,7 @@ by trying. Real parts: the tiny Llama, the bundled kernels, a Python-only peer b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,9 @@ def test_running_names_a_peer_by_the_name_a_user_types(explorer: Explorer) -> No
     explorer.on("RMSNorm", candidate="py-rmsnorm")
     text = str(explorer.running("RMSNorm")[0])
     assert ": peer/py-rmsnorm:RMSNorm (kernel _py_rmsnorm_" in text, text
+    # the inventory's "runs now" names it the same way (it read `peer/py-rmsnorm-6b8833cc RMSNorm`)
+    summary = explorer.inventory().row("RMSNorm").running_summary
+    assert summary.startswith("peer/py-rmsnorm RMSNorm x"), summary
     explorer.on("RMSNorm", candidate="rmsnorm")
     assert ": bundled/rmsnorm:RMSNorm (kernel _rmsnorm_" in str(explorer.running("RMSNorm")[0])
     running = explorer.on("RMSNorm", candidate="peer/py-rmsnorm:RMSNorm")  # the printed name switches
@@ -101,5 +105,9 @@ def test_two_peers_of_one_name_keep_the_hash_that_tells_them_apart(tmp_path: Pat
         explorer.on("RMSNorm", candidate=chosen)
         text = str(explorer.running("RMSNorm")[0])
         assert f": {chosen.split(' (')[0]} (kernel " in text, text  # peer/py-rmsnorm-<hash>:RMSNorm
+        summary = explorer.inventory().row("RMSNorm").running_summary
+        # the hash kept here: the chosen folder's, or (when an earlier explorer of this process
+        # loaded the same build first and the process kept its module) the folder it came from
+        assert re.match(r"(peer/)?py-rmsnorm-[0-9a-f]{8} RMSNorm x", summary), summary
     finally:
         explorer.reset()
