@@ -187,7 +187,33 @@ def _esc(text: str) -> str:
 
 
 def _text_px(text: str) -> float:
-    return len(text) * CHAR_PX
+    """The estimated width of `text`: capitals and the widest lowercase letters count wider (a row
+    label of "RMSNorm"s drawn at `CHAR_PX` each ran past its column's left edge)."""
+    wide = sum(1 for c in text if c.isupper() or c in "mwMW@%")
+    return len(text) * CHAR_PX + wide * 2.0
+
+
+#: the most of a chart's width its row labels take; a longer label wraps at its " · " parts
+LABEL_SHARE = 0.42
+LINE_H = 14
+
+
+def label_lines(label: str, max_px: float) -> list[str]:
+    """`label` in lines of at most `max_px` (estimated), broken between its " · " parts (layer, mode,
+    candidate, run); a single part too long for a line keeps its end (the run and digest tell rows
+    apart) behind an ellipsis. The whole label stays the row's `<title>`."""
+    lines: list[str] = []
+    for part in label.split(" · "):
+        if _text_px(part) > max_px:
+            while part and _text_px("…" + part) > max_px:
+                part = part[1:]
+            part = "…" + part
+        joined = f"{lines[-1]} · {part}" if lines else part
+        if lines and _text_px(joined) <= max_px:
+            lines[-1] = joined
+        else:
+            lines.append(part)
+    return lines or [""]
 
 
 def _thin(
@@ -207,8 +233,10 @@ def _thin(
 def render(chart: Chart, width: int = WIDTH) -> str:
     """The chart as an `<svg>` element (scales down with the page, never up past `width`)."""
     axis = log_axis(*chart.extent(), unit=chart.unit)
-    row_h = 36 if any(len(r.marks) > 1 for r in chart.rows) else 24
-    left = max((_text_px(r.label) for r in chart.rows), default=40) + 16
+    lines = [label_lines(r.label, width * LABEL_SHARE) for r in chart.rows]
+    most_lines = max((len(found) for found in lines), default=1)
+    row_h = max(36 if any(len(r.marks) > 1 for r in chart.rows) else 24, LINE_H * most_lines + 10)
+    left = max((_text_px(line) for found in lines for line in found), default=40) + 16
     right = 96  # room for the value written right of a mark at the axis' end
     top = 14
     plot_w = width - left - right
@@ -239,11 +267,16 @@ def render(chart: Chart, width: int = WIDTH) -> str:
         f"<text class='kx-axis-title' x='{left + plot_w / 2:.1f}' y='{height - 6}' "
         f"text-anchor='middle'>{_esc(chart.axis_title)}</text>"
     )
-    for index, row in enumerate(chart.rows):
+    for index, (row, found) in enumerate(zip(chart.rows, lines, strict=True)):
         middle = top + row_h * index + row_h / 2
+        first = middle + 4 - LINE_H * (len(found) - 1) / 2
+        spans = "".join(
+            f"<tspan x='{left - 8:.1f}' y='{first + LINE_H * i:.1f}'>{_esc(line)}</tspan>"
+            for i, line in enumerate(found)
+        )
         out.append(
-            f"<text class='kx-row' x='{left - 8:.1f}' y='{middle + 4:.1f}' text-anchor='end'>"
-            f"{_esc(row.label)}</text>"
+            f"<text class='kx-row' x='{left - 8:.1f}' y='{first:.1f}' text-anchor='end'>"
+            f"<title>{_esc(row.label)}</title>{spans}</text>"
         )
         offsets = (
             [0.0]

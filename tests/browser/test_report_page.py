@@ -4,8 +4,9 @@ A real session's report (`report_session`: a Run of three cycles, a cycle after 
 compare, a breakdown, on the tiny Llama with the bundled kernels), read from the rendered page:
 no table cell breaks inside a word or a number (each word's glyphs on one line), number cells stay
 on one line, the page itself never scrolls sideways (a wide table scrolls in its own box), each
-chart's tick labels keep apart (their boxes do not overlap) with 3-6 of them, and every mark lies
-inside its chart's plot area. Screenshots land in build/screenshots/report-<width>-<scheme>.png.
+chart's tick labels keep apart (their boxes do not overlap) with 3-6 of them, every row label lies
+whole inside its chart (a long one wraps), and every mark lies inside its chart's plot area.
+Screenshots land in build/screenshots/report-<width>-<scheme>.png.
 
     pytest tests/browser/test_report_page.py
 """
@@ -55,6 +56,8 @@ _CHARTS = """() => [...document.querySelectorAll('svg.kx-chart')].map(svg => {
     name: svg.dataset.chart,
     ticks: [...svg.querySelectorAll('text.kx-tick')].map(t => ({text: t.textContent, ...box(t)})),
     area: box(svg.querySelector('rect.kx-plot-area')),
+    frame: box(svg),
+    rows: [...svg.querySelectorAll('text.kx-row')].map(t => ({text: t.textContent, ...box(t)})),
     marks: [...svg.querySelectorAll('.kx-mark .kx-dot, .kx-mark .kx-box, .kx-mark .kx-whisker,'
                                     + ' .kx-mark .kx-interval, .kx-mark .kx-box-share')].map(box),
   };
@@ -95,7 +98,12 @@ def test_the_report_reads_at_its_width(
             assert 3 <= len(ticks) <= 6, (chart["name"], [t["text"] for t in ticks])
             for before, after in itertools.pairwise(ticks):
                 assert before["right"] <= after["left"], (chart["name"], before["text"], after["text"])
-            area = chart["area"]
+            area, frame = chart["area"], chart["frame"]
+            for row in chart["rows"]:  # every row label whole inside its chart, left of the plot
+                assert frame["left"] - 0.5 <= row["left"] and row["right"] <= area["left"], (
+                    chart["name"],
+                    row["text"],
+                )
             assert chart["marks"]
             for mark in chart["marks"]:
                 assert area["left"] - 0.5 <= mark["left"] and mark["right"] <= area["right"] + 0.5, chart[

@@ -10,12 +10,16 @@ import pytest
 
 from kernel_explorer.views.svg_chart import (
     CHAR_PX,
+    LABEL_SHARE,
     MAX_TICKS,
     MIN_TICKS,
+    WIDTH,
     Box,
     Chart,
     Point,
     Row,
+    _text_px,
+    label_lines,
     log_axis,
     render,
 )
@@ -82,3 +86,25 @@ def test_the_one_x_line_is_always_on_a_speedup_axis() -> None:
     low, high = chart.extent()
     assert low == 1.0 and high == 3.95  # 1x is part of the range: faster or slower reads at once
     assert "kx-one" in render(chart) and math.isclose(log_axis(low, high).ticks[0][0], 1.0)
+
+
+def test_a_long_row_label_wraps_at_its_parts_inside_the_label_column() -> None:
+    """A report's pairs chart named a row "SiLU · inference · peer plain-silu-876bd9a6 · run-12"
+    and more: one line that ran past the chart's left edge at 1280 px."""
+    long = "rotary_pos_emb · inference · peer plain-rotary-embedding-876bd9a6 · run-12"
+    chart = Chart("t", "s", "a", (Row(long, (Point(1.4, 1.2, 1.6),)), Row("RMSNorm · run-1", (Point(2.0),))))
+    ns = "{http://www.w3.org/2000/svg}"
+    root = _svg(chart)
+    area = root.find(f"{ns}rect[@class='kx-plot-area']")
+    assert area is not None
+    left = float(area.get("x", ""))
+    rows = [t for t in root.iter(f"{ns}text") if t.get("class") == "kx-row"]
+    wrapped = [span.text or "" for span in rows[0].iter(f"{ns}tspan")]
+    assert len(wrapped) > 1 and " · ".join(wrapped) == long  # every part kept, broken between parts
+    assert all(
+        _text_px(line) <= left - 8 for row in rows for line in (s.text or "" for s in row.iter(f"{ns}tspan"))
+    )
+    assert left <= WIDTH * LABEL_SHARE + 16  # the plot keeps most of the width
+    title = rows[0].find(f"{ns}title")
+    assert title is not None and title.text == long
+    assert label_lines("x" * 200, 100)[0].startswith("…")  # one part too long: its end kept
