@@ -56,8 +56,9 @@ ERROR_AXIS: dict[str, Any] = {
     "minor": _minor(_ERROR_EXPONENTS, skip=()),
 }
 
-#: a layer name axis: categories, so an empty plot shows no 0-6 number line
-CATEGORY_AXIS: dict[str, Any] = {"type": "category"}
+#: a layer name axis: categories, so an empty plot shows no 0-6 number line; its bottom margin
+#: grows to the names when plotly turns them (in a narrow plot "rotary_pos_emb" turned was cut)
+CATEGORY_AXIS: dict[str, Any] = {"type": "category", "automargin": True}
 
 #: a plot before its first point: this note in its middle, and no negative range on a count or time
 EMPTY_NOTE = "no measurement yet: press Run, or measure from a cell"
