@@ -359,7 +359,7 @@ def pair_chart(log: ResultLog) -> Chart | None:
             label.append("kernel off")
         label.append(str(run))
         name = " · ".join(label)
-        words = pairs_text(len(at)) + (f", {beyond} beyond the whiskers" if beyond else "")
+        words = pairs_text(len(at)) + (f", {beyond} beyond" if beyond else "")  # the whiskers: the note
         rows.append(
             Row(
                 name,

@@ -237,7 +237,10 @@ def render(chart: Chart, width: int = WIDTH) -> str:
     most_lines = max((len(found) for found in lines), default=1)
     row_h = max(36 if any(len(r.marks) > 1 for r in chart.rows) else 24, LINE_H * most_lines + 10)
     left = max((_text_px(line) for found in lines for line in found), default=40) + 16
-    right = 96  # room for the value written right of a mark at the axis' end
+    # room for the value written right of a mark at the axis' end ("5000 pairs, 1704 beyond" was
+    # cut at the chart's edge): the longest, up to 30% of the width (past it, it goes left)
+    values = [_text_px(mark.label) for r in chart.rows for mark in r.marks if mark.label]
+    right = min(max(96.0, max(values, default=0.0) + 16), width * 0.3)
     top = 14
     plot_w = width - left - right
     plot_h = row_h * len(chart.rows)

@@ -99,6 +99,7 @@ def test_the_report_reads_at_its_width(
             for before, after in itertools.pairwise(ticks):
                 assert before["right"] <= after["left"], (chart["name"], before["text"], after["text"])
             area, frame = chart["area"], chart["frame"]
+            assert chart["rows"], chart["name"]
             for row in chart["rows"]:  # every row label whole inside its chart, left of the plot
                 assert frame["left"] - 0.5 <= row["left"] and row["right"] <= area["left"], (
                     chart["name"],

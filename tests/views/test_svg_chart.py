@@ -108,3 +108,16 @@ def test_a_long_row_label_wraps_at_its_parts_inside_the_label_column() -> None:
     title = rows[0].find(f"{ns}title")
     assert title is not None and title.text == long
     assert label_lines("x" * 200, 100)[0].startswith("…")  # one part too long: its end kept
+
+
+def test_a_long_value_label_at_the_axis_end_stays_inside_the_chart() -> None:
+    """The pairs chart wrote "5000 pairs, 1704 beyond the whiskers" right of a box that reached
+    the axis' end; at 1280 px the page cut it ("... 1704 beyo")."""
+    label = "5000 pairs, 1704 beyond"
+    wide = Box(0.5, 1.2, 3.0, 0.1, 10.0, label=label)  # whiskers to both ends: no room left of it
+    chart = Chart("t", "s", "a", (Row("SiLU · peer plain-silu · run-3", (wide,)),))
+    ns = "{http://www.w3.org/2000/svg}"
+    root = _svg(chart)
+    (value,) = [t for t in root.iter(f"{ns}text") if t.get("class") == "kx-value"]
+    assert value.text == label and value.get("text-anchor") is None  # written right of the box
+    assert float(value.get("x", "")) + _text_px(label) <= WIDTH
