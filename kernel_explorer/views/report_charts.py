@@ -202,10 +202,12 @@ def named_rows(summary: Summary, names: Names | None = None) -> Summary:
     if not any(labels):
         return summary
     rows = [dict(row) for row in summary.rows]
-    for row, label in zip(rows, labels, strict=False):
+    for row, label, data in zip(rows, labels, summary.extra, strict=False):
         kernel = row.get("kernel")
         if label and kernel not in _NOT_A_CANDIDATE:
             row["kernel"] = shown_name(names or {}, row.get("layer"), label)
+        elif not kernel and data.get("kernel_on") is False:  # as the values tables say it
+            row["kernel"] = _NOT_A_CANDIDATE[0]
     seen: dict[tuple[object, ...], list[int]] = {}
     for index, row in enumerate(rows):
         seen.setdefault((row.get("run_id"), row.get("layer"), row.get("mode"), row.get("kernel")), []).append(

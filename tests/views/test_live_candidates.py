@@ -448,3 +448,19 @@ def test_a_compare_of_two_candidates_is_one_cycle_and_a_run_counts_its_cycles() 
     what = {run: said for run, _, _, said in runs(log)}
     assert what["run-1"].startswith("1 cycle (a compare")
     assert what["run-2"] == "3 cycles (a Run)"
+
+
+def test_a_run_with_the_kernel_off_reads_kernel_off_in_the_reports_kernel_column() -> None:
+    """A Run's cycle after SiLU went off is PyTorch against PyTorch: the speed table's kernel cell
+    said nothing there, where the accuracy table says "kernel off"."""
+    from kernel_explorer.views.report_charts import candidate_names, named_rows
+
+    bundled = _pairs("run-1", "SiLU", 1.5, 8, BUNDLED)
+    off = _pairs("run-2", "SiLU", 1.0, 8, None, on=False, t0=3.0)
+    log = ResultLog()
+    for record in [*bundled, _verdict("run-1", "SiLU", bundled, BUNDLED, 2.0), *off]:
+        log.append(record)
+    log.append(_verdict("run-2", "SiLU", off, None, 4.0))
+    rows = named_rows(log.summary("time"), candidate_names(log)).rows
+    kernels = {row["run_id"]: row.get("kernel") for row in rows}
+    assert kernels == {"run-1": "bundled activation", "run-2": "kernel off"}, kernels
