@@ -88,7 +88,9 @@ def test_a_new_run_clears_the_plots(dashboard: Dashboard) -> None:
     assert dashboard.plots.points() > 0
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
-    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm · bundled rmsnorm"}  # the latest run
+    # (a pair a busy machine stalled sits beyond the axis: the same candidate's edge trace)
+    names = {t.name.removesuffix(" (beyond the axis)") for t in dashboard.plots.latency.data}
+    assert names == {"RMSNorm · bundled rmsnorm"}  # the latest run
     errors = dashboard.plots.divergence
     assert "10⁻⁷" in errors.plot_layout.yaxis.ticktext  # 10⁻⁷, not plotly's SI "100n"
     assert all(bar.hovertemplate.endswith(": %{hovertext}<extra></extra>") for bar in errors.data)
@@ -184,7 +186,9 @@ def test_a_breakdown_leaves_the_live_plots_of_the_last_measurement(dashboard: Da
     assert before > 0 and dashboard.plots.points() == before
     dashboard.explorer.compare("RMSNorm", pairs=2)
     dashboard.plots.flush()
-    assert {t.name for t in dashboard.plots.latency.data} == {"RMSNorm · bundled rmsnorm"}
+    # (a pair a busy machine stalled sits beyond the axis: the same candidate's edge trace)
+    names = {t.name.removesuffix(" (beyond the axis)") for t in dashboard.plots.latency.data}
+    assert names == {"RMSNorm · bundled rmsnorm"}
 
 
 def test_an_extended_layer_appears_as_a_row_and_switches_from_the_table(
