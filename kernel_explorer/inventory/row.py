@@ -190,10 +190,14 @@ class InventoryRow:
         # the layer class that runs first: one repository may offer several (Q8_0Linear, Q4_1Linear)
         matches.sort(key=lambda c: (c.repository.layer_name != now.layer_class, self._elsewhere(c)))
         if matches:
-            # the repository as the dashboard's picker writes it: a peer by its own name, the cache
-            # folder's digest only where two of the row's repositories would read the same
-            shown = shown_label(matches[0], [c for c, _ in self.candidates]).rsplit(":", 1)[0]
-            return f"{shown} {matches[0].repository.layer_name}"
+            match = matches[0]
+            repo = match.repo_label
+            folder = local_path(match.repository)
+            if folder is not None and match.repo_name and folder.name.startswith(f"{match.repo_name}-"):
+                # built into the cache (`py-rmsnorm-85944792`): by its own name, as the picker writes
+                # it, the folder's digest only where two of the row's repositories would read the same
+                repo = shown_label(match, [c for c, _ in self.candidates]).rsplit(":", 1)[0]
+            return f"{repo} {match.repository.layer_name}"
         if now.repository and now.repository != "unknown":
             return f"{PurePath(now.repository).name} {self.group.name}"
         return f"kernel {now.kernel_id}"
