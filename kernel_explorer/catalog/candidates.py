@@ -104,6 +104,13 @@ class Candidate:
         return "" if path is None else repository_name(path)
 
     @property
+    def built_into_cache(self) -> bool:
+        """Whether this is a local repository the builder built into its cache: its folder is the
+        repository's name and the build's digest (`py-rmsnorm-85944792`), a name no person chose."""
+        path = local_path(self.repository)
+        return path is not None and _HASHED.search(path.name) is not None
+
+    @property
     def short_name(self) -> str:
         """What a view calls it beside its source, and a word `on` takes: the repository's own name
         ("activation", "plain-silu"), with a pinned code path ("activation@avx2")."""

@@ -192,8 +192,7 @@ class InventoryRow:
         if matches:
             match = matches[0]
             repo = match.repo_label
-            folder = local_path(match.repository)
-            if folder is not None and match.repo_name and folder.name.startswith(f"{match.repo_name}-"):
+            if match.built_into_cache:
                 # built into the cache (`py-rmsnorm-85944792`): by its own name, as the picker writes
                 # it, the folder's digest only where two of the row's repositories would read the same
                 repo = shown_label(match, [c for c, _ in self.candidates]).rsplit(":", 1)[0]

@@ -94,6 +94,16 @@ def test_running_names_a_peer_by_the_name_a_user_types(explorer: Explorer) -> No
     assert all(now.kernel_id and now.kernel_id.startswith("_py_rmsnorm_") for now in running)
 
 
+def test_only_a_repository_built_into_the_cache_reads_as_built_there(explorer: Explorer) -> None:
+    """`built_into_cache` is what the inventory asks before it renames a folder: a peer's cache
+    folder (`py-rmsnorm-<digest>`) is; a bundled folder (`quantized_linear`, whose metadata says
+    `quantized-linear`) is not, nor is a name that merely has a dash in it."""
+    peer = explorer._catalog.matching("RMSNorm", "peer", "cpu")
+    bundled = explorer._catalog.matching("RMSNorm", "bundled", "cpu")
+    assert peer and all(c.built_into_cache for c in peer), [c.label for c in peer]
+    assert bundled and not any(c.built_into_cache for c in bundled), [c.label for c in bundled]
+
+
 def test_two_peers_of_one_name_keep_the_hash_that_tells_them_apart(tmp_path: Path, hub: dict) -> None:
     first = write_noarch_repo(tmp_path / "a" / "py-rmsnorm")
     second = write_noarch_repo(tmp_path / "b" / "py-rmsnorm")
