@@ -655,7 +655,11 @@ class LivePlots:
             changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
         start = self._start
         notes = [
-            self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group])
+            self._switch_note(
+                group[0],
+                [(self._switches[i] - start, seen[i]) for i in group],
+                settled=self._all_ran_since(max(self._switches[i] for i in group)),
+            )
             for group in self._switch_groups()
         ]
         if notes != self._switch_notes:
@@ -666,6 +670,11 @@ class LivePlots:
                 if not str(a.get("name", "")).startswith("kx-switch")
             ]
             self.latency.relayout(annotations=[*kept, *notes])
+
+    def _all_ran_since(self, when: float) -> bool:
+        """Whether every instance the Run measures has had a pair since `when`: a switch mark no
+        change has been seen across by then changed nothing the pairs show."""
+        return bool(self._ran) and all(ran_at > when for ran_at, _ in self._ran.values())
 
     def _switch_groups(self) -> list[list[int]]:
         """The switch marks (their indices) in groups that share one label: each mark closer than
@@ -685,12 +694,14 @@ class LivePlots:
 
     @staticmethod
     def _switch_note(
-        index: int, marks: list[tuple[float, dict[tuple[str, str, str], int]]]
+        index: int, marks: list[tuple[float, dict[tuple[str, str, str], int]]], *, settled: bool = False
     ) -> dict[str, Any]:
         """The label of switch marks close together (each mark's time in seconds and what it
         changed), along the first one's dashed line at the top of the plot: "SiLU → kernel off", cut
         at `_SWITCH_LABEL` characters; its hover says, a line per change, what ran before and after
-        at each mark, on how many instances."""
+        at each mark, on how many instances. Marks no change was seen across though every instance
+        has had a pair since (`settled`: a switch undone within a second, or one of a layer the Run
+        does not measure) read "no change", which they will keep."""
         changes = [(seconds, key, count) for seconds, changed in marks for key, count in changed.items()]
         if changes:
             text = "; ".join(dict.fromkeys(f"{layer} → {after}" for _, (layer, _, after), _ in changes))
@@ -705,9 +716,17 @@ class LivePlots:
                 lines += [f"switch at {seconds:.1f} s: {what}"] if what else []
             hover = "<br>".join(lines)
         else:
-            text = "switch" if len(marks) == 1 else f"{len(marks)} switches"
+            what = "switch" if len(marks) == 1 else f"{len(marks)} switches"
             at = ", ".join(f"{seconds:.1f}" for seconds, _ in marks)
-            hover = f"{text} at {at} s:<br>what it changed shows when the switched layer's pairs come"
+            if settled:
+                text = "no change"
+                hover = (
+                    f"{what} at {at} s:<br>every measured instance ran the same before and after"
+                    "<br>(a switch undone, or one of a layer this Run does not measure)"
+                )
+            else:
+                text = what
+                hover = f"{what} at {at} s:<br>what it changed shows when the switched layer's pairs come"
         return {
             "name": f"kx-switch-{index}",
             "text": text,

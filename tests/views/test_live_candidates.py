@@ -357,6 +357,35 @@ def test_a_switch_mark_says_what_the_switch_changed() -> None:
         plots.close()
 
 
+def test_a_switch_undone_before_any_pair_saw_it_reads_no_change_once_every_instance_ran_again() -> None:
+    """A switch off and back on within a second left a "2 switches" label whose hover promised
+    that what it changed would show with the next pairs; no pair ever showed a change, so it said
+    that for the rest of the session."""
+    before = _pairs("run-1", "SiLU", 1.5, 20, BUNDLED)  # 1.00 .. 1.19 s, two instances
+    one_instance = _pairs("run-1", "SiLU", 1.5, 1, BUNDLED, t0=3.0)  # a pair of the first instance
+    after = _pairs("run-1", "SiLU", 1.5, 20, BUNDLED, t0=3.1)
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in before:
+            log.append(record)
+        plots.mark_switch(1.5)  # off, and 0.06 s later on again: no pair ran in between
+        plots.mark_switch(1.56)
+        for record in one_instance:
+            log.append(record)
+        plots.flush()
+        (note,) = _switch_notes(plots)
+        assert note["text"] == "2 switches", note  # one instance has not run since: it may yet show
+        for record in after:
+            log.append(record)
+        plots.flush()
+        (note,) = _switch_notes(plots)
+        assert note["text"] == "no change", note
+        assert "0.5, 0.6 s" in note["hovertext"] and "ran the same before and after" in note["hovertext"]
+    finally:
+        plots.close()
+
+
 def test_two_close_medians_of_a_layer_keep_their_labels_apart() -> None:
     """ "1.27x" and "1.31x", two candidates of one layer side by side, were drawn over each other."""
     bundled = _pairs("run-1", "SiLU", 1.27, 40, BUNDLED)
