@@ -96,6 +96,7 @@ class Dashboard:
         self._cycle_layers: set[str] = set()  # layers concluded in this cycle (or the shown run)
         self._starting = False
         self.shown_run: str | None = None  # the run the status line, progress and downloads describe
+        self._elsewhere: str | None = None  # a run started elsewhere and not ended (a cell's compare)
         hardware = widgets.HTML(value=explorer.hardware._repr_html_())
         for figure in (self.plots.latency, self.plots.speedup, self.plots.divergence, self.plots.throughput):
             figure.add_class("kx-plot")
@@ -156,10 +157,12 @@ class Dashboard:
             self.show_error(f"{type(error).__name__}: {error}")
 
     def _on_switch(self) -> None:
-        """A switch: the snapshot follows; while the dashboard's run goes, a mark on the per-pair plot
-        instead, and the snapshot waits for the run's end (`_ended` redraws it): rebuilt at every
-        click, it was a third of the time a click took to be answered on a loaded machine."""
-        if self.handle is not None and not self.handle.done:
+        """A switch: the snapshot follows; while a run streams into the plots (the dashboard's, or
+        one started elsewhere: a cell's compare, whose candidates take turns by switching), a mark
+        on the per-pair plot instead, and the snapshot waits for the run's end (`_ended` redraws
+        it): rebuilt at every click, it was a third of the time a click took to be answered on a
+        loaded machine."""
+        if (self.handle is not None and not self.handle.done) or self._elsewhere is not None:
             import time
 
             self.plots.mark_switch(time.time())
@@ -192,6 +195,13 @@ class Dashboard:
         """A run started elsewhere (a cell's `compare`, `%kernels compare`): the plots switch to it,
         so the status line, the progress and the downloads describe it too, not the old run."""
         values = record.values
+        if isinstance(values, RunEvent):
+            if values.event == "started":
+                self._elsewhere = record.run_id
+            elif record.run_id == self._elsewhere:
+                self._elsewhere = None
+                if record.run_id != self.shown_run:  # it ended before a verdict: `_ended` not called
+                    self.refresh_snapshot()
         if isinstance(values, LayerVerdict) and record.layer is not None:
             if record.run_id != self.shown_run:
                 self.shown_run, self._cycle_layers = record.run_id, set()

@@ -108,6 +108,11 @@ _SWITCH_LABEL_BACKGROUND = "rgba(128,128,128,0.3)"
 _LABEL_PX = 14
 
 
+def _is_switch_line(shape: dict[str, Any]) -> bool:
+    """Whether a shape of the per-pair plot is a switch mark's dashed line."""
+    return shape.get("type") == "line" and shape.get("line", {}).get("dash") == "dash"
+
+
 def identity(layer: str, kernel_id: str | None, isa: str | None, candidate: str | None) -> Identity:
     """The candidate a record of `layer` measured, from its provenance (see `Identity`)."""
     if not kernel_id:
@@ -212,6 +217,8 @@ class LivePlots:
         self._pending: list[Record] = []
         self._marks: list[float] = []
         self._switches: list[float] = []  # this run's switch marks drawn (time.time())
+        self._quiet_switches: set[float] = set()  # marks no pair changed across: taken off (seconds)
+        self._run_ended = False  # the shown run's end was drawn
         # per (layer, instance): (when its latest pair ran, what ran: a candidate's short name or
         # "kernel off"); and each change between two pairs of one instance: (previous pair's time,
         # this pair's, layer, what ran before, what runs now): what a switch mark's label says
@@ -428,6 +435,7 @@ class LivePlots:
             state.clear()
         self._beyond_drawn = None
         self._switches, self._changes, self._switch_notes = [], [], []
+        self._quiet_switches, self._run_ended = set(), False
         self._ran.clear()
         for plot in (self.latency, self.speedup, self.divergence):
             for state in (self._ranges, self._ticks):
@@ -454,6 +462,8 @@ class LivePlots:
         if isinstance(values, RunEvent):
             if values.event == "started":
                 self._starts[record.run_id] = record.time
+            elif record.run_id == self._run_id:
+                self._run_ended = True
             return
         if isinstance(values, LayerLatency):
             found = record.provenance
@@ -642,7 +652,11 @@ class LivePlots:
         A change between two pairs of an instance belongs to the latest mark between them (or, where
         the mark came a moment after the first pair that saw it, the first mark after the earlier
         pair); a mark whose change no pair has shown yet reads "switch" and says why. Marks closer
-        than `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`)."""
+        than `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`).
+        Marks across which no pair changed, once every instance has had a pair since or the run has
+        ended, go (line and label): a switch undone within a second, one of a layer the run does not
+        measure, a compare's switching a candidate on before its first pair and back after its last.
+        They explain no change in the pairs, and a "switch" label there would wait for ever."""
         if self._start is None or not self._switches:
             return
         seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
@@ -654,14 +668,20 @@ class LivePlots:
             changed = seen[upto[-1] if upto else after_previous[0]]
             changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
         start = self._start
-        notes = [
-            self._switch_note(
-                group[0],
-                [(self._switches[i] - start, seen[i]) for i in group],
-                settled=self._all_ran_since(max(self._switches[i] for i in group)),
+        notes, quiet = [], set()
+        for group in self._switch_groups():
+            if not any(seen[i] for i in group) and (
+                self._run_ended or self._all_ran_since(max(self._switches[i] for i in group))
+            ):
+                quiet.update(self._switches[i] - start for i in group)
+                continue
+            notes.append(self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group]))
+        if quiet != self._quiet_switches:
+            self._quiet_switches = quiet
+            shapes = self.latency.plot_layout.get("shapes", [])
+            self.latency.relayout(
+                shapes=[s for s in shapes if not _is_switch_line(s) or s["x0"] not in quiet]
             )
-            for group in self._switch_groups()
-        ]
         if notes != self._switch_notes:
             self._switch_notes = notes
             kept = [
@@ -672,8 +692,7 @@ class LivePlots:
             self.latency.relayout(annotations=[*kept, *notes])
 
     def _all_ran_since(self, when: float) -> bool:
-        """Whether every instance the Run measures has had a pair since `when`: a switch mark no
-        change has been seen across by then changed nothing the pairs show."""
+        """Whether every instance the run measures has had a pair since `when`."""
         return bool(self._ran) and all(ran_at > when for ran_at, _ in self._ran.values())
 
     def _switch_groups(self) -> list[list[int]]:
@@ -694,14 +713,12 @@ class LivePlots:
 
     @staticmethod
     def _switch_note(
-        index: int, marks: list[tuple[float, dict[tuple[str, str, str], int]]], *, settled: bool = False
+        index: int, marks: list[tuple[float, dict[tuple[str, str, str], int]]]
     ) -> dict[str, Any]:
         """The label of switch marks close together (each mark's time in seconds and what it
         changed), along the first one's dashed line at the top of the plot: "SiLU → kernel off", cut
         at `_SWITCH_LABEL` characters; its hover says, a line per change, what ran before and after
-        at each mark, on how many instances. Marks no change was seen across though every instance
-        has had a pair since (`settled`: a switch undone within a second, or one of a layer the Run
-        does not measure) read "no change", which they will keep."""
+        at each mark, on how many instances."""
         changes = [(seconds, key, count) for seconds, changed in marks for key, count in changed.items()]
         if changes:
             text = "; ".join(dict.fromkeys(f"{layer} → {after}" for _, (layer, _, after), _ in changes))
@@ -716,17 +733,9 @@ class LivePlots:
                 lines += [f"switch at {seconds:.1f} s: {what}"] if what else []
             hover = "<br>".join(lines)
         else:
-            what = "switch" if len(marks) == 1 else f"{len(marks)} switches"
+            text = "switch" if len(marks) == 1 else f"{len(marks)} switches"
             at = ", ".join(f"{seconds:.1f}" for seconds, _ in marks)
-            if settled:
-                text = "no change"
-                hover = (
-                    f"{what} at {at} s:<br>every measured instance ran the same before and after"
-                    "<br>(a switch undone, or one of a layer this Run does not measure)"
-                )
-            else:
-                text = what
-                hover = f"{what} at {at} s:<br>what it changed shows when the switched layer's pairs come"
+            hover = f"{text} at {at} s:<br>what it changed shows when the switched layer's pairs come"
         return {
             "name": f"kx-switch-{index}",
             "text": text,
@@ -745,6 +754,7 @@ class LivePlots:
 
     @staticmethod
     def _switch_line(seconds: float) -> dict[str, Any]:
+        """A switch mark's dashed line (`_is_switch_line` tells it from the plot's other shapes)."""
         return {
             "type": "line",
             "xref": "x",

@@ -242,6 +242,33 @@ def test_a_run_started_elsewhere_takes_the_status_line_progress_and_downloads(
     assert dashboard.progress.value == dashboard.progress.max == 1
 
 
+def test_a_compare_from_a_cell_marks_where_each_candidate_takes_its_turn(hub: dict, tmp_path) -> None:
+    """A cell's compare of two candidates switches the layer from one to the other; the per-pair
+    plot drew the dashboard's own Run's switches only, so nothing showed where the second took
+    over. The snapshot, which a switch during a run leaves for the run's end, is current after it."""
+    from kernel_repos import write_noarch_repo
+
+    explorer = Explorer(
+        tiny_llama(), include_transformers=False, peers=[write_noarch_repo(tmp_path / "py-rmsnorm")]
+    )
+    dashboard = Dashboard(explorer)
+    try:
+        found = explorer.compare("RMSNorm", candidates=["bundled", "peer"], pairs=6)
+        dashboard.plots.flush()
+        dashed = [s for s in dashboard.plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]
+        annotations = dashboard.plots.latency.plot_layout["annotations"]
+        notes = [a for a in annotations if a["name"].startswith("kx-switch")]
+        # one mark, where the peer took over: the compare's switching each candidate on before its
+        # first pair and back after its last changed no pair, and those marks went
+        assert len(notes) == 1 and len(dashed) == 1, (notes, dashed)
+        assert "RMSNorm → peer py-rmsnorm".startswith(notes[0]["text"].rstrip("…")), notes
+        assert "RMSNorm: bundled rmsnorm → peer py-rmsnorm" in notes[0]["hovertext"], notes
+        assert dashboard._elsewhere is None and dashboard.status.value.startswith("Run " + found.run_id)
+    finally:
+        dashboard.close()
+        explorer.reset()
+
+
 def test_the_cycle_counter_counts_layers_as_they_are_now(dashboard: Dashboard, tmp_path) -> None:
     """Item 3: after `extend` the counter kept the old layer count ("cycle 2" during cycle 1)."""
     from kernel_repos import write_repo
