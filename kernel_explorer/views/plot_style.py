@@ -226,22 +226,55 @@ _SHADES = ((0, 0.0), (0, 0.25), (255, 0.25), (0, 0.45), (255, 0.4))
 MIN_SHADE_DISTANCE = 22.0
 
 
+#: the pages a plot is drawn on: JupyterLab's light theme and its dark one (--jp-layout-color0)
+PAGES = ("#ffffff", "#111111")
+#: a candidate's shade stands at least this far off every page (WCAG contrast): the palette's yellow
+#: 40% towards white read 1.5:1 on white and its brown 45% towards black 1.6:1 on the dark page, a
+#: marker one looks for. 2.0 is the palette's own floor (its yellow on white); a layer's own colour
+#: is always drawn
+MIN_PAGE_CONTRAST = 2.0
+
+
+def contrast(first: str, second: str) -> float:
+    """WCAG contrast ratio of two #rrggbb colours (1 to 21)."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+    darker, lighter = sorted((luminance(first), luminance(second)))
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def _readable_shades(base: str) -> list[int]:
+    """The shades of `base` (indices into `_SHADES`, its own colour left out) that stand
+    `MIN_PAGE_CONTRAST` off every page; all of them where none does."""
+    shades = range(1, len(_SHADES))
+    found = [
+        i
+        for i in shades
+        if all(contrast(_mix(base, *_SHADES[i]), page) >= MIN_PAGE_CONTRAST for page in PAGES)
+    ]
+    return found or list(shades)
+
+
 def candidate_colour(layer: str, candidate: str) -> str:
     """A shade of the layer's colour for one of its candidates (`candidate`: its entry name, "SiLU ·
     bundled activation"), kept for the session. The layer's first candidate drawn in this session
     takes the layer's own colour (the common case, one candidate, reads in the layer's colour, the
     same in every notebook: `layer_colour` hashes the layer's name). A later one takes the shade its
-    name hashes to among the others (the same in every notebook with the same candidates before
-    it) where that is at least `MIN_SHADE_DISTANCE` from every shade of the layer taken, else the
-    next shade that is (the farthest where none is)."""
+    name hashes to among the others that read on both pages (`MIN_PAGE_CONTRAST`; the same in every
+    notebook with the same candidates before it) where that is at least `MIN_SHADE_DISTANCE` from
+    every shade of the layer taken, else the next shade that is (the farthest where none is)."""
     base = layer_colour(layer)
     with _colours_lock:
         key = (layer, candidate)
         if key not in _candidate_shades:
             taken = [_mix(base, *_SHADES[i]) for known, i in _candidate_shades.items() if known[0] == layer]
-            shades = len(_SHADES) - 1  # the shades but the layer's own colour
-            start = _slot(candidate, shades)
-            order = [1 + (start + step) % shades for step in range(shades)]
+            shades = _readable_shades(base)  # the shades but the layer's own colour
+            start = _slot(candidate, len(shades))
+            order = [shades[(start + step) % len(shades)] for step in range(len(shades))]
 
             def nearest(index: int) -> float:
                 shade = _mix(base, *_SHADES[index])

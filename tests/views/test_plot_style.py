@@ -140,23 +140,13 @@ def test_two_candidates_of_any_layer_take_shades_a_reader_tells_apart() -> None:
     assert colours == set(LAYER_PALETTE)
 
 
-def _contrast(first: str, second: str) -> float:
-    """WCAG contrast ratio of two #rrggbb colours."""
-
-    def luminance(colour: str) -> float:
-        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
-        red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
-        return 0.2126 * red + 0.7152 * green + 0.0722 * blue
-
-    darker, lighter = sorted((luminance(first), luminance(second)))
-    return (lighter + 0.05) / (darker + 0.05)
-
-
 def test_no_candidates_shade_nearly_vanishes_on_a_light_or_a_dark_page() -> None:
     """70% towards white (#dfd1eb on white, 1.5:1) and 65% towards black (#342442 on JupyterLab's
-    dark theme) nearly vanished, and the palette's yellow 70% towards white read 1.2:1: every shade
-    stands at least 1.5:1 off a white page and off the dark theme's (#111111)."""
-    from kernel_explorer.views.plot_style import LAYER_PALETTE, candidate_colour, layer_colour
+    dark theme) nearly vanished, the palette's yellow 70% towards white read 1.2:1, and then its
+    40% towards white 1.5:1 and the brown's 45% towards black 1.6:1: every shade stands at least
+    2:1 (the palette's own floor, its yellow on white) off a white page and off the dark theme's
+    (#111111), a layer's own colour as it is."""
+    from kernel_explorer.views.plot_style import LAYER_PALETTE, candidate_colour, contrast, layer_colour
 
     shades: dict[str, set[str]] = {}
     for number in range(40):  # layers of every palette colour, six candidates each
@@ -167,8 +157,9 @@ def test_no_candidates_shade_nearly_vanishes_on_a_light_or_a_dark_page() -> None
     assert set(shades) == set(LAYER_PALETTE)
     for base, drawn in shades.items():
         for page in ("#ffffff", "#111111"):
-            for shade in drawn:
-                assert _contrast(shade, page) >= 1.5, (base, shade, page)
+            for shade in drawn - {base}:
+                assert contrast(shade, page) >= 2.0, (base, shade, page)
+            assert len(drawn) >= 3, (base, drawn)  # six candidates: three shades at least
 
 
 def test_a_layers_only_candidate_is_drawn_in_the_layers_own_colour() -> None:
