@@ -217,7 +217,6 @@ class LivePlots:
         self._pending: list[Record] = []
         self._marks: list[float] = []
         self._switches: list[float] = []  # this run's switch marks drawn (time.time())
-        self._quiet_switches: set[float] = set()  # marks no pair changed across: taken off (seconds)
         self._run_ended = False  # the shown run's end was drawn
         # per (layer, instance): (when its latest pair ran, what ran: a candidate's short name or
         # "kernel off"); and each change between two pairs of one instance: (previous pair's time,
@@ -435,7 +434,7 @@ class LivePlots:
             state.clear()
         self._beyond_drawn = None
         self._switches, self._changes, self._switch_notes = [], [], []
-        self._quiet_switches, self._run_ended = set(), False
+        self._run_ended = False
         self._ran.clear()
         for plot in (self.latency, self.speedup, self.divergence):
             for state in (self._ranges, self._ticks):
@@ -649,39 +648,34 @@ class LivePlots:
     def _label_switches(self) -> None:
         """Each switch mark's label and hover: what changed across it, read from the pairs' own
         provenance (the dashboard hears of a switch but not what it was; the pairs record what ran).
-        A change between two pairs of an instance belongs to the latest mark between them (or, where
-        the mark came a moment after the first pair that saw it, the first mark after the earlier
-        pair); a mark whose change no pair has shown yet reads "switch" and says why. Marks closer
-        than `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`).
-        Marks across which no pair changed, once every instance has had a pair since or the run has
-        ended, go (line and label): a switch undone within a second, one of a layer the run does not
-        measure, a compare's switching a candidate on before its first pair and back after its last.
-        They explain no change in the pairs, and a "switch" label there would wait for ever."""
+        A change between two pairs of an instance belongs to a mark between them (`_credit`); a
+        mark whose change no pair has shown yet reads "switch" and says why. Marks closer than
+        `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`).
+        A mark no change lies across, once every instance has had a pair since or the run has
+        ended, goes for good (line and label): a switch undone within a second, one of a layer the
+        run does not measure, a compare's switching a candidate on before its first pair and back
+        after its last. It explains no change in the pairs, and a "switch" label there would wait
+        for ever."""
         if self._start is None or not self._switches:
             return
-        seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
-        for previous, when, layer, before, after in self._changes:
-            after_previous = [i for i, mark in enumerate(self._switches) if mark > previous]
-            if not after_previous:
-                continue  # no switch the dashboard heard of: a kernel that raised, put back
-            upto = [i for i in after_previous if self._switches[i] <= when]
-            changed = seen[upto[-1] if upto else after_previous[0]]
-            changed[(layer, before, after)] = changed.get((layer, before, after), 0) + 1
         start = self._start
-        notes, quiet = [], set()
-        for group in self._switch_groups():
-            if not any(seen[i] for i in group) and (
-                self._run_ended or self._all_ran_since(max(self._switches[i] for i in group))
-            ):
-                quiet.update(self._switches[i] - start for i in group)
-                continue
-            notes.append(self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group]))
-        if quiet != self._quiet_switches:
-            self._quiet_switches = quiet
+        covered = {i for change in self._changes for i in self._marks_across(change)}
+        quiet = {
+            i
+            for i, mark in enumerate(self._switches)
+            if i not in covered and (self._run_ended or self._all_ran_since(mark))
+        }
+        if quiet:
+            gone = {self._switches[i] - start for i in quiet}
+            self._switches = [mark for i, mark in enumerate(self._switches) if i not in quiet]
             shapes = self.latency.plot_layout.get("shapes", [])
-            self.latency.relayout(
-                shapes=[s for s in shapes if not _is_switch_line(s) or s["x0"] not in quiet]
-            )
+            kept_shapes = [shape for shape in shapes if not _is_switch_line(shape) or shape["x0"] not in gone]
+            self.latency.relayout(shapes=kept_shapes)
+        seen = self._credit()
+        notes = [
+            self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group])
+            for group in (self._switch_groups() if self._switches else [])
+        ]
         if notes != self._switch_notes:
             self._switch_notes = notes
             kept = [
@@ -690,6 +684,36 @@ class LivePlots:
                 if not str(a.get("name", "")).startswith("kx-switch")
             ]
             self.latency.relayout(annotations=[*kept, *notes])
+
+    def _marks_across(self, change: tuple[float, float, str, str, str]) -> list[int]:
+        """The marks (indices) a change between two pairs of an instance may be credited to: those
+        after the earlier pair and not after the later one, else (the mark's time came a moment
+        after the first pair that ran the switch: it is taken after the switch lets go of the
+        lock) the first mark after the earlier pair; none: no switch the dashboard heard of (a
+        kernel that raised, put back)."""
+        previous, when = change[0], change[1]
+        after = [i for i, mark in enumerate(self._switches) if mark > previous]
+        return [i for i in after if self._switches[i] <= when] or after[:1]
+
+    def _credit(self) -> list[dict[tuple[str, str, str], int]]:
+        """What each mark changed ((layer, before, after): instances). A change goes to the mark
+        its like (another instance's same change) went to, else to the first mark across it that
+        no other change took, else to the latest. Changes are taken tightest first, then in the
+        order the pairs showed them: a switch of RMSNorm while RMSNorm runs claims its own mark
+        before SiLU's change, whose pairs come a cycle later and lie across both marks, takes the
+        other (it went to the later, RMSNorm's, and SiLU's own mark read as if nothing changed);
+        two switches whose changes lie across the same two marks take them in the order shown."""
+        seen: list[dict[tuple[str, str, str], int]] = [{} for _ in self._switches]
+        across = [(self._marks_across(change), change) for change in self._changes]
+        for marks, (_, _, layer, before, after) in sorted(
+            (item for item in across if item[0]), key=lambda item: (len(item[0]), item[1][1])
+        ):
+            key = (layer, before, after)
+            alike = [i for i in marks if key in seen[i]]
+            free = [i for i in marks if not seen[i]]
+            chosen = alike[-1] if alike else free[0] if free else marks[-1]
+            seen[chosen][key] = seen[chosen].get(key, 0) + 1
+        return seen
 
     def _all_ran_since(self, when: float) -> bool:
         """Whether every instance the run measures has had a pair since `when`."""

@@ -387,6 +387,67 @@ def test_a_switch_undone_before_any_pair_saw_it_goes_once_every_instance_ran_aga
         plots.close()
 
 
+def test_a_switch_whose_pairs_come_a_cycle_later_keeps_its_own_mark() -> None:
+    """A Run goes layer by layer: SiLU switched to the peer at 12 s while RMSNorm was measured, then
+    RMSNorm switched off at 18 s; SiLU's pairs showed its change from 20 s. Both changes went to the
+    18 s mark, and the 12 s mark, left with none, went once every instance had run again: one line
+    whose hover put SiLU's switch at 18 s."""
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in [
+            *_pairs("run-1", "SiLU", 1.5, 20, BUNDLED, t0=1.0),
+            *_pairs("run-1", "RMSNorm", 1.2, 20, BUNDLED, t0=10.0),
+        ]:
+            log.append(record)
+        plots.mark_switch(12.0)
+        for record in _pairs("run-1", "RMSNorm", 1.2, 20, BUNDLED, t0=12.1):
+            log.append(record)
+        plots.mark_switch(18.0)
+        for record in [
+            *_pairs("run-1", "RMSNorm", 1.0, 20, BUNDLED, on=False, t0=18.1),
+            *_pairs("run-1", "SiLU", 0.3, 20, PEER, t0=20.0),
+        ]:
+            log.append(record)
+        plots.flush()
+        silu, rmsnorm = _switch_notes(plots)
+        assert (silu["x"], silu["text"]) == (11.0, "SiLU → peer plain-silu"), silu
+        assert (rmsnorm["x"], rmsnorm["text"]) == (17.0, "RMSNorm → kernel off"), rmsnorm
+        assert "SiLU" not in rmsnorm["hovertext"] and "switch at 11.0 s" in silu["hovertext"]
+        assert len([s for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]) == 2
+    finally:
+        plots.close()
+
+
+def test_a_mark_that_went_stays_gone_when_the_axis_grows() -> None:
+    """A switch undone at once (its line gone) and a real one 3 s later fell into one label group
+    as the axis grew: the label moved to the gone mark's place, where no line was."""
+    log = ResultLog()
+    plots = LivePlots(log, interval=3600)
+    try:
+        for record in _pairs("run-1", "SiLU", 1.5, 20, BUNDLED, t0=1.0):
+            log.append(record)
+        plots.mark_switch(5.0)  # off and on again at once
+        plots.mark_switch(5.05)
+        for record in _pairs("run-1", "SiLU", 1.5, 20, BUNDLED, t0=5.1):
+            log.append(record)
+        plots.flush()
+        plots.mark_switch(8.0)  # to the peer
+        for record in _pairs("run-1", "SiLU", 0.3, 20, PEER, t0=8.1):
+            log.append(record)
+        plots.flush()
+        for record in _pairs("run-1", "SiLU", 0.3, 2, PEER, t0=130.0):  # the axis grows to 129 s
+            log.append(record)
+        plots.flush()
+        dashed = [s["x0"] for s in plots.latency.plot_layout.shapes if s["line"]["dash"] == "dash"]
+        assert dashed == [7.0]
+        assert [(note["x"], note["text"]) for note in _switch_notes(plots)] == [
+            (7.0, "SiLU → peer plain-silu")
+        ]
+    finally:
+        plots.close()
+
+
 def test_two_close_medians_of_a_layer_keep_their_labels_apart() -> None:
     """ "1.27x" and "1.31x", two candidates of one layer side by side, were drawn over each other."""
     bundled = _pairs("run-1", "SiLU", 1.27, 40, BUNDLED)
@@ -451,9 +512,9 @@ def test_close_switch_marks_share_one_short_label_on_a_background_and_a_hover_li
         turn, back = _switch_notes(plots)
         assert turn["x"] == 0.5 and back["x"] == 3.5
         assert turn["text"] == "SiLU → peer plain-silu;…" and len(back["text"]) <= 24
-        assert turn["hovertext"] == (
-            "switch at 0.6 s: SiLU: bundled activation → peer plain-silu (2 instances)"
-            "<br>RMSNorm: bundled activation → kernel off (2 instances)"
+        assert turn["hovertext"] == (  # a line per mark: each switch's change in the order shown
+            "switch at 0.5 s: SiLU: bundled activation → peer plain-silu (2 instances)"
+            "<br>switch at 0.6 s: RMSNorm: bundled activation → kernel off (2 instances)"
         )
         assert turn["bgcolor"] == back["bgcolor"] == "rgba(128,128,128,0.3)"
         assert turn["font"]["color"] == back["font"]["color"]  # the grey of every mark, as before
