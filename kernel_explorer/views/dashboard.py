@@ -96,7 +96,7 @@ class Dashboard:
         self._cycle_layers: set[str] = set()  # layers concluded in this cycle (or the shown run)
         self._starting = False
         self.shown_run: str | None = None  # the run the status line, progress and downloads describe
-        self._elsewhere: str | None = None  # a run started elsewhere and not ended (a cell's compare)
+        self._elsewhere: set[str] = set()  # runs started elsewhere and not ended (a cell's compare)
         hardware = widgets.HTML(value=explorer.hardware._repr_html_())
         for figure in (self.plots.latency, self.plots.speedup, self.plots.divergence, self.plots.throughput):
             figure.add_class("kx-plot")
@@ -162,7 +162,7 @@ class Dashboard:
         on the per-pair plot instead, and the snapshot waits for the run's end (`_ended` redraws
         it): rebuilt at every click, it was a third of the time a click took to be answered on a
         loaded machine."""
-        if (self.handle is not None and not self.handle.done) or self._elsewhere is not None:
+        if (self.handle is not None and not self.handle.done) or self._elsewhere:
             import time
 
             self.plots.mark_switch(time.time())
@@ -170,6 +170,7 @@ class Dashboard:
         self.refresh_snapshot()
 
     def _on_record(self, record: Record) -> None:
+        self._follow_elsewhere(record)
         if self.handle is not None and record.run_id == self.handle.run_id:
             self._on_own_record(record)
         elif not self._starting and (self.handle is None or self.handle.done):
@@ -195,13 +196,6 @@ class Dashboard:
         """A run started elsewhere (a cell's `compare`, `%kernels compare`): the plots switch to it,
         so the status line, the progress and the downloads describe it too, not the old run."""
         values = record.values
-        if isinstance(values, RunEvent):
-            if values.event == "started":
-                self._elsewhere = record.run_id
-            elif record.run_id == self._elsewhere:
-                self._elsewhere = None
-                if record.run_id != self.shown_run:  # it ended before a verdict: `_ended` not called
-                    self.refresh_snapshot()
         if isinstance(values, LayerVerdict) and record.layer is not None:
             if record.run_id != self.shown_run:
                 self.shown_run, self._cycle_layers = record.run_id, set()
@@ -211,6 +205,23 @@ class Dashboard:
             self.status.value = self._verdict_line(self._named(record), record.values)
         elif isinstance(values, RunEvent) and values.event != "started" and record.run_id == self.shown_run:
             self._ended(record.run_id, values)
+
+    def _follow_elsewhere(self, record: Record) -> None:
+        """Keep `_elsewhere`, the runs started outside the dashboard and still going, whichever run
+        the plots show: a run's end clears it also while the dashboard's own Run goes (whose
+        records the status line follows). When the last one ends and no Run of the dashboard goes,
+        the snapshot the switches during it waited for is redrawn, unless `_ended` does."""
+        if not isinstance(record.values, RunEvent):
+            return
+        own = self._starting or (self.handle is not None and record.run_id == self.handle.run_id)
+        if record.values.event == "started":
+            if not own:
+                self._elsewhere.add(record.run_id)
+        elif record.run_id in self._elsewhere:
+            self._elsewhere.discard(record.run_id)
+            idle = self.handle is None or self.handle.done
+            if not self._elsewhere and idle and record.run_id != self.shown_run:
+                self.refresh_snapshot()
 
     def _ended(self, run_id: str, end: RunEvent) -> None:
         if end.event == "failed":

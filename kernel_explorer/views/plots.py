@@ -651,27 +651,28 @@ class LivePlots:
         A change between two pairs of an instance belongs to a mark between them (`_credit`); a
         mark whose change no pair has shown yet reads "switch" and says why. Marks closer than
         `_SWITCH_APART` of the x span share one label, at the first of them (`_switch_groups`).
-        A mark no change lies across, once every instance has had a pair since or the run has
-        ended, goes for good (line and label): a switch undone within a second, one of a layer the
-        run does not measure, a compare's switching a candidate on before its first pair and back
-        after its last. It explains no change in the pairs, and a "switch" label there would wait
-        for ever."""
+        A mark no change was credited to, once every instance has had a pair since or the run has
+        ended (every change across it is in then), goes for good (line and label): a switch undone
+        within a second, one of a layer the run does not measure, a compare's switching a candidate
+        on before its first pair and back after its last, the steps between two candidates' turns
+        whose change a sibling mark shows. It explains no change in the pairs, and a "switch" label
+        there would wait for ever."""
         if self._start is None or not self._switches:
             return
         start = self._start
-        covered = {i for change in self._changes for i in self._marks_across(change)}
+        seen = self._credit()
         quiet = {
             i
             for i, mark in enumerate(self._switches)
-            if i not in covered and (self._run_ended or self._all_ran_since(mark))
+            if not seen[i] and (self._run_ended or self._all_ran_since(mark))
         }
-        if quiet:
+        if quiet:  # every change across them is in (no pair to come saw them): for good
             gone = {self._switches[i] - start for i in quiet}
             self._switches = [mark for i, mark in enumerate(self._switches) if i not in quiet]
+            seen = [changed for i, changed in enumerate(seen) if i not in quiet]
             shapes = self.latency.plot_layout.get("shapes", [])
             kept_shapes = [shape for shape in shapes if not _is_switch_line(shape) or shape["x0"] not in gone]
             self.latency.relayout(shapes=kept_shapes)
-        seen = self._credit()
         notes = [
             self._switch_note(group[0], [(self._switches[i] - start, seen[i]) for i in group])
             for group in (self._switch_groups() if self._switches else [])

@@ -263,10 +263,39 @@ def test_a_compare_from_a_cell_marks_where_each_candidate_takes_its_turn(hub: di
         assert len(notes) == 1 and len(dashed) == 1, (notes, dashed)
         assert "RMSNorm → peer py-rmsnorm".startswith(notes[0]["text"].rstrip("…")), notes
         assert "RMSNorm: bundled rmsnorm → peer py-rmsnorm" in notes[0]["hovertext"], notes
-        assert dashboard._elsewhere is None and dashboard.status.value.startswith("Run " + found.run_id)
+        assert not dashboard._elsewhere and dashboard.status.value.startswith("Run " + found.run_id)
     finally:
         dashboard.close()
         explorer.reset()
+
+
+def test_runs_elsewhere_that_overlap_each_other_or_a_run_of_the_dashboard_all_end(
+    dashboard: Dashboard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Switches mark the plots while a run started elsewhere goes, and the snapshot waits for its
+    end. A compare started in the background whose end came while the dashboard's own Run went was
+    never seen to end (the status line follows the own Run's records): every later switch marked an
+    ended plot and the snapshot was never redrawn again."""
+    from types import SimpleNamespace
+
+    from kernel_explorer.measure.records import Record, RunEvent
+
+    log, made = dashboard.explorer.results, []
+    monkeypatch.setattr(dashboard, "refresh_snapshot", lambda: made.append("snapshot"))
+    monkeypatch.setattr(dashboard.plots, "mark_switch", lambda when: made.append("mark"))
+    log.append(Record("run-x", RunEvent("started")))
+    log.append(Record("run-y", RunEvent("started")))  # two cells' background compares
+    dashboard.handle = SimpleNamespace(run_id="run-own", done=False, cancel=lambda: None)  # a Run
+    log.append(Record("run-x", RunEvent("finished")))  # ends while the Run goes
+    assert dashboard._elsewhere == {"run-y"}
+    dashboard.handle.done = True
+    dashboard._on_switch()
+    assert made == ["mark"]  # run-y still goes
+    log.append(Record("run-y", RunEvent("cancelled")))
+    assert not dashboard._elsewhere and made[-1] == "snapshot"
+    made.clear()
+    dashboard._on_switch()
+    assert made == ["snapshot"]  # nothing runs: the switch redraws the snapshot, no mark
 
 
 def test_the_cycle_counter_counts_layers_as_they_are_now(dashboard: Dashboard, tmp_path) -> None:
