@@ -266,22 +266,28 @@ def candidate_colour(layer: str, candidate: str) -> str:
     same in every notebook: `layer_colour` hashes the layer's name). A later one takes the shade its
     name hashes to among the others that read on both pages (`MIN_PAGE_CONTRAST`; the same in every
     notebook with the same candidates before it) where that is at least `MIN_SHADE_DISTANCE` from
-    every shade of the layer taken, else the next shade that is (the farthest where none is)."""
+    every shade of the layer taken, else the next shade that is (the farthest where none is). Once
+    every readable shade is held, a fainter one: two candidates never share a colour while a shade
+    is left (five to a layer)."""
     base = layer_colour(layer)
     with _colours_lock:
         key = (layer, candidate)
         if key not in _candidate_shades:
-            taken = [_mix(base, *_SHADES[i]) for known, i in _candidate_shades.items() if known[0] == layer]
-            shades = _readable_shades(base)  # the shades but the layer's own colour
-            start = _slot(candidate, len(shades))
-            order = [shades[(start + step) % len(shades)] for step in range(len(shades))]
+            held = {i for known, i in _candidate_shades.items() if known[0] == layer}
+            taken = [_mix(base, *_SHADES[i]) for i in held]
+            readable = _readable_shades(base)  # the shades but the layer's own colour
+            start = _slot(candidate, len(readable))
+            order = [readable[(start + step) % len(readable)] for step in range(len(readable))]
+            faint = [i for i in range(1, len(_SHADES)) if i not in readable]
 
             def nearest(index: int) -> float:
                 shade = _mix(base, *_SHADES[index])
                 return min((shade_distance(shade, other) for other in taken), default=float("inf"))
 
-            far = [index for index in order if nearest(index) >= MIN_SHADE_DISTANCE]
-            chosen = far[0] if far else max(order, key=nearest)
+            # the readable shades first; once each is held, a faint one rather than a repeat
+            free = [i for i in order if i not in held] or [i for i in faint if i not in held] or order
+            far = [index for index in free if nearest(index) >= MIN_SHADE_DISTANCE]
+            chosen = far[0] if far else max(free, key=nearest)
             _candidate_shades[key] = 0 if not taken else chosen
         towards, share = _SHADES[_candidate_shades[key]]
     return _mix(base, towards, share)

@@ -149,17 +149,31 @@ def test_no_candidates_shade_nearly_vanishes_on_a_light_or_a_dark_page() -> None
     from kernel_explorer.views.plot_style import LAYER_PALETTE, candidate_colour, contrast, layer_colour
 
     shades: dict[str, set[str]] = {}
-    for number in range(40):  # layers of every palette colour, six candidates each
+    for number in range(40):  # layers of every palette colour, three candidates each
         layer = f"Layer{number}-pages"
         shades.setdefault(layer_colour(layer), set()).update(
-            candidate_colour(layer, f"{layer} · peer k{k}") for k in range(6)
+            candidate_colour(layer, f"{layer} · peer k{k}") for k in range(3)
         )
     assert set(shades) == set(LAYER_PALETTE)
     for base, drawn in shades.items():
         for page in ("#ffffff", "#111111"):
             for shade in drawn - {base}:
                 assert contrast(shade, page) >= 2.0, (base, shade, page)
-            assert len(drawn) >= 3, (base, drawn)  # six candidates: three shades at least
+
+
+def test_a_layers_five_candidates_take_five_colours() -> None:
+    """The palette's cyan has two shades that read on both pages: its fourth and fifth candidates
+    repeated its second and third exactly. Past the readable shades come fainter ones, never a
+    repeat while one is left."""
+    from kernel_explorer.views.plot_style import LAYER_PALETTE, candidate_colour, layer_colour
+
+    seen: set[str] = set()
+    for number in range(40):  # layers of every palette colour
+        layer = f"Layer{number}-five"
+        seen.add(layer_colour(layer))
+        drawn = [candidate_colour(layer, f"{layer} · peer k{k}") for k in range(5)]
+        assert len(set(drawn)) == 5, (layer, drawn)
+    assert seen == set(LAYER_PALETTE)
 
 
 def test_a_layers_only_candidate_is_drawn_in_the_layers_own_colour() -> None:
