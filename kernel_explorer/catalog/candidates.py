@@ -34,6 +34,7 @@ from kernel_explorer._backend.mappings import (
 from kernel_explorer._backend.modes import mode_name, mode_priority
 from kernel_explorer._backend.repositories import local_path
 from kernel_explorer.build.bundled import BUILD_HINT, bundled_mapping
+from kernel_explorer.build.cache import cache_root
 from kernel_explorer.catalog.availability import Availability, State
 from kernel_explorer.catalog.hub_access import (
     HubReference,
@@ -105,10 +106,13 @@ class Candidate:
 
     @property
     def built_into_cache(self) -> bool:
-        """Whether this is a local repository the builder built into its cache: its folder is the
-        repository's name and the build's digest (`py-rmsnorm-85944792`), a name no person chose."""
+        """Whether this is a local repository the builder built into its cache: a folder of the
+        cache's `repos/`, named by the repository and the build's digest (`py-rmsnorm-85944792`), a
+        name no person chose (a person's `mykernel-20240601` elsewhere is not one)."""
         path = local_path(self.repository)
-        return path is not None and _HASHED.search(path.name) is not None
+        if path is None or _HASHED.search(path.name) is None:
+            return False
+        return path.resolve().parent == (cache_root() / "repos").resolve()
 
     @property
     def short_name(self) -> str:

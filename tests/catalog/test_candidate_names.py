@@ -9,6 +9,7 @@ by trying. Real parts: the tiny Llama, the bundled kernels, a Python-only peer b
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,22 @@ def test_only_a_repository_built_into_the_cache_reads_as_built_there(explorer: E
     bundled = explorer._catalog.matching("RMSNorm", "bundled", "cpu")
     assert peer and all(c.built_into_cache for c in peer), [c.label for c in peer]
     assert bundled and not any(c.built_into_cache for c in bundled), [c.label for c in bundled]
+
+
+def test_a_dated_folder_a_person_named_is_not_a_cache_build(tmp_path: Path, hub: dict) -> None:
+    """A folder named like a build (`-` and eight hex digits) that a person made and passed as a
+    peer is read by its own name, not as a cache folder whose digest may be dropped."""
+    from kernel_explorer.build.builder import build_path
+
+    built = build_path(write_noarch_repo(tmp_path / "src" / "py-rmsnorm"), progress=False).repo_path
+    dated = tmp_path / "mine" / "py-rmsnorm-20240601"
+    shutil.copytree(built, dated)
+    explorer = Explorer(tiny_llama(), peers=[dated])
+    try:
+        (peer,) = [c for c in explorer._catalog.matching("RMSNorm", "peer", "cpu") if c.repository]
+        assert not peer.built_into_cache
+    finally:
+        explorer.reset()
 
 
 def test_two_peers_of_one_name_keep_the_hash_that_tells_them_apart(tmp_path: Path, hub: dict) -> None:
