@@ -2,7 +2,12 @@
 and for each compared layer a verdict with its interval, noise floor and plausibility notes.
 
 Each sample reads what the instance runs *now* (under the switchboard lock, which is held only
-around the forward calls), so a switch made while a run is going shows up in the next sample.
+around the forward calls), so a switch made while a run is going shows up in the next sample. A
+pair is named in the same hold of the lock as it is timed: the model's change count is read before
+and after its calls, and its provenance is the one cached at that count (read there, once per
+instance after each change, when the cache is older), so a switch that lands right after a pair
+never names it. A pair a change landed in (a kernel that raised and fell back to PyTorch mid-pair)
+is dropped, neither recorded nor counted.
 Instances that were on PyTorch when the comparison started are switched on for it and switched
 back after, also when the run is cancelled, interrupted or fails; switches the user made in the
 meantime are left as the user made them.
@@ -65,15 +70,27 @@ def calls_for(captured: CapturedInputs, name: str, paths: list[str]) -> list[Cal
 
 
 def _pair(
-    clock: Clock, board: Switches, name: str, call: Call, repeats: dict[str, int], index: int, *, aa: bool
-) -> tuple[float, float, bool, int]:
-    """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat), under the lock.
+    clock: Clock,
+    board: Switches,
+    name: str,
+    call: Call,
+    repeats: dict[str, int],
+    index: int,
+    *,
+    aa: bool,
+    named: Callable[[str], Provenance],
+) -> tuple[float, float, bool, int, Provenance] | None:
+    """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat, provenance),
+    under the lock; None when what the instance runs changed inside it.
 
     The other side is what the instance runs now, or PyTorch again for an A/A pair. Both sides use
-    the same repeat, sized once per instance on the slower-to-resolve of the two.
+    the same repeat, sized once per instance on the slower-to-resolve of the two. `named(path)`
+    gives the pair's provenance before the lock is let go (`_origins`), so no switch lands between
+    the pair and its name.
     """
     path, args, kwargs = call
     with board.lock:
+        before = board.changes
         current, pytorch, on = board.forwards(name, path)
 
         def run_pytorch() -> Any:
@@ -87,7 +104,10 @@ def _pair(
         t_pytorch, t_other = interleaved_pair(
             clock, run_pytorch, run_other, repeats[path], b_first=index % 2 == 1
         )
-    return t_pytorch, t_other, on and not aa, repeats[path]
+        if board.changes != before:  # a kernel that raised fell back mid-pair: its halves differ
+            return None
+        found = named(path)
+    return t_pytorch, t_other, on and not aa, repeats[path], found
 
 
 def compare_layer(
@@ -134,18 +154,23 @@ def compare_layer(
         )
         repeats: dict[str, int] = {}
         ran: dict[int, tuple[str, Provenance]] = {}  # each pair's instance and what ran it
+        named: dict[str, Provenance] = {}  # the pair just timed: its provenance, read in its lock hold
+
+        def pair(call: Call, index: int, aa: bool) -> tuple[float, float, bool, int] | None:
+            timed = _pair(clock, board, name, call, repeats, index, aa=aa, named=origin)
+            if timed is None:
+                return None
+            t_pytorch, t_other, on, repeat, named[call[0]] = timed
+            return t_pytorch, t_other, on, repeat
 
         def pair_record(call: Call, values: Any) -> Record:
-            found = origin(call[0])
-            if isinstance(values, LayerLatency) and values.kernel_on != bool(found.kernel_id):
-                # a switch landed between the pair and its switch event: what the pair ran says
-                found = origin(call[0], fresh=True)
+            found = named.pop(call[0])
             if isinstance(values, LayerLatency):
                 ran[id(values)] = (call[0], found)
             return Record(run_id, values, name, call[0], provenance=found)
 
         aa_ratios, samples, stopped_by = yield from interleaved_series(
-            lambda call, index, aa: _pair(clock, board, name, call, repeats, index, aa=aa),
+            pair,
             calls,
             pair_record,
             calibration_pairs=calibration_pairs,
@@ -171,7 +196,7 @@ def _ran_key(found: Provenance) -> tuple[str, str, str] | None:
 def _one_candidates(
     samples: list[LayerLatency],
     ran: dict[int, tuple[str, Provenance]],
-    origin: Callable[..., Provenance],
+    origin: Callable[[str], Provenance],
 ) -> tuple[list[LayerLatency], Provenance | None]:
     """The pairs a verdict may speak for, and the provenance it names: a switch mid-comparison (a
     dashboard's click during a Run) left pairs of two candidates (or of the kernel and PyTorch) in
@@ -194,26 +219,31 @@ def _one_candidates(
 
 
 @contextlib.contextmanager
-def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[..., Provenance]]:
+def _origins(board: Switches, name: str, calls: list[Call]) -> Iterator[Callable[[str], Provenance]]:
     """An instance's provenance by path, read on first use (60 instances must not delay the first
-    record), from its first call, and read again after any switch: a candidate switched in during
-    a comparison (a dashboard's click mid-Run) names the pairs measured from then on."""
+    record), from its first call, and read again after any change of the model's switches: a
+    candidate switched in during a comparison (a dashboard's click mid-Run) names the pairs
+    measured from then on.
+
+    Kept with the change count it was read at, and read with it under the board's lock, so it is
+    never that of a switch half made nor kept past a switch: a pair's `_pair` asks for it in the
+    lock hold it was timed in, where a cached one costs a comparison of two integers. (Clearing
+    the cache from the switch's event, as before, came too late: observers run after the switch
+    lets go of the lock, and a pair timed in between was named by the state before it.)"""
     first: dict[str, tuple[tuple, dict]] = {}
     for path, args, kwargs in calls:
         first.setdefault(path, (args, kwargs))
-    found: dict[str, Provenance] = {}
+    found: dict[str, tuple[int, Provenance]] = {}
 
-    def origin(path: str, fresh: bool = False) -> Provenance:
-        known = None if fresh else found.get(path)  # the switch's thread may clear `found` meanwhile
-        if known is None:
-            known = found[path] = provenance(board, name, path, *first[path])
-        return known
+    def origin(path: str) -> Provenance:
+        with board.lock:
+            count = board.changes
+            known = found.get(path)
+            if known is None or known[0] != count:
+                known = found[path] = (count, provenance(board, name, path, *first[path]))
+            return known[1]
 
-    unsubscribe = board.subscribe(found.clear)
-    try:
-        yield origin
-    finally:
-        unsubscribe()
+    yield origin
 
 
 def output_divergences(
@@ -277,7 +307,7 @@ def compare_values(
 
 
 def interleaved_series(
-    pair: Callable[[Any, int, bool], tuple[float, float, bool, int]],
+    pair: Callable[[Any, int, bool], tuple[float, float, bool, int] | None],
     items: Sequence[Any],
     record: Callable[[Any, Any], Record],
     *,
@@ -290,7 +320,8 @@ def interleaved_series(
     per pair and returns (A/A ratios, samples, why it stopped).
 
     The one loop of every comparison (inference and training, `mode`): `pair(item, index, aa)`
-    times one pair, `record(item, values)` the record it makes for that item; `stalls(item)` makes
+    times one pair (None: a pair a switch landed in, neither recorded nor counted; an A/A pair so
+    dropped is not made up), `record(item, values)` the record it makes for that item; `stalls(item)` makes
     the watch that flags that item's pairs where the machine, not the op, took the time (one per
     item: instances of one layer may differ in size, as a model's Linear layers do).
     """
@@ -298,7 +329,10 @@ def interleaved_series(
     aa_ratios: list[float] = []
     for index in range(calibration_pairs):
         item = items[index % len(items)]
-        first, second, _, repeat = pair(item, index, True)
+        timed = pair(item, index, True)
+        if timed is None:
+            continue
+        first, second, _, repeat = timed
         watches[index % len(items)].observe(first, second, aa=True)
         aa_ratios.append(first / second)
         yield record(item, LayerCalibration(first, second, first / second, repeat, mode=mode))
@@ -306,7 +340,10 @@ def interleaved_series(
     stopped_by = None
     while stopped_by is None:
         for item, watch in zip(items, watches, strict=True):
-            t_pytorch, t_other, on, repeat = pair(item, stop.rounds, False)
+            timed = pair(item, stop.rounds, False)
+            if timed is None:
+                continue
+            t_pytorch, t_other, on, repeat = timed
             stalled = watch.observe(t_pytorch, t_other)
             sample = LayerLatency(t_pytorch, t_other, t_pytorch / t_other, on, repeat, mode, stalled)
             samples.append(sample)

@@ -65,6 +65,11 @@ class Switches(Protocol):
     def lock(self) -> Lock: ...
 
     @property
+    def changes(self) -> int:
+        """How many times what the model runs has changed; read under `lock`."""
+        ...
+
+    @property
     def doors(self) -> Mapping[str, DoorView]: ...
 
     @property

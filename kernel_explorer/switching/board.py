@@ -12,7 +12,10 @@ restores a module exactly (its original tensors, attributes the kernel added rem
 back to PyTorch. Only `strict=True` turns these into exceptions.
 
 All methods hold one re-entrant lock; a measurement thread holds the same lock (`board.lock`)
-around its forward calls, so a switch never lands in the middle of one.
+around its forward calls, so a switch never lands in the middle of one. Every change of what an
+instance runs (a switch, a kernel's fallback, a rescan) counts one more in `changes` before the
+lock is let go: a measurement compares two readings of it taken under the lock to know, without
+reading the switches, whether anything changed in between.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from kernel_explorer._backend.modes import parse_mode
 from kernel_explorer.errors import KernelExplorerError, KernelSwitchError
 from kernel_explorer.inspect.layer_groups import LayerGroup, find_kernel_layers
 from kernel_explorer.inspect.running import RunningNow
-from kernel_explorer.switching import events
+from kernel_explorer.switching import events, model_state
 from kernel_explorer.switching.attention_door import ATTENTION, AttentionDoor
 from kernel_explorer.switching.door import Door, SwitchState
 from kernel_explorer.switching.door_classes import DOORS
@@ -94,7 +97,25 @@ class Switchboard:
         self.tokens: Callable[[], int | None] | None = None
         self._modules: dict[str, nn.Module] = dict(model.named_modules())
         self.doors: dict[str, Door] = {}
+        self._shared = model_state.of(model)  # the change count every explorer of the model shares
         self.rescan()
+
+    @property
+    def changes(self) -> int:
+        """How many times what the model runs has changed (from any switchboard of it): read under
+        the lock, two equal readings mean no switch, fallback or rescan landed between them."""
+        return self._shared.changes
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The lock around a change of what instances run; the change count goes up before the lock
+        is let go (also when the change raises half-way), so no reader under the lock sees a change
+        the count does not show."""
+        with self.lock:
+            try:
+                yield
+            finally:
+                self._shared.changes += 1
 
     def rescan(self) -> None:
         """Find the kernel layers again (after `extension.extend` or `retract` renamed some).
@@ -102,7 +123,7 @@ class Switchboard:
         Every door class finds its own rows (`Door.discover`); a row that is still there keeps its
         door (and what that door knows of its switches). Rows come in the model's order, the
         model-wide ones (attention, experts) after."""
-        with self.lock:
+        with self._changing():
             self._modules = dict(self.model.named_modules())
             groups = find_kernel_layers(self.model)
             found = [door for cls in DOORS for door in cls.discover(self, groups, self.doors)]
@@ -201,7 +222,7 @@ class Switchboard:
         original weights it keeps exceed the memory share the door allows.
         """
         paths = self.select(name, instances)
-        with self.lock:
+        with self._changing():
             self.doors[name].on(
                 paths, mode=parse_mode(mode), candidate=candidate, allow_changes=allow_changes
             )
@@ -210,7 +231,7 @@ class Switchboard:
     @_announced
     def kernel_raised(self, name: str, path: str, chosen: Candidate, error: Exception) -> None:
         """A kernel raised on a forward: its door puts PyTorch back (the call is answered by PyTorch)."""
-        with self.lock:
+        with self._changing():
             reason = self.doors[name].kernel_raised(path, chosen, error)
         if self.strict:
             raise KernelSwitchError(reason) from error
@@ -219,14 +240,14 @@ class Switchboard:
     def off(self, name: str, instances: str | list[str] | tuple[str, ...] | None = None) -> list[RunningNow]:
         """Switch `name` back to PyTorch on all or some instances."""
         paths = self.select(name, instances)
-        with self.lock:
+        with self._changing():
             self.doors[name].off(paths)
             return self.running(name, paths)
 
     @_announced
     def reset(self) -> None:
         """Every layer back to PyTorch."""
-        with self.lock:
+        with self._changing():
             for door in self.doors.values():
                 door.off(list(door.group.instances))
 

@@ -34,6 +34,10 @@ class ModelSwitching:
     #: (capture kwargs, key, model_trial.References): the whole-model trial's reference runs
     references: tuple[Any, Any, Any] | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: how many times what the model's instances run has changed: counted under the switchboard's
+    #: lock by every switch, fallback and rescan, so a measurement holding that lock reads in one
+    #: integer whether anything changed since it last looked (layer_comparison.py)
+    changes: int = 0
 
 
 _registry: weakref.WeakKeyDictionary[nn.Module, ModelSwitching] = weakref.WeakKeyDictionary()

@@ -228,3 +228,120 @@ def test_a_switch_mid_comparison_names_the_pairs_measured_after_it(hub: dict) ->
     assert verdict.provenance.kernel_id and verdict.values.kernel_on
     assert verdict.values.pairs == len(on_kernel) < len(latencies)
     board.reset()
+
+
+class _SwitchAfterRelease:
+    """The board's lock, making a switch right after a chosen hold of it is let go: where a click
+    from another thread lands when it waited for the pair timed under that hold."""
+
+    def __init__(self, lock, switch) -> None:  # type: ignore[no-untyped-def]
+        self.lock, self.switch, self.armed, self.depth = lock, switch, False, 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self.lock.acquire(blocking, timeout)
+        self.depth += taken
+        return taken
+
+    def release(self) -> None:
+        self.depth -= 1
+        self.lock.release()
+        if self.depth == 0 and self.armed:
+            self.armed = False
+            self.switch()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("change", ["on-to-off", "off-to-on", "candidate-to-candidate"])
+def test_a_switch_right_after_a_pair_never_names_it(
+    explorer: Explorer, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A dashboard's click during a Run, forced at the worst point: the moment a pair's timed
+    calls let go of the lock, before its record is made (a Run once recorded a SiLU pair timed
+    on the kernel under no kernel at a switch-off: a bare 'SiLU' trace, 'SiLU ·  · run-1' in the
+    report). Every pair is named by what ran it: kernel on or off, and which candidate."""
+    from isa_paths import runnable_isas
+
+    from kernel_explorer.measure import layer_comparison
+
+    board = explorer._switchboard
+    other = f"bundled@{runnable_isas()[-1]}"  # the bundled kernel with a path pinned: a second candidate
+    first, then = {
+        "on-to-off": ("bundled", None),
+        "off-to-on": (None, "bundled"),
+        "candidate-to-candidate": ("bundled", other),
+    }[change]
+    if first is not None:
+        explorer.on("SiLU", candidate=first)
+    lock = board.lock = _SwitchAfterRelease(  # type: ignore[assignment]
+        board.lock, lambda: explorer.off("SiLU") if then is None else explorer.on("SiLU", candidate=then)
+    )
+    real, ran_with = layer_comparison.interleaved_pair, []
+
+    def pair_then_click(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real(*args, **kwargs)
+        labels = {c.label for (row, _), (c, _) in board.snapshot().items() if row == "SiLU"}
+        assert len(labels) <= 1
+        ran_with.append(next(iter(labels), None))  # what this pair's calls ran (every instance alike)
+        lock.armed = len(ran_with) == 5  # the 3rd latency pair (2 calibration pairs before it)
+        return found
+
+    monkeypatch.setattr(layer_comparison, "interleaved_pair", pair_then_click)
+    records = list(
+        layer_comparison.compare_layer(
+            board,
+            explorer.captured_inputs(),
+            "SiLU",
+            run_id="r",
+            pairs=4,
+            calibration_pairs=2,
+            switch_on=False,
+        )
+    )
+    paired = [r for r in records if type(r.values).__name__ in ("LayerCalibration", "LayerLatency")]
+    assert len(ran_with) > 5 and len(paired) == len(ran_with), "a pair went unrecorded or the run ended early"
+    assert len(set(ran_with)) == 2, ran_with  # the click landed mid-run
+    for record, label in zip(paired, ran_with, strict=True):
+        if type(record.values).__name__ == "LayerCalibration":
+            continue  # PyTorch against itself: named by the instance, whatever it runs
+        named = record.provenance
+        assert record.values.kernel_on == bool(named.kernel_id) == (label is not None), (label, named)
+        assert named.candidate == label, (label, named.candidate)
+
+
+def test_a_pair_a_switch_lands_in_is_dropped(explorer: Explorer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change inside a pair's lock hold (a kernel that raised falls back to PyTorch mid-pair, on
+    the pair's own thread): its halves ran different things, so it is neither recorded nor counted."""
+    from kernel_explorer.measure import layer_comparison
+
+    board = explorer._switchboard
+    explorer.on("SiLU")
+    real, timed = layer_comparison.interleaved_pair, []
+
+    def pair_then_fall_back(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real(*args, **kwargs)
+        timed.append(found)
+        if len(timed) == 5:  # inside the 3rd latency pair's hold, as a kernel's fallback is
+            explorer.off("SiLU")
+        return found
+
+    monkeypatch.setattr(layer_comparison, "interleaved_pair", pair_then_fall_back)
+    records = list(
+        layer_comparison.compare_layer(
+            board,
+            explorer.captured_inputs(),
+            "SiLU",
+            run_id="r",
+            pairs=3,
+            calibration_pairs=2,
+            switch_on=False,
+        )
+    )
+    latencies = [r for r in records if type(r.values).__name__ == "LayerLatency"]
+    assert len(latencies) == 3 * len(board.group("SiLU")) - 1  # the pair the switch landed in
+    assert all(r.values.kernel_on == bool(r.provenance.kernel_id) for r in latencies)
+    assert records[-1].values.pairs == len([r for r in latencies if not r.values.kernel_on])  # now: off
