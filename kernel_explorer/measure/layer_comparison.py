@@ -16,6 +16,7 @@ meantime are left as the user made them.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -79,14 +80,16 @@ def _pair(
     *,
     aa: bool,
     named: Callable[[str], Provenance],
-) -> tuple[float, float, bool, int, Provenance] | None:
-    """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat, provenance),
-    under the lock; None when what the instance runs changed inside it.
+) -> tuple[float, float, bool, int, Provenance, float] | None:
+    """One interleaved pair for `call`: (PyTorch s, other side s, kernel on, repeat, provenance,
+    time.time() at its end), under the lock; None when what the instance runs changed inside it.
 
     The other side is what the instance runs now, or PyTorch again for an A/A pair. Both sides use
     the same repeat, sized once per instance on the slower-to-resolve of the two. `named(path)`
     gives the pair's provenance before the lock is let go (`_origins`), so no switch lands between
-    the pair and its name.
+    the pair and its name; its time is read there too, so a pair timed before a switch is never
+    later than the switch (the live plots place each switch's change by the pairs' times: a
+    record stamped after the lock was let go could come after a switch its pair did not see).
     """
     path, args, kwargs = call
     with board.lock:
@@ -107,7 +110,8 @@ def _pair(
         if board.changes != before:  # a kernel that raised fell back mid-pair: its halves differ
             return None
         found = named(path)
-    return t_pytorch, t_other, on and not aa, repeats[path], found
+        ended = time.time()
+    return t_pytorch, t_other, on and not aa, repeats[path], found, ended
 
 
 def compare_layer(
@@ -154,20 +158,21 @@ def compare_layer(
         )
         repeats: dict[str, int] = {}
         ran: dict[int, tuple[str, Provenance]] = {}  # each pair's instance and what ran it
-        named: dict[str, Provenance] = {}  # the pair just timed: its provenance, read in its lock hold
+        named: dict[str, tuple[Provenance, float]] = {}  # the pair just timed: read in its lock hold
 
         def pair(call: Call, index: int, aa: bool) -> tuple[float, float, bool, int] | None:
             timed = _pair(clock, board, name, call, repeats, index, aa=aa, named=origin)
             if timed is None:
                 return None
-            t_pytorch, t_other, on, repeat, named[call[0]] = timed
+            t_pytorch, t_other, on, repeat, found, ended = timed
+            named[call[0]] = (found, ended)
             return t_pytorch, t_other, on, repeat
 
         def pair_record(call: Call, values: Any) -> Record:
-            found = named.pop(call[0])
+            found, ended = named.pop(call[0])
             if isinstance(values, LayerLatency):
                 ran[id(values)] = (call[0], found)
-            return Record(run_id, values, name, call[0], provenance=found)
+            return Record(run_id, values, name, call[0], time=ended, provenance=found)
 
         aa_ratios, samples, stopped_by = yield from interleaved_series(
             pair,

@@ -263,7 +263,11 @@ def test_a_switch_right_after_a_pair_never_names_it(
     """A dashboard's click during a Run, forced at the worst point: the moment a pair's timed
     calls let go of the lock, before its record is made (a Run once recorded a SiLU pair timed
     on the kernel under no kernel at a switch-off: a bare 'SiLU' trace, 'SiLU ·  · run-1' in the
-    report). Every pair is named by what ran it: kernel on or off, and which candidate."""
+    report). Every pair is named by what ran it: kernel on or off, and which candidate; and its
+    time is before the switch when it ran before it (the live plots place a switch's change by
+    the pairs' times: a pair stamped after the lock was let go read as run after the switch)."""
+    import time
+
     from isa_paths import runnable_isas
 
     from kernel_explorer.measure import layer_comparison
@@ -277,9 +281,13 @@ def test_a_switch_right_after_a_pair_never_names_it(
     }[change]
     if first is not None:
         explorer.on("SiLU", candidate=first)
-    lock = board.lock = _SwitchAfterRelease(  # type: ignore[assignment]
-        board.lock, lambda: explorer.off("SiLU") if then is None else explorer.on("SiLU", candidate=then)
-    )
+    clicked: list[float] = []
+
+    def click() -> None:
+        explorer.off("SiLU") if then is None else explorer.on("SiLU", candidate=then)
+        clicked.append(time.time())
+
+    lock = board.lock = _SwitchAfterRelease(board.lock, click)  # type: ignore[assignment]
     real, ran_with = layer_comparison.interleaved_pair, []
 
     def pair_then_click(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -311,6 +319,7 @@ def test_a_switch_right_after_a_pair_never_names_it(
         named = record.provenance
         assert record.values.kernel_on == bool(named.kernel_id) == (label is not None), (label, named)
         assert named.candidate == label, (label, named.candidate)
+        assert (record.time < clicked[0]) == (label == ran_with[0]), (record.time, clicked, label)
 
 
 def test_a_pair_a_switch_lands_in_is_dropped(explorer: Explorer, monkeypatch: pytest.MonkeyPatch) -> None:
