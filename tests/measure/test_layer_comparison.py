@@ -256,6 +256,23 @@ class _SwitchAfterRelease:
         self.release()
 
 
+def _silu_as_a_run(explorer: Explorer, pairs: int) -> list:
+    """SiLU compared as a dashboard's Run compares it (nothing switched for it), two A/A pairs."""
+    from kernel_explorer.measure import layer_comparison
+
+    return list(
+        layer_comparison.compare_layer(
+            explorer._switchboard,
+            explorer.captured_inputs(),
+            "SiLU",
+            run_id="r",
+            pairs=pairs,
+            calibration_pairs=2,
+            switch_on=False,
+        )
+    )
+
+
 @pytest.mark.parametrize("change", ["on-to-off", "off-to-on", "candidate-to-candidate"])
 def test_a_switch_right_after_a_pair_never_names_it(
     explorer: Explorer, monkeypatch: pytest.MonkeyPatch, change: str
@@ -299,17 +316,7 @@ def test_a_switch_right_after_a_pair_never_names_it(
         return found
 
     monkeypatch.setattr(layer_comparison, "interleaved_pair", pair_then_click)
-    records = list(
-        layer_comparison.compare_layer(
-            board,
-            explorer.captured_inputs(),
-            "SiLU",
-            run_id="r",
-            pairs=4,
-            calibration_pairs=2,
-            switch_on=False,
-        )
-    )
+    records = _silu_as_a_run(explorer, pairs=4)
     paired = [r for r in records if type(r.values).__name__ in ("LayerCalibration", "LayerLatency")]
     assert len(ran_with) > 5 and len(paired) == len(ran_with), "a pair went unrecorded or the run ended early"
     assert len(set(ran_with)) == 2, ran_with  # the click landed mid-run
@@ -339,17 +346,7 @@ def test_a_pair_a_switch_lands_in_is_dropped(explorer: Explorer, monkeypatch: py
         return found
 
     monkeypatch.setattr(layer_comparison, "interleaved_pair", pair_then_fall_back)
-    records = list(
-        layer_comparison.compare_layer(
-            board,
-            explorer.captured_inputs(),
-            "SiLU",
-            run_id="r",
-            pairs=3,
-            calibration_pairs=2,
-            switch_on=False,
-        )
-    )
+    records = _silu_as_a_run(explorer, pairs=3)
     latencies = [r for r in records if type(r.values).__name__ == "LayerLatency"]
     assert len(latencies) == 3 * len(board.group("SiLU")) - 1  # the pair the switch landed in
     assert all(r.values.kernel_on == bool(r.provenance.kernel_id) for r in latencies)
