@@ -11,7 +11,7 @@ of kernels 0.17.2 with huggingface_hub 2.4 are worked around here, where the exp
    missing from it. The explorer loads a cached variant offline as a local repository.
 3. `HF_HUB_DISABLE_TELEMETRY=1` leaves `kernels` with an empty user agent that breaks online
    requests unless `HF_HUB_USER_AGENT_ORIGIN` is set; `_backend.hub.hub_session()` sets it while
-   the explorer talks to the Hub or loads.
+   the explorer talks to the Hub or loads. (huggingface_hub 2.5 no longer sends it broken.)
 """
 
 from __future__ import annotations
