@@ -192,14 +192,21 @@ def _mix(colour: str, towards: int, share: float) -> str:
     return "#" + "".join(f"{round(c + (towards - c) * share):02x}" for c in channels)
 
 
-def _lab(colour: str) -> tuple[float, float, float]:
-    """CIE L*a*b* (D65) of a #rrggbb colour: where a distance is about what an eye tells apart."""
+def _linear_rgb(colour: str) -> tuple[float, float, float]:
+    """A #rrggbb colour's channels as linear light (sRGB's curve undone), 0 to 1: what luminance
+    and CIE XYZ are sums of."""
 
     def linear(channel: int) -> float:
         value = channel / 255
         return value / 12.92 if value <= 0.04045 else ((value + 0.055) / 1.055) ** 2.4
 
     red, green, blue = (linear(int(colour[i : i + 2], 16)) for i in (1, 3, 5))
+    return red, green, blue
+
+
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of a #rrggbb colour: where a distance is about what an eye tells apart."""
+    red, green, blue = _linear_rgb(colour)
     x = (0.4124 * red + 0.3576 * green + 0.1805 * blue) / 0.95047
     y = 0.2126 * red + 0.7152 * green + 0.0722 * blue
     z = (0.0193 * red + 0.1192 * green + 0.9505 * blue) / 1.08883
@@ -239,8 +246,7 @@ def contrast(first: str, second: str) -> float:
     """WCAG contrast ratio of two #rrggbb colours (1 to 21)."""
 
     def luminance(colour: str) -> float:
-        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
-        red, green, blue = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        red, green, blue = _linear_rgb(colour)
         return 0.2126 * red + 0.7152 * green + 0.0722 * blue
 
     darker, lighter = sorted((luminance(first), luminance(second)))
